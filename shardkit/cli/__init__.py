@@ -1,0 +1,78 @@
+"""The ``shardkit`` command line: a thin shell over the library.
+
+Each command lives in its own module of this package and defines ``command`` (a click command or
+group); the group below discovers them, so adding a command touches no other file. Heavy imports
+(numpy, torch) happen inside command bodies, so ``shardkit --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import ShardkitError, UsageError
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+EXIT_CODES_HELP = "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors."
+
+
+class _Commands(click.Group):
+    def _modules(self) -> list[str]:
+        return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+    def list_commands(self, ctx):
+        return sorted(self._load(m).name for m in self._modules())
+
+    def get_command(self, ctx, name):
+        for module in self._modules():
+            command = self._load(module)
+            if command.name == name:
+                return command
+        return None
+
+    @staticmethod
+    def _load(module: str) -> click.Command:
+        return importlib.import_module(f"{__name__}.{module}").command
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UsageError as err:
+            click.echo(f"Error: {err}", err=True)
+            ctx.exit(2)
+        except ShardkitError as err:
+            click.echo(f"Error: {err}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=_Commands, context_settings=CONTEXT_SETTINGS,
+             epilog=f"{EXIT_CODES_HELP}\n\nExample: shardkit convert data/bz2/data.list -o data/zst")
+@click.version_option(__version__, "-V", "--version", prog_name="shardkit")
+def main():
+    """Prepare WeNet-style tar shards of speech for distributed ASR training.
+
+    Run `shardkit COMMAND --help` for each command's options and an example.
+    """
+
+
+def emit_json(obj) -> None:
+    """The one machine-readable report of a --json run, on stdout."""
+    import json
+
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def jobs_option(f):
+    return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+                        help="Parallel processes, one shard per task [default: all cores].")(f)
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON report on stdout and nothing else there.")(f)

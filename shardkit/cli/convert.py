@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+
+
+@click.command("convert", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
+
+\b
+Examples:
+  shardkit convert data/bz2/data.list -o data/zst            # bz2 -> .tar.zst (zstd level 3)
+  shardkit convert 'raw/*.tar.gz' -o plain --codec none -j 8  # gz -> plain .tar
+  shardkit convert shards/ -o flac --codec none --audio flac  # WAV members -> FLAC, plain tar""")
+@click.argument("shards", nargs=-1, required=True)
+@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--codec", type=click.Choice(["zst", "none", "gz", "xz", "bz2"]), default="zst", show_default=True,
+              help="Output compression (none = plain .tar).")
+@click.option("--level", type=int, default=None, help="Compression level [default: the codec's, zst 3].")
+@jobs_option
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Decompressor threads per task for bz2/gz [default: cores // jobs].")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Read every written shard back and compare member names and digests.")
+@click.option("--keep-tree", is_flag=True, help="Mirror input folders under OUT_DIR (inputs sharing a stem).")
+@click.option("--overwrite", is_flag=True, help="Redo every shard, even those a previous run finished.")
+@click.option("--salvage", is_flag=True,
+              help="For a damaged source, keep every complete utterance before the damage.")
+@click.option("--max-member-bytes", type=click.IntRange(min=1), default=2 << 30, show_default=True,
+              help="Refuse members larger than this (memory stays bounded).")
+@click.option("--audio", type=click.Choice(["keep", "flac", "wav"]), default="keep", show_default=True,
+              help="keep: members byte for byte; flac: PCM WAV -> FLAC (lossless, verified); wav: FLAC -> WAV.")
+@click.option("--flac-level", type=click.IntRange(0, 8), default=None,
+              help="FLAC compression level 0-8 [default: libsndfile's].")
+@json_option
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
+def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, overwrite, salvage, max_member_bytes,
+            audio, flac_level, as_json, quiet):
+    """Re-pack SHARDS (bz2/gz/xz/zst/plain tar) into zstd or plain tar, member for member.
+
+    SHARDS are shard files, folders of shards, glob patterns or WeNet data.list files (one shard
+    path per line). Outputs are OUT_DIR/<stem>.tar[.zst], plus OUT_DIR/data.list (absolute paths,
+    input order) and OUT_DIR/convert.json (per shard: source, output sha256, digests, status).
+    Writes go to a temporary name, are fsynced and renamed; a rerun skips finished shards.
+    """
+    import os
+
+    from tqdm import tqdm
+
+    from ..codecs import parse_codec_spec
+    from ..convert import ConvertSettings, run_convert
+
+    name, default_level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
+    jobs_n = jobs or os.cpu_count() or 1
+    settings = ConvertSettings(codec=name, level=default_level, verify=verify, salvage=salvage,
+                               max_member_bytes=max_member_bytes,
+                               threads=threads or max(1, (os.cpu_count() or 1) // jobs_n),
+                               audio=audio, flac_level=flac_level)
+    if audio == "flac" and name != "none" and not quiet:
+        click.echo("note: FLAC members gain ~1% from further compression; --codec none keeps shards plain "
+                   "and fastest to read.", err=True)
+    bar = None
+    state = {"bytes": 0}
+
+    def on_plan(total):
+        nonlocal bar
+        bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="convert")
+
+    def on_result(entry):
+        state["bytes"] += entry.get("tar_bytes", 0)
+        if bar is not None:
+            bar.update(1)
+            elapsed = bar.format_dict["elapsed"] or 1e-9
+            bar.set_postfix_str(f"{state['bytes'] / elapsed / 1e6:.1f} MB/s", refresh=False)
+            if entry["status"] == "failed":
+                bar.write(f"failed: {entry['error']}", file=sys.stderr)
+
+    report = run_convert(list(shards), out_dir, settings, jobs=jobs, keep_tree=keep_tree, overwrite=overwrite,
+                         on_result=on_result, on_plan=on_plan)
+    if bar is not None:
+        bar.close()
+    summary = report.summary()
+    if as_json:
+        emit_json(summary)
+    if not quiet:
+        click.echo(f"converted {summary['ok']}, skipped {summary['skipped']} (already done), "
+                   f"salvaged {summary['salvaged']}, failed {summary['failed']} of {summary['shards']} shards; "
+                   f"{summary['tar_bytes_converted'] / 1e6:.1f} MB of tar in {summary['seconds']:.1f} s; "
+                   f"list: {summary['data_list']}", err=True)
+    sys.exit(report.exit_code)

@@ -1,0 +1,323 @@
+"""convert: re-pack shards into another compression, every member kept and verified.
+
+``convert_shard`` is one task (one shard in, one shard out, a result dict, never an exception for
+bad data); ``run_convert`` plans outputs, skips what a previous run finished, spreads tasks over
+processes, and writes ``data.list`` and ``convert.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from . import __version__
+from .codecs import CODECS, open_writer
+from .errors import ShardkitError, UsageError, VerificationError
+from .inputs import expand_shards, plan_output_paths
+from .manifest import Journal, atomic_write_json, atomic_write_lines, fsync_dir, load_json, prepare_out_dir
+from .tario import DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_shard_members, open_shard, split_key
+
+MANIFEST = "convert.json"
+JOURNAL = ".convert.journal.jsonl"
+OK_STATUSES = ("ok", "salvaged")
+
+
+@dataclass(frozen=True)
+class ConvertSettings:
+    codec: str = "zst"
+    level: int | None = 3
+    verify: bool = True
+    salvage: bool = False
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+    threads: int = 1  # decompressor threads per task (bz2, gz)
+    audio: str = "keep"
+    flac_level: int | None = None
+
+    def output_affecting(self) -> dict:
+        """The settings that change output bytes: a rerun with other values redoes the shard."""
+        return {"codec": self.codec, "level": self.level, "salvage": self.salvage, "audio": self.audio,
+                "flac_level": self.flac_level, "max_member_bytes": self.max_member_bytes}
+
+
+class _HashingFile:
+    """Binary output that hashes and counts what passes through it."""
+
+    def __init__(self, f):
+        self._f = f
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self._f.write(data)
+        self.sha256.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+def member_digest(name: str, data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def combine_digests(entries: list[tuple[str, bytes]]) -> str:
+    """One digest over the ordered (name, content digest) pairs of a shard."""
+    h = hashlib.sha256()
+    for name, digest in entries:
+        h.update(name.encode("utf-8", "surrogateescape") + b"\x00" + digest)
+    return h.hexdigest()
+
+
+def read_member_digests(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> list[tuple[str, bytes]]:
+    return [(name, member_digest(name, data)) for name, data in iter_shard_members(path, max_member_bytes=max_member_bytes)]
+
+
+def partial_path(dst: str) -> str:
+    return os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.partial")
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _source_info(src: str) -> dict:
+    st = os.stat(src)
+    return {"path": src, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Callable | None = None) -> dict:
+    """Convert one shard. Returns its manifest entry; data problems become ``status: failed``.
+
+    Members are written one utterance behind the reader, so that ``--salvage`` can stop at the
+    last complete utterance before damage. ``transform(shard, name, data)`` may replace a member
+    (audio transcoding); it returns ``(name, data, info)`` with ``info`` recorded per member.
+    """
+    started = time.perf_counter()
+    result: dict = {"source": {"path": src}, "output": None, "status": "failed", "error": None,
+                    "members": 0, "samples": 0, "tar_bytes": 0, "members_digest": None, "lost": None,
+                    "transcoded": None}
+    tmp = partial_path(dst)
+    try:
+        result["source"] = _source_info(src)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        written: list[tuple[str, bytes]] = []
+        transcode_info: list[dict] = []
+        pending: list[tuple[str, bytes]] = []
+        pending_key = None
+        samples = 0
+        with open(tmp, "wb") as raw:
+            hashing = _HashingFile(raw)
+            out = open_writer(hashing, settings.codec, settings.level)
+            tar = TarWriter(out)
+
+            def flush_pending():
+                for name, data in pending:
+                    tar.add(name, data)
+                    written.append((name, member_digest(name, data)))
+                pending.clear()
+
+            try:
+                for name, data in iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
+                                                     threads=settings.threads):
+                    key, _ = split_key(name)
+                    if key != pending_key:
+                        flush_pending()
+                        pending_key = key
+                        samples += 1
+                    if transform is not None:
+                        name, data, info = transform(src, name, data)
+                        if info:
+                            transcode_info.append(info)
+                    pending.append((name, data))
+                flush_pending()
+            except ShardkitError as err:
+                if not settings.salvage or not written and not pending:
+                    raise
+                result["lost"] = {"error": str(err), "after_member": written[-1][0] if written else None,
+                                  "dropped_members": [n for n, _ in pending]}
+                samples -= 1 if pending else 0
+                pending.clear()
+            result["tar_bytes"] = tar.close()
+            out.close()
+            raw.flush()
+            os.fsync(raw.fileno())
+        result["members"] = len(written)
+        result["samples"] = samples
+        result["members_digest"] = combine_digests(written)
+        if transcode_info:
+            result["transcoded"] = transcode_info
+        if settings.verify:
+            back = read_member_digests(tmp, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
+            if back != written:
+                mismatch = next((a[0] for a, b in zip(written, back) if a != b), None)
+                raise VerificationError(f"written shard does not read back as written "
+                                        f"({len(back)} vs {len(written)} members)", shard=dst, member=mismatch)
+        os.replace(tmp, dst)
+        fsync_dir(os.path.dirname(dst))
+        result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
+        result["status"] = "salvaged" if result["lost"] else "ok"
+    except ShardkitError as err:
+        result["error"] = str(err.located(shard=src))
+    except OSError as err:
+        result["error"] = f"{src}: {err.strerror or err}" + (f" ({err.filename})" if err.filename else "")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    result["seconds"] = round(time.perf_counter() - started, 4)
+    return result
+
+
+def _still_valid(entry: dict | None, src: str, dst: str, settings: ConvertSettings) -> bool:
+    """Whether a previous run's entry proves ``dst`` is this source converted with these settings."""
+    if not entry or entry.get("status") not in OK_STATUSES or not entry.get("output"):
+        return False
+    if entry.get("settings") != settings.output_affecting():
+        return False
+    try:
+        current = _source_info(src)
+        st = os.stat(dst)
+    except OSError:
+        return False
+    recorded = entry["source"]
+    if (recorded.get("size"), recorded.get("mtime_ns")) != (current["size"], current["mtime_ns"]):
+        return False
+    if st.st_size != entry["output"]["size"]:
+        return False
+    return file_sha256(dst) == entry["output"]["sha256"]
+
+
+def _task(args):
+    src, dst, settings = args
+    transform = None
+    if settings.audio != "keep":
+        from .transcode import make_transform
+
+        transform = make_transform(settings)
+    entry = convert_shard(src, dst, settings, transform)
+    entry["settings"] = settings.output_affecting()
+    return entry
+
+
+@dataclass
+class ConvertReport:
+    out_dir: str
+    data_list: str
+    manifest: str
+    shards: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        counts = {s: sum(1 for e in self.shards if e["status"] == s) for s in ("ok", "skipped", "salvaged", "failed")}
+        done = [e for e in self.shards if e["status"] in ("ok", "salvaged")]
+        tar_bytes = sum(e["tar_bytes"] for e in done)
+        return {
+            "command": "convert",
+            "out_dir": self.out_dir,
+            "data_list": self.data_list,
+            "manifest": self.manifest,
+            "shards": len(self.shards),
+            **counts,
+            "members": sum(e["members"] for e in self.shards),
+            "samples": sum(e["samples"] for e in self.shards),
+            "bytes_in": sum(e["source"].get("size", 0) for e in self.shards),
+            "bytes_out": sum((e["output"] or {}).get("size", 0) for e in self.shards),
+            "tar_bytes_converted": tar_bytes,
+            "seconds": round(self.seconds, 3),
+            "tar_mb_per_s": round(tar_bytes / self.seconds / 1e6, 2) if self.seconds > 0 else None,
+            "failures": [{"shard": e["source"]["path"], "error": e["error"]} for e in self.shards
+                         if e["status"] == "failed"],
+            "salvaged_shards": [{"shard": e["source"]["path"], **e["lost"]} for e in self.shards
+                                if e["status"] == "salvaged"],
+        }
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(e["status"] in ("failed", "salvaged") for e in self.shards) else 0
+
+
+def run_convert(
+    shard_args: list[str],
+    out_dir: str,
+    settings: ConvertSettings,
+    *,
+    jobs: int | None = None,
+    keep_tree: bool = False,
+    overwrite: bool = False,
+    on_result: Callable[[dict], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> ConvertReport:
+    """Convert every shard named by ``shard_args`` into ``out_dir``; see the module docstring."""
+    shards = expand_shards(shard_args)
+    suffix = ".tar" + CODECS[settings.codec].suffix
+    outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree)
+    if any(os.path.abspath(s) == o for s, o in zip(shards, outputs)):
+        raise UsageError("an output would overwrite its input; choose another OUT_DIR")
+    out_dir = prepare_out_dir(out_dir)
+    manifest_path = os.path.join(out_dir, MANIFEST)
+    journal = Journal(os.path.join(out_dir, JOURNAL))
+    previous = {}
+    if not overwrite:
+        for entry in ((load_json(manifest_path) or {}).get("shards", []) + journal.load()):
+            if entry.get("output"):
+                previous[entry["output"]["path"]] = entry
+    for dst in outputs:  # leftovers of a killed run
+        if os.path.exists(partial_path(dst)):
+            os.unlink(partial_path(dst))
+
+    if on_plan:
+        on_plan(len(shards))
+    started = time.perf_counter()
+    results: dict[int, dict] = {}
+    todo = []
+    for i, (src, dst) in enumerate(zip(shards, outputs)):
+        entry = previous.get(dst)
+        if not overwrite and entry and entry["source"].get("path") == src and _still_valid(entry, src, dst, settings):
+            results[i] = {**entry, "status": "skipped", "previous_status": entry["status"]}
+            if on_result:
+                on_result(results[i])
+        else:
+            todo.append((i, (src, dst, settings)))
+
+    def finish(i, entry):
+        results[i] = entry
+        journal.append(entry)
+        if on_result:
+            on_result(entry)
+
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
+    try:
+        if jobs == 1:
+            for i, args in todo:
+                finish(i, _task(args))
+        else:
+            import multiprocessing
+
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver")) as pool:
+                futures = {pool.submit(_task, args): i for i, args in todo}
+                for future in as_completed(futures):
+                    finish(futures[future], future.result())
+    finally:
+        journal.close(remove=False)
+
+    ordered = [results[i] for i in range(len(shards))]
+    report = ConvertReport(out_dir=out_dir, data_list=os.path.join(out_dir, "data.list"), manifest=manifest_path,
+                           shards=ordered, seconds=time.perf_counter() - started)
+    recorded = [{**e, "status": e.get("previous_status", e["status"])} if e["status"] == "skipped" else e
+                for e in ordered]
+    for e in recorded:
+        e.pop("previous_status", None)
+    atomic_write_lines(report.data_list, [e["output"]["path"] for e in ordered
+                                          if e["status"] in ("ok", "salvaged", "skipped")])
+    atomic_write_json(manifest_path, {"tool": "shardkit", "version": __version__, "command": "convert",
+                                      "settings": {**asdict(settings)}, "shards": recorded})
+    journal.close(remove=True)
+    return report

@@ -1,0 +1,79 @@
+"""One exception family. Every message says where it failed: shard, member or key, and cause."""
+
+from __future__ import annotations
+
+
+class ShardkitError(Exception):
+    """Base of every error shardkit raises on purpose.
+
+    ``shard`` and ``member`` locate the failure; ``reason`` is the cause in words.
+    ``str(err)`` gives one line: ``SHARD: member MEMBER: REASON``.
+    """
+
+    check = "error"
+
+    def __init__(self, reason: str, *, shard: str | None = None, member: str | None = None):
+        self.reason = reason
+        self.shard = shard
+        self.member = member
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        parts = []
+        if self.shard:
+            parts.append(str(self.shard))
+        if self.member:
+            parts.append(f"member {self.member!r}")
+        parts.append(self.reason)
+        return ": ".join(parts)
+
+    def located(self, *, shard: str | None = None, member: str | None = None) -> "ShardkitError":
+        """Fill in the location where the raiser did not know it; returns self."""
+        if shard and not self.shard:
+            self.shard = shard
+        if member and not self.member:
+            self.member = member
+        self.args = (self._format(),)
+        return self
+
+
+class UsageError(ShardkitError):
+    """The command line or the inputs named on it are wrong (exit code 2)."""
+
+    check = "usage"
+
+
+class CorruptStreamError(ShardkitError):
+    """The compressed stream is truncated or damaged."""
+
+    check = "stream"
+
+
+class TarFormatError(ShardkitError):
+    """The tar container is malformed: bad header, checksum, truncated member, not a tar."""
+
+    check = "tar"
+
+
+class UnsafeMemberError(ShardkitError):
+    """A member that must never be extracted or trusted: traversal, absolute, link, device."""
+
+    check = "unsafe_member"
+
+
+class MemberTooLargeError(ShardkitError):
+    """A member above the configured size bound (memory stays bounded)."""
+
+    check = "member_too_large"
+
+
+class AudioError(ShardkitError):
+    """An audio member that does not decode, or decodes to something other than promised."""
+
+    check = "audio"
+
+
+class VerificationError(ShardkitError):
+    """A written output does not read back to what was read from the source."""
+
+    check = "verify"

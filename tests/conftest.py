@@ -1,0 +1,39 @@
+"""Fixtures: real audio (speech-like signals written with soundfile) packed into real shards."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shardkit.synth import CorpusSpec, corpus_utterances, write_shards
+
+# Three small corpora with different utterance lengths (short, long, mixed), keys with '/' and '-'.
+SMALL_CORPORA = (
+    CorpusSpec("aishell", 6, 0.4, 1.2, "zh"),
+    CorpusSpec("librispeech", 4, 1.5, 3.0, "en"),
+    CorpusSpec("accented", 4, 0.3, 2.5, "mix"),
+)
+
+
+def corpus(specs=SMALL_CORPORA, *, seed=0, audio_format="wav"):
+    """All utterances of the given corpora, as (key, text, audio_bytes, seconds) tuples."""
+    return [u for spec in specs for u in corpus_utterances(spec, seed=seed, audio_format=audio_format)]
+
+
+@pytest.fixture
+def make_shards(tmp_path_factory):
+    """Factory: write the small mix as shards of a codec; returns the shard paths (data.list beside)."""
+
+    def make(codec="none", *, audio_format="wav", utts_per_shard=5, specs=SMALL_CORPORA, seed=0, name=None):
+        out = tmp_path_factory.mktemp(name or f"src-{codec}-{audio_format}")
+        return write_shards(corpus(specs, seed=seed, audio_format=audio_format), str(out),
+                            utts_per_shard=utts_per_shard, codec=codec, audio_format=audio_format)
+
+    return make
+
+
+@pytest.fixture
+def shards_dir(make_shards):
+    paths = make_shards("bz2")
+    return os.path.dirname(paths[0])
