@@ -53,8 +53,10 @@ def _plain_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
 
 
 def _stream_chunks(reader: BinaryIO) -> Iterator[bytes]:
+    # read1 hands over what is decoded so far, so the bytes before a damaged spot still arrive
+    read = getattr(reader, "read1", reader.read)
     with reader:
-        while chunk := reader.read(READ_CHUNK):
+        while chunk := read(READ_CHUNK):
             yield chunk
 
 
@@ -71,11 +73,22 @@ def _gz_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
 def _bz2_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
     try:
         import indexed_bzip2
-
-        reader = indexed_bzip2.open(f, parallelization=max(1, threads))
     except ImportError:
-        reader = bz2.BZ2File(f, mode="rb")
-    yield from _stream_chunks(reader)
+        yield from _stream_chunks(bz2.BZ2File(f, mode="rb"))
+        return
+    start = f.tell()
+    yielded = False
+    try:
+        for chunk in _stream_chunks(indexed_bzip2.open(f, parallelization=max(1, threads))):
+            yielded = True
+            yield chunk
+    except RuntimeError:
+        if yielded:
+            raise
+        # indexed_bzip2 scans ahead and refuses a damaged file before its first byte; the stdlib
+        # decoder streams up to the damage, so what precedes it can still be read (and salvaged)
+        f.seek(start)
+        yield from _stream_chunks(bz2.BZ2File(f, mode="rb"))
 
 
 def _xz_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:

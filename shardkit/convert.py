@@ -90,7 +90,10 @@ def file_sha256(path: str) -> str:
 
 
 def _source_info(src: str) -> dict:
-    st = os.stat(src)
+    try:
+        st = os.stat(src)
+    except FileNotFoundError:
+        raise ShardkitError("no such file", shard=src) from None
     return {"path": src, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 

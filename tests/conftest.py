@@ -25,10 +25,10 @@ def corpus(specs=SMALL_CORPORA, *, seed=0, audio_format="wav"):
 def make_shards(tmp_path_factory):
     """Factory: write the small mix as shards of a codec; returns the shard paths (data.list beside)."""
 
-    def make(codec="none", *, audio_format="wav", utts_per_shard=5, specs=SMALL_CORPORA, seed=0, name=None):
+    def make(codec="none", *, audio_format="wav", utts_per_shard=5, specs=SMALL_CORPORA, seed=0, name=None, level=None):
         out = tmp_path_factory.mktemp(name or f"src-{codec}-{audio_format}")
         return write_shards(corpus(specs, seed=seed, audio_format=audio_format), str(out),
-                            utts_per_shard=utts_per_shard, codec=codec, audio_format=audio_format)
+                            utts_per_shard=utts_per_shard, codec=codec, level=level, audio_format=audio_format)
 
     return make
 
