@@ -217,6 +217,7 @@ class ConvertReport:
     manifest: str
     shards: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    audio: str = "keep"
 
     def summary(self) -> dict:
         counts = {s: sum(1 for e in self.shards if e["status"] == s) for s in ("ok", "skipped", "salvaged", "failed")}
@@ -240,7 +241,16 @@ class ConvertReport:
                          if e["status"] == "failed"],
             "salvaged_shards": [{"shard": e["source"]["path"], **e["lost"]} for e in self.shards
                                 if e["status"] == "salvaged"],
+            **({"audio": self._audio_summary()} if self.audio != "keep" else {}),
         }
+
+    def _audio_summary(self) -> dict:
+        from .transcode import summarize
+
+        done = [e for e in self.shards if e["status"] != "failed"]
+        problems = [{"shard": e["source"]["path"], "key": i["key"], "member": i["member"], "reason": i["reason"]}
+                    for e in done for i in e.get("transcoded") or [] if i.get("problem")]
+        return {**summarize(done), "undecodable_kept": problems}
 
     @property
     def exit_code(self) -> int:
@@ -313,14 +323,19 @@ def run_convert(
 
     ordered = [results[i] for i in range(len(shards))]
     report = ConvertReport(out_dir=out_dir, data_list=os.path.join(out_dir, "data.list"), manifest=manifest_path,
-                           shards=ordered, seconds=time.perf_counter() - started)
+                           shards=ordered, seconds=time.perf_counter() - started, audio=settings.audio)
     recorded = [{**e, "status": e.get("previous_status", e["status"])} if e["status"] == "skipped" else e
                 for e in ordered]
     for e in recorded:
         e.pop("previous_status", None)
     atomic_write_lines(report.data_list, [e["output"]["path"] for e in ordered
                                           if e["status"] in ("ok", "salvaged", "skipped")])
+    libraries = {}
+    if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
+        from .transcode import libsndfile_version
+
+        libraries["libsndfile"] = libsndfile_version()
     atomic_write_json(manifest_path, {"tool": "shardkit", "version": __version__, "command": "convert",
-                                      "settings": {**asdict(settings)}, "shards": recorded})
+                                      "settings": {**asdict(settings)}, "libraries": libraries, "shards": recorded})
     journal.close(remove=True)
     return report

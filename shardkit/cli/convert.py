@@ -89,4 +89,12 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
                    f"salvaged {summary['salvaged']}, failed {summary['failed']} of {summary['shards']} shards; "
                    f"{summary['tar_bytes_converted'] / 1e6:.1f} MB of tar in {summary['seconds']:.1f} s; "
                    f"list: {summary['data_list']}", err=True)
+        if "audio" in summary:
+            audio_summary = summary["audio"]
+            reasons = ", ".join(f"{n} {why}" for why, n in sorted(audio_summary["kept_by_reason"].items()))
+            click.echo(f"audio: {audio_summary['transcoded']} members transcoded to {audio}, "
+                       f"{audio_summary['kept']} kept as they were{f' ({reasons})' if reasons else ''}", err=True)
+            for problem in audio_summary["undecodable_kept"]:
+                click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['reason']}",
+                           err=True)
     sys.exit(report.exit_code)

@@ -1,0 +1,79 @@
+"""Shared helpers for the benchmark scripts: corpus generation, timing with repeats, machine info."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+
+def machine_info() -> dict:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import numpy
+    import soundfile
+    import zstandard
+
+    info = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": numpy.__version__,
+            "soundfile": soundfile.__version__, "libsndfile": soundfile.__libsndfile_version__,
+            "zstandard": zstandard.__version__, "platform": platform.platform()}
+    try:
+        import indexed_bzip2
+
+        info["indexed_bzip2"] = getattr(indexed_bzip2, "__version__", "?")
+    except ImportError:
+        pass
+    return info
+
+
+def timed(fn, *, repeat: int = 3, min_seconds: float = 0.0) -> dict:
+    """Run ``fn`` until both ``repeat`` runs and ``min_seconds`` are reached; median and spread."""
+    times, result = [], None
+    start = time.perf_counter()
+    while len(times) < repeat or time.perf_counter() - start < min_seconds:
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs": len(times),
+            "result": result}
+
+
+def _make_shard(args):
+    from shardkit.synth import CorpusSpec, corpus_utterances, write_shards
+
+    index, out_dir, seconds_per_shard, codec, level, audio_format = args
+    # alternate short (AISHELL-like) and long (LibriSpeech-like) shards
+    spec = (CorpusSpec(f"short{index:03d}", int(seconds_per_shard / 4), 2.0, 6.0, "zh") if index % 2 == 0
+            else CorpusSpec(f"long{index:03d}", int(seconds_per_shard / 14), 8.0, 20.0, "en"))
+    sub = os.path.join(out_dir, f"part{index:03d}")
+    paths = write_shards(corpus_utterances(spec, seed=index, audio_format=audio_format), sub,
+                         utts_per_shard=10 ** 9, codec=codec, level=level, prefix=f"shards_{index:03d}_",
+                         audio_format=audio_format)
+    return paths[0]
+
+
+def make_corpus(out_dir: str, *, total_mb: float, shards: int, codec: str = "bz2", level: int | None = None,
+                audio_format: str = "wav", jobs: int | None = None) -> list[str]:
+    """A deterministic speech-like corpus of about ``total_mb`` MB of 16 kHz 16-bit tar, in shards."""
+    marker = os.path.join(out_dir, "corpus.json")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            saved = json.load(f)
+        if saved["args"] == [total_mb, shards, codec, level, audio_format]:
+            return saved["paths"]
+    seconds_per_shard = total_mb * 1e6 / 32000 / shards
+    with ProcessPoolExecutor(jobs or os.cpu_count()) as pool:
+        paths = list(pool.map(_make_shard, [(i, out_dir, seconds_per_shard, codec, level, audio_format)
+                                            for i in range(shards)]))
+    with open(os.path.join(out_dir, "data.list"), "w") as f:
+        f.writelines(p + "\n" for p in paths)
+    with open(marker, "w") as f:
+        json.dump({"args": [total_mb, shards, codec, level, audio_format], "paths": paths}, f)
+    return paths
