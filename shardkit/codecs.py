@@ -19,9 +19,6 @@ import zstandard
 from .errors import CorruptStreamError, UsageError
 
 READ_CHUNK = 1 << 20
-# Compressed bytes handed to the zstd decompressor per call: small enough that the output of one
-# call stays small for real audio (a hostile high-ratio stream is bounded by the tar member limit).
-ZSTD_INPUT_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -96,25 +93,18 @@ def _xz_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
 
 
 def _zst_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
-    # zstandard's stream_reader returns silently on a truncated frame; a decompressobj tells
-    # us through .eof whether the last frame ended, so truncation becomes an error.
-    decompressor = zstandard.ZstdDecompressor()
-    obj = decompressor.decompressobj()
-    pending = b""
-    while True:
-        data = pending or f.read(ZSTD_INPUT_CHUNK)
-        pending = b""
-        if not data:
-            break
-        if obj.eof:  # concatenated frames (e.g. pzstd output): start the next one
-            obj = decompressor.decompressobj()
-        out = obj.decompress(data)
-        if obj.eof and obj.unused_data:
-            pending = obj.unused_data
-        if out:
-            yield out
-    if not obj.eof:
-        raise CorruptStreamError("zstd stream ends in the middle of a frame (truncated)")
+    # The stdlib-style ZstdFile (Python 3.14's compression.zstd, or its backport) bounds the output
+    # of each read (a highly repetitive stream cannot balloon memory) and raises EOFError on a
+    # truncated frame; zstandard's stream_reader would end silently there.
+    yield from _stream_chunks(_zstd_module().ZstdFile(f, mode="rb"))
+
+
+def _zstd_module():
+    try:
+        from compression import zstd  # Python 3.14+
+    except ImportError:
+        from backports import zstd
+    return zstd
 
 
 def _zst_writer(f: BinaryIO, level: int | None) -> BinaryIO:
@@ -185,6 +175,10 @@ def parse_codec_spec(spec: str) -> tuple[str, int | None]:
     return name, level
 
 
+_DECODE_ERRORS = (EOFError, OSError, lzma.LZMAError, zstandard.ZstdError, _zstd_module().ZstdError, RuntimeError,
+                  ValueError)
+
+
 def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, threads: int = 1) -> Iterator[bytes]:
     """Decompressed chunks of a shard file opened for binary reading.
 
@@ -201,7 +195,7 @@ def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, thre
         yield from CODECS[codec].iter_chunks(f, threads)
     except CorruptStreamError as err:
         raise err.located(shard=shard)
-    except (EOFError, OSError, lzma.LZMAError, zstandard.ZstdError, RuntimeError, ValueError) as err:
+    except _DECODE_ERRORS as err:
         raise CorruptStreamError(f"{codec} stream is truncated or corrupt ({type(err).__name__}: {err})",
                                  shard=shard) from err
 

@@ -25,18 +25,26 @@ _FLAC_TO_WAV_SUBTYPE = {"PCM_S8": "PCM_U8", "PCM_16": "PCM_16", "PCM_24": "PCM_2
 
 
 def pcm_digest(samples: np.ndarray, sample_rate: int) -> str:
-    """Digest of decoded samples (int32, left-justified as libsndfile returns them), rate and shape."""
-    h = hashlib.sha256(f"{sample_rate}:{samples.shape[1]}:".encode())
-    h.update(np.ascontiguousarray(samples, dtype="<i4").tobytes())
+    """Digest of decoded integer samples (as ``read_pcm`` returns them), rate and channel count."""
+    h = hashlib.sha256(f"{sample_rate}:{samples.shape[1]}:{samples.dtype.str}:".encode())
+    h.update(np.ascontiguousarray(samples).tobytes())
     return h.hexdigest()
 
 
+# 16 bits and fewer fit int16 exactly (libsndfile left-justifies 8-bit samples); 24 bits need int32
+_NARROW_SUBTYPES = ("PCM_16", "PCM_U8", "PCM_S8")
+
+
 def read_pcm(data: bytes) -> tuple[np.ndarray, int, str]:
-    """Exact integer samples of a WAV/FLAC member: (int32 array (frames, channels), rate, subtype)."""
+    """Exact integer samples of a WAV/FLAC member: (array (frames, channels), rate, subtype).
+
+    int16 for sources of up to 16 bits, int32 (left-justified) for 24-bit: the narrowest exact form,
+    so a 16-bit WAV and its FLAC decode to identical arrays and digests.
+    """
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
-            samples = f.read(dtype="int32", always_2d=True)
-            return samples, f.samplerate, f.subtype
+            dtype = "int16" if f.subtype in _NARROW_SUBTYPES else "int32"
+            return f.read(dtype=dtype, always_2d=True), f.samplerate, f.subtype
     except Exception as err:  # libsndfile raises plain RuntimeError/LibsndfileError
         raise AudioError(f"does not decode ({err})") from err
 
