@@ -23,7 +23,8 @@ Examples:
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Decompressor threads per task for bz2/gz [default: cores // jobs].")
 @click.option("--verify/--no-verify", default=True, show_default=True,
-              help="Read every written shard back and compare member names and digests.")
+              help="Read every written shard back and compare member names and digests; with --audio, also "
+                   "decode every transcoded member and compare its samples with the source's.")
 @click.option("--keep-tree", is_flag=True, help="Mirror input folders under OUT_DIR (inputs sharing a stem).")
 @click.option("--overwrite", is_flag=True, help="Redo every shard, even those a previous run finished.")
 @click.option("--salvage", is_flag=True,
