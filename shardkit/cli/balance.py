@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+
+
+def format_plan(summary: dict) -> str:
+    lines = [f"{summary['num_shards']} shards x {summary['utterances_per_shard']} utterances "
+             f"(world_size {summary['world_size']} x num_workers {summary['num_workers']}); shard seconds "
+             f"{summary['min_shard_seconds']:.2f}..{summary['max_shard_seconds']:.2f}, mean "
+             f"{summary['mean_shard_seconds']:.2f}, worst deviation {summary['max_deviation_seconds']:.3f} s "
+             f"(tolerance {summary['tolerance_seconds']:.3f} s): "
+             f"{'balanced' if summary['balanced'] else 'NOT balanced'}"]
+    lines.append(f"  {'corpus':<16} {'weight':>6} {'utts':>9} {'kept':>9} {'repeated':>9} {'dropped':>9} "
+                 f"{'padded':>7} {'rem.drop':>8} {'out':>9}")
+    for c in summary["corpora"]:
+        lines.append(f"  {c['name']:<16} {c['weight']:>6g} {c['utterances']:>9} {c['kept']:>9} {c['repeated']:>9} "
+                     f"{c['dropped']:>9} {c['padded']:>7} {c['remainder_dropped']:>8} {c['copies_out']:>9}")
+    lines.extend(f"note: {n}" for n in summary["notes"])
+    return "\n".join(lines)
+
+
+@click.command("balance", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
+
+\b
+Examples:
+  shardkit balance --corpus aishell=aishell.index.jsonl --corpus libri=libri/data.list:0.5 \\
+      --corpus accented=accented/:2 --world-size 8 --num-workers 4 -o balanced --dry-run
+  shardkit balance --corpus zh=zh/ --corpus en=en/ --world-size 8 --num-workers 4 \\
+      --shard-duration 1800 -o balanced -j 8""")
+@click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
+              help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl); "
+                   "WEIGHT 1 keeps each utterance once, 2 twice, 0.5 a seeded half. Repeat per corpus.")
+@click.option("--world-size", required=True, type=int, help="Number of ranks (GPUs).")
+@click.option("--num-workers", required=True, type=int, help="Loader workers per rank.")
+@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--shard-duration", type=float, default=None,
+              help="Target seconds of audio per shard [default: 3600]; the count is the nearest multiple of "
+                   "world_size x num_workers.")
+@click.option("--num-shards", type=int, default=None, help="Shard count instead (rounded to a multiple of W x K).")
+@click.option("--codec", type=click.Choice(["zst", "none"]), default="zst", show_default=True,
+              help="Output compression (none = plain .tar, which WeNet reads as is).")
+@click.option("--level", type=int, default=None, help="zstd level [default: 3].")
+@click.option("--remainder", type=click.Choice(["pad", "drop"]), default="pad", show_default=True,
+              help="Keep counts equal by repeating utterances (pad) or leaving some out (drop).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
+@click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Shuffled epochs in the plan figures of the new list.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write no shard.")
+@click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
+@click.option("--overwrite", is_flag=True, help="Rewrite shards a previous run already finished.")
+@jobs_option
+@json_option
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
+def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level, remainder,
+            seed, epochs, dry_run, verify, overwrite, jobs, as_json, quiet):
+    """Rewrite a multi-corpus mix into shards that each carry the same seconds and utterance count.
+
+    Writes N shards (N a multiple of world_size x num_workers, nearest to --shard-duration), each
+    with the same number of utterances, durations within 0.5% of the mean (or one median
+    utterance), and the corpora in the mix's proportions; plus OUT_DIR/data.list and
+    OUT_DIR/balance.json (per shard: utterances, seconds, per-corpus counts; per corpus: kept,
+    repeated, dropped, padded; the `plan` figures of the new list; every repeated key). Members are
+    copied byte for byte; a repeated utterance's key gets the suffix -rep<N>. Compressed sources
+    are decompressed once into OUT_DIR/.balance (free disk for their uncompressed size is needed).
+    A rerun resumes, skipping shards already written.
+    """
+    import os
+
+    from tqdm import tqdm
+
+    from ..balance import parse_corpus_spec, run_balance
+    from ..codecs import parse_codec_spec
+    from ..errors import UsageError
+    from .plan import format_figures
+
+    if shard_duration is not None and num_shards is not None:
+        raise UsageError("give --shard-duration or --num-shards, not both")
+    codec_name, level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
+    corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
+    bars: dict = {}
+
+    def bar(name, total, unit):
+        for previous in bars.values():
+            previous.close()
+        bars[name] = tqdm(total=total, unit=unit, file=sys.stderr, disable=quiet, dynamic_ncols=True, desc=name)
+
+    def on_event(kind, *args):
+        if kind == "indexing":
+            bar(f"index {args[0]}", args[1], "shard")
+        elif kind == "indexed":
+            b = next(reversed(bars.values()))
+            b.update(1)
+            if args[2]:
+                b.write(f"failed: {args[2]}", file=sys.stderr)
+        elif kind in ("spooling", "writing"):
+            bar({"spooling": "decompress", "writing": "write"}[kind], args[0], "shard")
+        elif kind in ("spooled", "written"):
+            b = bars["decompress" if kind == "spooled" else "write"]
+            b.update(1)
+            error = args[1] if kind == "spooled" else args[0].get("error")
+            if error:
+                b.write(f"failed: {error}", file=sys.stderr)
+        elif kind in ("loading", "planning") and not quiet:
+            for b in bars.values():
+                b.close()
+            click.echo(f"{kind}...", err=True)
+
+    report = run_balance(corpora, out_dir, world_size=world_size, num_workers=num_workers,
+                         shard_duration=shard_duration, num_shards=num_shards, codec=codec_name, level=level,
+                         remainder=remainder, seed=seed, dry_run=dry_run, jobs=jobs or os.cpu_count() or 1,
+                         epochs=epochs, verify=verify, overwrite=overwrite, on_event=on_event)
+    for b in bars.values():
+        b.close()
+    summary = report.summary()
+    if as_json:
+        emit_json(summary)
+    if not quiet:
+        click.echo(format_plan(summary), err=True)
+        click.echo(format_figures(report.figures), err=True)
+        if dry_run:
+            click.echo("dry run: no shard written", err=True)
+        else:
+            written = summary["written"]
+            click.echo(f"wrote {written['ok']}, skipped {written['skipped']} (already done), failed "
+                       f"{written['failed']} of {summary['num_shards']} shards; list: {summary['data_list']}", err=True)
+    sys.exit(report.exit_code)

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+
+
+def audio_length(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 3600 else f"{seconds / 3600:.2f} h"
+
+
+def format_figures(figures: dict) -> str:
+    """The human table of plan_figures: per epoch, per rank, with each worker's seconds."""
+    lines = [f"{figures['shards']} shards, {figures['utterances']} utterances, {audio_length(figures['seconds'])}; "
+             f"world_size {figures['world_size']} x num_workers {figures['num_workers']} = "
+             f"{figures['consumers']} consumers; count divides: {'yes' if figures['divides'] else 'NO'}"]
+    for epoch in figures["epochs"]:
+        spread = epoch["rank_spread"]
+        lines.append(f"epoch {epoch['epoch']}: rank spread (max/min seconds) "
+                     f"{'inf (a rank gets nothing)' if spread is None else f'{spread:.4f}'}")
+        lines.append(f"  {'rank':>4} {'shards':>7} {'utts':>9} {'seconds':>12}   seconds per worker")
+        for rank in epoch["ranks"]:
+            workers = [w for w in epoch["workers"] if w["rank"] == rank["rank"]]
+            lines.append(f"  {rank['rank']:>4} {rank['shards']:>7} {rank['utterances']:>9} {rank['seconds']:>12.1f}   "
+                         + " / ".join(f"{w['seconds']:.1f}" for w in workers))
+    worst = figures["worst_rank_spread"]
+    lines.append(f"worst rank spread over {len(figures['epochs'])} epochs: "
+                 f"{'inf' if worst is None else f'{worst:.4f}'}")
+    return "\n".join(lines)
+
+
+@click.command("plan", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
+
+\b
+Examples:
+  shardkit plan data/data.list --world-size 8 --num-workers 4 --epochs 3
+  shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.jsonl --json""")
+@click.argument("shards", nargs=-1, required=True)
+@click.option("--world-size", required=True, type=click.IntRange(min=1), help="Number of ranks (GPUs).")
+@click.option("--num-workers", required=True, type=click.IntRange(min=1), help="Loader workers per rank.")
+@click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True, help="Shuffled epochs to show.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Shuffle seed.")
+@click.option("--index", "index_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Take utterances and seconds from these index files instead of reading the shards.")
+@jobs_option
+@json_option
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or table on stderr.")
+def command(shards, world_size, num_workers, epochs, seed, index_files, jobs, as_json, quiet):
+    """Show how WeNet would split the list SHARDS across ranks and workers, epoch by epoch.
+
+    The list is shuffled with the same seed on every rank each epoch, then line i goes to
+    consumer i mod (world_size x num_workers), consumer = worker x world_size + rank. For each
+    epoch: shards, utterances and seconds of audio per rank and per (rank, worker), the spread
+    (max/min seconds per rank), and whether the shard count divides. The shuffle is numpy's, not
+    WeNet's RNG: the exact split differs, the imbalance it shows is typical. No shard is rewritten.
+    """
+    import os
+
+    from tqdm import tqdm
+
+    from ..index import shard_sizes
+    from ..inputs import expand_shards
+    from ..partition import plan_figures
+
+    paths = expand_shards(list(shards))
+    bar = tqdm(total=len(set(paths)), unit="shard", file=sys.stderr, disable=quiet or bool(index_files),
+               dynamic_ncols=True, desc="read")
+
+    def on_shard(shard, count, error):
+        bar.update(1)
+        if error:
+            bar.write(f"failed: {error}", file=sys.stderr)
+
+    utts, secs, failures = shard_sizes(paths, index_files=list(index_files), jobs=jobs or os.cpu_count() or 1,
+                                       on_shard=on_shard)
+    bar.close()
+    if failures:
+        if as_json:
+            emit_json({"command": "plan", "failures": failures})
+        click.echo(f"Error: {len(failures)} of {len(set(paths))} shards cannot be read; first: "
+                   f"{failures[0]['error']}", err=True)
+        sys.exit(1)
+    figures = plan_figures(utts, secs, world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed)
+    if as_json:
+        emit_json({"command": "plan", **figures})
+    if not quiet:
+        click.echo(format_figures(figures), err=True)
