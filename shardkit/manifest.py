@@ -8,6 +8,9 @@ import tempfile
 
 from .errors import UsageError
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
     """Write to a temporary name beside ``path``, fsync, rename, fsync the folder."""
@@ -17,6 +20,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)  # mkstemp's 0600 would hide reports from co-workers
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

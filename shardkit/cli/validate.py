@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+
+SHOWN_FINDINGS = 20
+
+
+@click.command("validate", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP} Here 1 means at least one finding.
+
+\b
+Examples:
+  shardkit validate data/data.list --sample-rate 16000 --channels 1 --report validate.json
+  shardkit validate 'shards/*.tar.zst' --backend torchaudio -j 8 --json > report.json
+  shardkit validate data/data.list --quarantine data/quarantine   # cleaned copies + rejects""")
+@click.argument("shards", nargs=-1, required=True)
+@click.option("--backend", type=click.Choice(["soundfile", "torchaudio"]), default="soundfile", show_default=True,
+              help="Decoder: soundfile (fast) or torchaudio.load(io.BytesIO(...)), the call WeNet makes "
+                   "(needs the torch extra).")
+@jobs_option
+@click.option("--sample-rate", type=click.IntRange(min=1), default=None, metavar="HZ",
+              help="Report audio at any other sample rate.")
+@click.option("--channels", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Report audio with any other channel count.")
+@click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="S",
+              help="Report audio shorter than S seconds.")
+@click.option("--max-duration", type=click.FloatRange(min=0), default=None, metavar="S",
+              help="Report audio longer than S seconds.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Write the JSON report to FILE.")
+@json_option
+@click.option("--quarantine", "quarantine_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="For each shard with findings write DIR/<stem>.tar[.ext] (good utterances) and "
+                   "DIR/<stem>.rejects.tar[.ext] (the rest, untouched), plus DIR/rejects.jsonl and DIR/data.list.")
+@click.option("--max-member-bytes", type=click.IntRange(min=1), default=2 << 30, show_default=True,
+              help="Report members larger than this instead of reading them (memory stays bounded).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
+def command(shards, backend, jobs, sample_rate, channels, min_duration, max_duration, report_path, as_json,
+            quarantine_dir, max_member_bytes, quiet):
+    """Check that every utterance in SHARDS will reach training intact, and report each one that won't.
+
+    SHARDS are shard files (plain, gz, bz2, xz, zst), folders of shards, glob patterns or WeNet
+    data.list files. One pass checks the container (complete stream, sound tar headers, no unsafe
+    member, not empty; list lines that name no file), WeNet's grouping (one audio and one txt member
+    per key, adjacent, no key repeated in or across shards), the transcripts (UTF-8, not empty) and
+    the audio, decoded in full from the member bytes: length as the header promises, no NaN/inf,
+    and the sample rate, channels and duration asked for. Each finding names shard, key, member,
+    check and reason. Sources are never modified.
+    """
+    import os
+
+    from tqdm import tqdm
+
+    from ..errors import UsageError
+    from ..manifest import atomic_write_json
+    from ..validate import ValidateOptions, format_finding, run_validate
+
+    if report_path is not None:
+        folder = os.path.dirname(os.path.abspath(report_path))
+        if not os.path.isdir(folder):
+            raise UsageError("the report's folder does not exist", shard=report_path)
+    jobs_n = jobs or os.cpu_count() or 1
+    options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
+                              max_duration=max_duration, max_member_bytes=max_member_bytes,
+                              threads=max(1, (os.cpu_count() or 1) // jobs_n))
+    bar = None
+
+    def on_plan(total):
+        nonlocal bar
+        bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="validate")
+
+    def on_result(result):
+        if bar is not None:
+            bar.update(1)
+
+    report = run_validate(list(shards), options, jobs=jobs, quarantine_dir=quarantine_dir, on_plan=on_plan,
+                          on_result=on_result)
+    if bar is not None:
+        bar.close()
+    document = report.to_json()
+    if report_path is not None:
+        atomic_write_json(report_path, document)
+    if as_json:
+        emit_json(document)
+    if not quiet:
+        for line in summary_lines(report, format_finding):
+            click.echo(line, err=True)
+    sys.exit(report.exit_code)
+
+
+def summary_lines(report, format_finding) -> list[str]:
+    t = report.totals()
+    lines = [f"validated {t['shards']} shards: {t['utterances']} utterances, {t['audio_hours']:.3f} h of audio, "
+             f"{t['bytes'] / 1e6:.1f} MB in {t['elapsed_s']:.1f} s ({report.options.backend})"]
+    if not t["findings"]:
+        lines.append("no findings")
+    else:
+        lines.append(f"{t['findings']} findings in {t['shards_with_findings']} of {t['shards']} shards:")
+        width = max(len(check) for check in t["by_check"])
+        lines.extend(f"  {check:<{width}}  {count}" for check, count in t["by_check"].items())
+        findings = report.findings
+        lines.extend(f"  {format_finding(f)}" for f in findings[:SHOWN_FINDINGS])
+        if len(findings) > SHOWN_FINDINGS:
+            lines.append(f"  ... and {len(findings) - SHOWN_FINDINGS} more (--report FILE or --json lists all)")
+    q = report.quarantine
+    if q is not None:
+        cleaned = sum(1 for s in q["shards"] if s["cleaned"])
+        lines.append(f"quarantine: {cleaned} cleaned shards, {q['rejected_members']} members set apart "
+                     f"({q['kept_members']} kept) in {q['dir']}; see {q['rejects_jsonl']} and {q['data_list']}")
+    return lines

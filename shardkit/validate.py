@@ -1,0 +1,670 @@
+"""validate: find every problem a trainer would meet in a set of shards, in one pass, before training.
+
+``validate_shard`` checks one shard (container, grouping, text, audio decoded in full from
+``io.BytesIO(member_bytes)``) and returns a result dict; data problems become findings, never
+exceptions. ``run_validate`` spreads shards over processes, adds the cross-shard duplicate-key
+check in the parent (in shard order, so the first occurrence is the one kept), and with a
+quarantine folder writes, per shard with findings:
+
+- ``DIR/<stem>.tar[.ext]``: the good utterances, member bytes untouched, in source order, same codec;
+- ``DIR/<stem>.rejects.tar[.ext]``: every other member, bytes untouched (unsafe names included:
+  never extract it);
+- and once for the run ``DIR/rejects.jsonl`` (one line per rejected member, with its reasons) and
+  ``DIR/data.list`` (clean sources as they are, cleaned copies in place of the others).
+
+An utterance with any finding is rejected whole. Outputs are deterministic (fixed tar headers,
+the codec's default level) and written under a temporary name, fsynced and renamed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from . import __version__
+from .audio import EXTENSION_FORMATS, parse_wav_header, sniff_format
+from .codecs import CODECS, detect_codec, open_writer
+from .errors import AudioError, ShardkitError, UsageError
+from .inputs import expand_shards, plan_output_paths
+from .manifest import atomic_write_lines, fsync_dir, prepare_out_dir
+from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_tar_members, open_shard, \
+    shard_reader, split_key
+
+# Check names, as they appear in findings. Container:
+STREAM = "stream"  # compressed stream truncated or damaged
+TAR = "tar"  # malformed tar header, truncated member
+UNSAFE_MEMBER = "unsafe_member"  # '..', absolute, link, device, directory
+MEMBER_TOO_LARGE = "member_too_large"
+EMPTY_SHARD = "empty_shard"
+MISSING_FILE = "missing_file"  # a shard (e.g. a data.list line) that names no readable file
+# Grouping (WeNet's rule: prefix before the last '.', members of one utterance adjacent):
+MISSING_TXT = "missing_txt"
+MISSING_AUDIO = "missing_audio"
+MULTIPLE_AUDIO = "multiple_audio"
+MULTIPLE_TXT = "multiple_txt"
+SPLIT_KEY = "split_key"  # members of one key apart in the shard
+DUPLICATE_KEY = "duplicate_key"  # a complete utterance's key again, in this shard or an earlier one
+# Text:
+TEXT_ENCODING = "text_encoding"
+EMPTY_TEXT = "empty_text"
+# Audio:
+DECODE = "decode"
+TRUNCATED = "truncated"
+EMPTY_AUDIO = "empty_audio"
+NAN = "nan"
+SAMPLE_RATE = "sample_rate"
+CHANNELS = "channels"
+DURATION = "duration"
+FORMAT_MISMATCH = "format_mismatch"
+
+CHECKS = (STREAM, TAR, UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
+          MULTIPLE_AUDIO, MULTIPLE_TXT, SPLIT_KEY, DUPLICATE_KEY, TEXT_ENCODING, EMPTY_TEXT, DECODE, TRUNCATED,
+          EMPTY_AUDIO, NAN, SAMPLE_RATE, CHANNELS, DURATION, FORMAT_MISMATCH)
+
+BACKENDS = ("soundfile", "torchaudio")
+REJECTS_JSONL = "rejects.jsonl"
+_PARTIAL_BLOCK = 4096
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    backend: str = "soundfile"
+    sample_rate: int | None = None
+    channels: int | None = None
+    min_duration: float | None = None
+    max_duration: float | None = None
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+    threads: int = 1  # decompressor threads per task (bz2, gz)
+
+
+def check_options(options: ValidateOptions) -> None:
+    """Refuse contradictory options, and the torchaudio backend without torchaudio (UsageError)."""
+    if options.backend not in BACKENDS:
+        raise UsageError(f"unknown backend {options.backend!r}; choose from {', '.join(BACKENDS)}")
+    if options.min_duration is not None and options.max_duration is not None \
+            and options.min_duration > options.max_duration:
+        raise UsageError(f"--min-duration {options.min_duration} is above --max-duration {options.max_duration}")
+    if options.backend == "torchaudio":
+        try:
+            import torchaudio  # noqa: F401
+        except ImportError:
+            raise UsageError("--backend torchaudio needs torchaudio, which is not installed: "
+                             "pip install 'shardkit[torch]'") from None
+
+
+def finding(shard: str, key: str | None, member: str | None, check: str, message: str) -> dict:
+    return {"shard": shard, "key": key, "member": member, "check": check, "message": message}
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-member checks: return (check, message) pairs; pure functions of the bytes and options.
+
+def check_text(data: bytes) -> list[tuple[str, str]]:
+    """WeNet reads a transcript as ``data.decode('utf8').strip()``; both steps must give text."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return [(TEXT_ENCODING, f"transcript is not valid UTF-8 ({err.reason} at byte {err.start})")]
+    if not text.strip():
+        return [(EMPTY_TEXT, "transcript is empty" if not text else "transcript is only whitespace")]
+    return []
+
+
+def _partial_frames(data: bytes) -> int:
+    """Frames soundfile decodes before it fails: tells a truncated stream from one that never decodes."""
+    import soundfile as sf
+
+    frames = 0
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            for block in f.blocks(blocksize=_PARTIAL_BLOCK, dtype="int16"):
+                frames += len(block)
+    except Exception:  # libsndfile raises a generic error; the frames counted so far are the answer
+        pass
+    return frames
+
+
+def _decode_soundfile(data: bytes) -> tuple[np.ndarray, int, int, bool]:
+    """``(samples, rate, header_frames, is_float)``; integer PCM decodes to int16 (cheaper, no NaN possible)."""
+    import soundfile as sf
+
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            is_float = not f.subtype.startswith("PCM")
+            samples = f.read(dtype="float32" if is_float else "int16", always_2d=True)
+            return samples, f.samplerate, f.frames, is_float
+    except Exception as err:  # libsndfile reports every failure as a generic error
+        # error_string leaves out the "<_io.BytesIO object at 0x...>" that would make reports differ per run
+        raise AudioError(f"soundfile cannot decode it: {getattr(err, 'error_string', None) or err}") from err
+
+
+def _flac_header_frames(data: bytes) -> int:
+    import soundfile as sf
+
+    try:
+        return sf.info(io.BytesIO(data)).frames
+    except Exception:
+        return 0
+
+
+def check_audio(ext: str, data: bytes, options: ValidateOptions) -> tuple[list[tuple[str, str]], dict | None]:
+    """Decode an audio member in full and check it: ``(problems, facts)``; facts None if it does not decode."""
+    if not data:
+        return [(EMPTY_AUDIO, "zero-length audio member")], None
+    problems: list[tuple[str, str]] = []
+    content = sniff_format(data)
+    named = EXTENSION_FORMATS.get(ext)
+    if content is not None and named is not None and content != named:
+        problems.append((FORMAT_MISMATCH, f"named .{ext} but the bytes are {content.upper()}"))
+    declared = None  # frames the header promises, where the format has such a field
+    if content == "wav" and data[:4] == b"RIFF":
+        try:
+            declared = parse_wav_header(data).frames_declared
+        except AudioError as err:
+            problems.append((DECODE, f"WAV header is damaged ({err.reason})"))
+            return problems, None
+    try:
+        if options.backend == "torchaudio":
+            from .audio import decode_torchaudio
+
+            samples, rate = decode_torchaudio(data)
+            is_float = True
+            if content == "flac":
+                declared = _flac_header_frames(data) or None
+        else:
+            samples, rate, header_frames, is_float = _decode_soundfile(data)
+            if content == "flac" and header_frames:
+                declared = header_frames
+    except AudioError as err:
+        if content == "flac":
+            declared = _flac_header_frames(data)
+            if declared:
+                got = _partial_frames(data)
+                if got < declared:
+                    problems.append((TRUNCATED, f"decodes {got} of the {declared} frames the header promises, "
+                                                f"then fails ({err.reason})"))
+                    return problems, None
+        problems.append((DECODE, err.reason))
+        return problems, None
+    frames, channels = samples.shape[0], samples.shape[1] if samples.ndim == 2 else 1
+    if frames == 0:
+        problems.append((EMPTY_AUDIO, "decodes to 0 frames"))
+    if declared and frames < declared:
+        problems.append((TRUNCATED, f"header promises {declared} frames ({declared / rate:.3f} s), "
+                                    f"the data holds {frames} ({frames / rate:.3f} s)"))
+    if is_float and frames:
+        bad = samples.size - int(np.count_nonzero(np.isfinite(samples)))
+        if bad:
+            problems.append((NAN, f"{bad} of {samples.size} samples are NaN or infinite"))
+    if options.sample_rate is not None and rate != options.sample_rate:
+        problems.append((SAMPLE_RATE, f"sample rate {rate} Hz, expected {options.sample_rate} Hz"))
+    if options.channels is not None and channels != options.channels:
+        problems.append((CHANNELS, f"{channels} channels, expected {options.channels}"))
+    seconds = frames / rate if rate else 0.0
+    if options.min_duration is not None and seconds < options.min_duration:
+        problems.append((DURATION, f"{seconds:.3f} s is below the minimum of {options.min_duration} s"))
+    if options.max_duration is not None and seconds > options.max_duration:
+        problems.append((DURATION, f"{seconds:.3f} s is above the maximum of {options.max_duration} s"))
+    return problems, {"seconds": seconds, "sample_rate": rate, "channels": channels, "frames": frames}
+
+
+# ---------------------------------------------------------------------------------------------
+# One shard.
+
+def iter_indexed_groups(path: str, options: ValidateOptions, on_unsafe: Callable[[int, ShardkitError], None],
+                        state: dict) -> Iterator[tuple[str, list[tuple[int, str, str, bytes]]]]:
+    """Yield ``(key, [(member_index, name, ext, data), ...])`` per utterance, grouped by WeNet's rule.
+
+    Unlike ``tario.group_samples`` this keeps every member (a repeated extension too) and its
+    index in the shard, counting the unsafe members passed to ``on_unsafe``, so that quarantine
+    can route each member. A container error ends the scan: it is stored in ``state["error"]``
+    and the utterance it cut is left in ``state["cut"]`` (not yielded: it may be incomplete).
+    """
+    counter = iter(range(1 << 62))
+
+    def on_error(err: ShardkitError) -> None:
+        on_unsafe(next(counter), err)
+
+    group: list[tuple[int, str, str, bytes]] = []
+    key = None
+    try:
+        with open_shard(path) as f:
+            members = iter_tar_members(shard_reader(f, shard=path, threads=options.threads), shard=path,
+                                       max_member_bytes=options.max_member_bytes, on_error=on_error)
+            for name, data in members:
+                index = next(counter)
+                member_key, ext = split_key(name)
+                if group and member_key != key:
+                    yield key, group
+                    group = []
+                key = member_key
+                group.append((index, name, ext, data))
+    except ShardkitError as err:
+        state["error"] = err
+        state["cut"] = (key, group)
+        return
+    if group:
+        yield key, group
+
+
+def _file_facts(path: str) -> tuple[int | None, str | None, str | None]:
+    """``(size, codec, problem)`` of a shard file, without reading more than its head."""
+    try:
+        size = os.stat(path).st_size
+        if not os.path.isfile(path):
+            return None, None, "is not a regular file"
+        with open(path, "rb") as f:
+            return size, detect_codec(f.read(16)), None
+    except FileNotFoundError:
+        return None, None, "no such file"
+    except OSError as err:
+        return None, None, f"cannot read it ({err.strerror or err})"
+
+
+def validate_shard(path: str, options: ValidateOptions) -> dict:
+    """Check one shard in full; never raises for data problems.
+
+    Returns ``{"shard", "bytes", "codec", "utterances", "members", "seconds", "sample_rates",
+    "findings", "keys", "rejected", "elapsed_s"}``. ``keys`` (keys of complete utterances, first
+    occurrence in the shard) feeds the cross-shard duplicate check; ``rejected`` lists
+    ``[member_index, name, key, [checks], [messages]]`` per member that quarantine must set apart.
+    """
+    started = time.perf_counter()
+    findings: list[dict] = []
+    rejected: list[list] = []
+    result = {"shard": path, "bytes": None, "codec": None, "utterances": 0, "members": 0, "seconds": 0.0,
+              "sample_rates": {}, "findings": findings, "keys": [], "rejected": rejected}
+    size, codec, problem = _file_facts(path)
+    result["bytes"], result["codec"] = size, codec
+    if problem is not None:
+        findings.append(finding(path, None, None, MISSING_FILE, problem))
+        result["elapsed_s"] = round(time.perf_counter() - started, 4)
+        return result
+
+    def on_unsafe(index: int, err: ShardkitError) -> None:
+        result["members"] += 1
+        findings.append(finding(path, split_key(err.member or "")[0] or None, err.member, err.check, err.reason))
+        rejected.append([index, err.member, None, [err.check], [err.reason]])
+
+    seen: dict[str, bool] = {}  # key -> whether that utterance was complete (one txt, one audio)
+    keys: list[str] = result["keys"]
+    rates: dict[str, int] = result["sample_rates"]
+    state: dict = {}
+    for key, members in iter_indexed_groups(path, options, on_unsafe, state):
+        result["utterances"] += 1
+        result["members"] += len(members)
+        problems: list[tuple[str | None, str, str]] = []  # (member, check, message)
+        txt = [m for m in members if m[2] == "txt"]
+        audio = [m for m in members if m[2] in AUDIO_EXTENSIONS]
+        names = ", ".join(m[1] for m in members)
+        if not audio:
+            problems.append((members[0][1], MISSING_AUDIO, f"utterance has no audio member (members: {names})"))
+        elif len(audio) > 1:
+            problems.append((audio[1][1], MULTIPLE_AUDIO, f"utterance has {len(audio)} audio members ({names})"))
+        if not txt:
+            problems.append((members[0][1], MISSING_TXT, f"utterance has no txt member (members: {names})"))
+        elif len(txt) > 1:
+            problems.append((txt[1][1], MULTIPLE_TXT, f"utterance has {len(txt)} txt members"))
+        for _, name, _, data in txt:
+            problems.extend((name, check, message) for check, message in check_text(data))
+        for _, name, ext, data in audio:
+            audio_problems, facts = check_audio(ext, data, options)
+            problems.extend((name, check, message) for check, message in audio_problems)
+            if facts is not None and name == audio[-1][1]:  # WeNet keeps the last audio member
+                result["seconds"] += facts["seconds"]
+                rate = str(facts["sample_rate"])
+                rates[rate] = rates.get(rate, 0) + 1
+        complete = len(txt) == 1 and len(audio) == 1
+        if key in seen:
+            if complete and seen[key]:
+                problems.append((members[0][1], DUPLICATE_KEY, "key repeats an earlier utterance in this shard"))
+            else:
+                problems.append((members[0][1], SPLIT_KEY, "members of this key are not adjacent in the shard "
+                                                           "(WeNet reads them as separate utterances)"))
+        else:
+            seen[key] = complete
+            if complete:
+                keys.append(key)
+        for member, check, message in problems:
+            findings.append(finding(path, key, member, check, message))
+        if problems:
+            checks = sorted({p[1] for p in problems})
+            messages = [f"{p[1]}: {p[2]}" for p in problems]
+            rejected.extend([index, name, key, checks, messages] for index, name, _, _ in members)
+    error = state.get("error")
+    if error is not None:
+        cut_key, cut = state["cut"]
+        check = EMPTY_SHARD if (error.check == TAR and error.reason.startswith("empty")) else error.check
+        message = error.reason
+        if cut:
+            message += f" (utterance {cut_key!r} cut; nothing after it can be read)"
+        elif result["utterances"] or result["members"]:
+            message += " (nothing after this point can be read)"
+        findings.append(finding(path, cut_key if cut else None, error.member, check, message))
+        result["members"] += len(cut)
+        rejected.extend([index, name, cut_key, [check], [f"{check}: {message}"]] for index, name, _, _ in cut)
+        result["scan_error"] = f"{check}: {message}"
+    elif result["utterances"] == 0:
+        findings.append(finding(path, None, None, EMPTY_SHARD, "shard holds no utterance"))
+    result["seconds"] = round(result["seconds"], 4)
+    result["elapsed_s"] = round(time.perf_counter() - started, 4)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Quarantine: one shard in, a cleaned copy and a rejects shard out.
+
+class _TapReader:
+    """Passes reads through; can capture the data of a member the tar reader skips (an unsafe one)."""
+
+    def __init__(self, source):
+        self._read = source.read
+        self.last = b""
+        self.capture_left = 0
+        self.captured: list[bytes] = []
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        if self.capture_left:
+            take = data[:self.capture_left]
+            self.captured.append(take)
+            self.capture_left -= len(take)
+        self.last = data
+        return data
+
+
+def _partial(path: str) -> str:
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+
+
+class _ShardOut:
+    """A shard written under a temporary name; ``finish`` fsyncs and renames, or removes if empty."""
+
+    def __init__(self, path: str, codec: str):
+        self.path = path
+        self._raw = open(_partial(path), "wb")
+        self._out = open_writer(self._raw, codec, CODECS[codec].default_level)
+        self.tar = TarWriter(self._out)
+
+    def finish(self) -> str | None:
+        self.tar.close()
+        self._out.close()
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._raw.close()
+        if self.tar.members == 0:
+            os.unlink(_partial(self.path))
+            return None
+        os.replace(_partial(self.path), self.path)
+        return self.path
+
+    def abort(self) -> None:
+        if not self._raw.closed:
+            self._raw.close()
+        if os.path.exists(_partial(self.path)):
+            os.unlink(_partial(self.path))
+
+
+def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], reject_keys: list[str],
+                     options: ValidateOptions) -> dict:
+    """Split ``src`` into ``<stem>.tar[.ext]`` (kept) and ``<stem>.rejects.tar[.ext]`` in ``out_dir``.
+
+    ``rejected`` comes from ``validate_shard``; ``reject_keys`` are keys found in an earlier shard
+    (every member with such a key is rejected). Returns ``{"shard", "cleaned", "rejects",
+    "kept_members", "rejected_members", "lines"}``; ``lines`` are the rejects.jsonl entries.
+    """
+    by_index = {entry[0]: entry for entry in rejected}
+    drop_keys = set(reject_keys)
+    with open(src, "rb") as f:
+        codec = detect_codec(f.read(16))
+    suffix = ".tar" + CODECS[codec].suffix
+    cleaned = rejects = None
+    lines: list[dict] = []
+    counts = {"kept": 0, "rejected": 0}
+    pending_unsafe: list = []  # [index, err, regular member size or None] while its bytes are being skipped
+
+    def line(member, key, checks, reasons, stored):
+        lines.append({"shard": src, "member": member, "key": key, "checks": checks, "reasons": reasons,
+                      "rejects_shard": rejects.path if stored else None})
+
+    def flush_unsafe(tap: _TapReader, complete: bool) -> None:
+        if not pending_unsafe:
+            return
+        index, err, size = pending_unsafe
+        pending_unsafe.clear()
+        data = b"".join(tap.captured)
+        if size is not None and complete and len(data) == size:
+            rejects.tar.add(err.member, data)
+            line(err.member, None, [err.check], [f"{err.check}: {err.reason}"], True)
+        else:
+            why = "no data to keep (not a regular file)" if size is None else "its bytes could not be kept"
+            line(err.member, None, [err.check], [f"{err.check}: {err.reason}", why], False)
+        counts["rejected"] += 1
+
+    try:
+        cleaned = _ShardOut(os.path.join(out_dir, stem + suffix), codec)
+        rejects = _ShardOut(os.path.join(out_dir, stem + ".rejects" + suffix), codec)
+        with open_shard(src) as f:
+            tap = _TapReader(shard_reader(f, shard=src, threads=options.threads))
+            index_of = iter(range(1 << 62))
+
+            def on_error(err: ShardkitError) -> None:
+                flush_unsafe(tap, True)
+                try:  # the reader calls on_error right after reading the member's header
+                    info = tarfile.TarInfo.frombuf(tap.last, "utf-8", "surrogateescape")
+                    size = info.size if info.isreg() and info.size <= options.max_member_bytes else None
+                except tarfile.TarError:
+                    size = None
+                pending_unsafe[:] = [next(index_of), err, size]
+                tap.captured = []
+                tap.capture_left = size or 0
+
+            try:
+                for name, data in iter_tar_members(tap, shard=src, max_member_bytes=options.max_member_bytes,
+                                                   on_error=on_error):
+                    flush_unsafe(tap, True)
+                    index = next(index_of)
+                    key = split_key(name)[0]
+                    entry = by_index.get(index)
+                    if entry is None and key in drop_keys:
+                        entry = [index, name, key, [DUPLICATE_KEY], [f"{DUPLICATE_KEY}: key is in an earlier shard"]]
+                    if entry is None:
+                        cleaned.tar.add(name, data)
+                        counts["kept"] += 1
+                    else:
+                        rejects.tar.add(name, data)
+                        line(name, key, entry[3], entry[4], True)
+                        counts["rejected"] += 1
+                flush_unsafe(tap, True)
+            except ShardkitError as err:
+                flush_unsafe(tap, False)
+                line(None, None, [err.check], [f"{err.check}: {err.reason}; the rest of the shard cannot be read "
+                                               f"and is not in either output"], False)
+        result = {"shard": src, "cleaned": cleaned.finish(), "rejects": rejects.finish(),
+                  "kept_members": counts["kept"], "rejected_members": counts["rejected"], "lines": lines}
+        fsync_dir(out_dir)
+        return result
+    except BaseException as err:
+        for out in (cleaned, rejects):
+            if out is not None:
+                out.abort()
+        if isinstance(err, OSError):
+            raise ShardkitError(f"cannot write its quarantine outputs in {out_dir} ({err.strerror or err})",
+                                shard=src) from err
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Many shards.
+
+@dataclass
+class ValidateReport:
+    options: ValidateOptions
+    shards: list[dict] = field(default_factory=list)
+    quarantine: dict | None = None
+    seconds: float = 0.0
+
+    @property
+    def findings(self) -> list[dict]:
+        return [f for s in self.shards for f in s["findings"]]
+
+    def by_check(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for f in self.findings:
+            counts[f["check"]] = counts.get(f["check"], 0) + 1
+        return dict(sorted(counts.items()))
+
+    def totals(self) -> dict:
+        audio_seconds = sum(s["seconds"] for s in self.shards)
+        utterances = sum(s["utterances"] for s in self.shards)
+        return {"shards": len(self.shards),
+                "shards_with_findings": sum(1 for s in self.shards if s["findings"]),
+                "utterances": utterances,
+                "members": sum(s["members"] for s in self.shards),
+                "audio_seconds": round(audio_seconds, 3),
+                "audio_hours": round(audio_seconds / 3600, 4),
+                "bytes": sum(s["bytes"] or 0 for s in self.shards),
+                "findings": len(self.findings),
+                "by_check": self.by_check(),
+                "elapsed_s": round(self.seconds, 3),
+                "utterances_per_s": round(utterances / self.seconds, 1) if self.seconds > 0 else None,
+                "audio_hours_per_s": round(audio_seconds / 3600 / self.seconds, 4) if self.seconds > 0 else None}
+
+    def to_json(self) -> dict:
+        public = ("shard", "bytes", "codec", "utterances", "members", "seconds", "sample_rates", "elapsed_s")
+        shards = [{**{k: s.get(k) for k in public}, "findings": len(s["findings"])} for s in self.shards]
+        return {"tool": "shardkit", "version": __version__, "command": "validate", "options": asdict(self.options),
+                "totals": self.totals(), "shards": shards, "findings": self.findings, "quarantine": self.quarantine}
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(s["findings"] for s in self.shards) else 0
+
+
+def _validate_task(args):
+    path, options = args
+    return validate_shard(path, options)
+
+
+def _quarantine_task(args):
+    return quarantine_shard(*args)
+
+
+def _pool_map(task, items: list, jobs: int, on_done: Callable[[int, object], None]) -> None:
+    """Run ``task`` over ``items`` in ``jobs`` processes (in-process for one); ``on_done(i, result)``."""
+    if jobs <= 1 or len(items) <= 1:
+        for i, item in enumerate(items):
+            on_done(i, task(item))
+        return
+    import multiprocessing
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items)),
+                             mp_context=multiprocessing.get_context("forkserver")) as pool:
+        futures = {pool.submit(task, item): i for i, item in enumerate(items)}
+        for future in as_completed(futures):
+            on_done(futures[future], future.result())
+
+
+def plan_quarantine(shards: list[str], out_dir: str) -> list[str]:
+    """Output stem per shard in ``out_dir`` (pure). Refuses stems that collide."""
+    return [os.path.basename(p) for p in plan_output_paths(shards, out_dir, "")]
+
+
+def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int | None = None,
+                 quarantine_dir: str | None = None, on_plan: Callable[[int], None] | None = None,
+                 on_result: Callable[[dict], None] | None = None) -> ValidateReport:
+    """Validate every shard named by ``shard_args``; see the module docstring.
+
+    ``on_result`` sees each shard's result in shard order, cross-shard duplicates included.
+    """
+    check_options(options)
+    shards = expand_shards(shard_args)
+    stems = None
+    if quarantine_dir is not None:
+        stems = plan_quarantine(shards, quarantine_dir)
+        quarantine_dir = os.path.abspath(quarantine_dir)
+        if any(os.path.dirname(os.path.abspath(s)) == quarantine_dir for s in shards):
+            raise UsageError("the quarantine folder holds source shards; choose another folder", shard=quarantine_dir)
+        quarantine_dir = prepare_out_dir(quarantine_dir)
+    if on_plan:
+        on_plan(len(shards))
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    started = time.perf_counter()
+
+    results: list[dict | None] = [None] * len(shards)
+    first_shard: dict[str, int] = {}  # key -> index of the shard that holds its first occurrence
+    reject_keys: dict[int, list[str]] = {}
+    next_in_order = 0
+
+    def cross_shard(i: int, result: dict) -> None:
+        for key in result.pop("keys"):
+            if key in first_shard:
+                result["findings"].append(finding(result["shard"], key, None, DUPLICATE_KEY,
+                                                  f"key is also in {shards[first_shard[key]]}"))
+                reject_keys.setdefault(i, []).append(key)
+            else:
+                first_shard[key] = i
+
+    def on_done(i: int, result: dict) -> None:
+        nonlocal next_in_order
+        results[i] = result
+        while next_in_order < len(shards) and results[next_in_order] is not None:
+            cross_shard(next_in_order, results[next_in_order])
+            if on_result:
+                on_result(results[next_in_order])
+            next_in_order += 1
+
+    _pool_map(_validate_task, [(s, options) for s in shards], jobs, on_done)
+    report = ValidateReport(options=options, shards=results)
+
+    if quarantine_dir is not None:
+        todo = [i for i, r in enumerate(results) if r["findings"] and r["codec"] is not None]
+        tasks = [(shards[i], quarantine_dir, stems[i], results[i]["rejected"], reject_keys.get(i, []), options)
+                 for i in todo]
+        outcome: dict[int, dict] = {}
+        _pool_map(_quarantine_task, tasks, jobs, lambda j, r: outcome.__setitem__(todo[j], r))
+        lines = [line for i in todo for line in outcome[i]["lines"]]
+        atomic_write_lines(os.path.join(quarantine_dir, REJECTS_JSONL),
+                           [_json_line(line) for line in lines])
+        data_list = []
+        for i, r in enumerate(results):
+            if i in outcome:
+                if outcome[i]["cleaned"]:
+                    data_list.append(outcome[i]["cleaned"])
+            elif not r["findings"]:
+                data_list.append(shards[i])
+        atomic_write_lines(os.path.join(quarantine_dir, "data.list"), data_list)
+        report.quarantine = {
+            "dir": quarantine_dir, "data_list": os.path.join(quarantine_dir, "data.list"),
+            "rejects_jsonl": os.path.join(quarantine_dir, REJECTS_JSONL),
+            "shards": [{k: v for k, v in outcome[i].items() if k != "lines"} for i in todo],
+            "kept_members": sum(outcome[i]["kept_members"] for i in todo),
+            "rejected_members": sum(outcome[i]["rejected_members"] for i in todo),
+        }
+    for r in results:
+        r.pop("rejected", None)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _json_line(obj: dict) -> str:
+    import json
+
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False)
+
+
+def format_finding(f: dict) -> str:
+    parts = [f["shard"]]
+    if f["key"] is not None:
+        parts.append(f"key {f['key']!r}")
+    if f["member"] is not None and f["member"] != f["key"]:
+        parts.append(f"member {f['member']!r}")
+    parts.append(f"{f['check']}: {f['message']}")
+    return ": ".join(parts)
