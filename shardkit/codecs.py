@@ -73,6 +73,9 @@ def _bz2_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
     except ImportError:
         yield from _stream_chunks(bz2.BZ2File(f, mode="rb"))
         return
+    if not f.seekable():  # a pipe or a stream: indexed_bzip2 needs to seek, the stdlib does not
+        yield from _stream_chunks(bz2.BZ2File(f, mode="rb"))
+        return
     start = f.tell()
     yielded = False
     try:
@@ -175,8 +178,12 @@ def parse_codec_spec(spec: str) -> tuple[str, int | None]:
     return name, level
 
 
+try:  # isal raises its own error class (not an OSError) on a damaged deflate stream
+    from isal.igzip_lib import IsalError as _IsalError
+except ImportError:
+    _IsalError = ValueError
 _DECODE_ERRORS = (EOFError, OSError, lzma.LZMAError, zstandard.ZstdError, _zstd_module().ZstdError, RuntimeError,
-                  ValueError)
+                  ValueError, _IsalError)
 
 
 def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, threads: int = 1) -> Iterator[bytes]:

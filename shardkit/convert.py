@@ -10,15 +10,16 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from . import __version__
 from .codecs import CODECS, open_writer
 from .errors import ShardkitError, UsageError, VerificationError
+from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .manifest import Journal, atomic_write_json, atomic_write_lines, fsync_dir, load_json, prepare_out_dir
+from .split import slice_path, slice_record
 from .tario import DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_shard_members, open_shard, split_key
 
 MANIFEST = "convert.json"
@@ -90,6 +91,10 @@ def file_sha256(path: str) -> str:
 
 
 def _source_info(src: str) -> dict:
+    from .remote import input_info, is_local
+
+    if not is_local(src):
+        return input_info(src)
     try:
         st = os.stat(src)
     except FileNotFoundError:
@@ -232,7 +237,7 @@ class ConvertReport:
             **counts,
             "members": sum(e["members"] for e in self.shards),
             "samples": sum(e["samples"] for e in self.shards),
-            "bytes_in": sum(e["source"].get("size", 0) for e in self.shards),
+            "bytes_in": sum(e["source"].get("size") or 0 for e in self.shards),  # None: a pipe
             "bytes_out": sum((e["output"] or {}).get("size", 0) for e in self.shards),
             "tar_bytes_converted": tar_bytes,
             "seconds": round(self.seconds, 3),
@@ -267,8 +272,16 @@ def run_convert(
     overwrite: bool = False,
     on_result: Callable[[dict], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    split: tuple[int, int] | None = None,
 ) -> ConvertReport:
-    """Convert every shard named by ``shard_args`` into ``out_dir``; see the module docstring."""
+    """Convert every shard named by ``shard_args`` into ``out_dir``; see the module docstring.
+
+    ``executor``/``ray_address``: where tasks run (shardkit.executor). ``split=(I, N)``: only the
+    I-th of N contiguous slices of the input list, reported as convert.slice-I-of-N.json and
+    data.slice-I-of-N.list for ``shardkit merge-reports``.
+    """
     shards = expand_shards(shard_args)
     suffix = ".tar" + CODECS[settings.codec].suffix
     outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree)
@@ -276,10 +289,21 @@ def run_convert(
         raise UsageError("an output would overwrite its input; choose another OUT_DIR")
     out_dir = prepare_out_dir(out_dir)
     manifest_path = os.path.join(out_dir, MANIFEST)
-    journal = Journal(os.path.join(out_dir, JOURNAL))
+    data_list = os.path.join(out_dir, "data.list")
+    journal_path = os.path.join(out_dir, JOURNAL)
+    reports = [manifest_path]
+    slice_info = None
+    if split is not None:  # outputs were planned over the whole list, so slices cannot collide
+        slice_info = slice_record(shards, *split)
+        shards = shards[slice_info["start"]:slice_info["stop"]]
+        outputs = outputs[slice_info["start"]:slice_info["stop"]]
+        manifest_path, data_list, journal_path = (slice_path(path, *split)
+                                                  for path in (manifest_path, data_list, journal_path))
+        reports.insert(0, manifest_path)
+    journal = Journal(journal_path)
     previous = {}
     if not overwrite:
-        for entry in ((load_json(manifest_path) or {}).get("shards", []) + journal.load()):
+        for entry in [e for path in reports for e in (load_json(path) or {}).get("shards", [])] + journal.load():
             if entry.get("output"):
                 previous[entry["output"]["path"]] = entry
     for dst in outputs:  # leftovers of a killed run
@@ -306,23 +330,15 @@ def run_convert(
         if on_result:
             on_result(entry)
 
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
     try:
-        if jobs == 1:
-            for i, args in todo:
-                finish(i, _task(args))
-        else:
-            import multiprocessing
-
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver")) as pool:
-                futures = {pool.submit(_task, args): i for i, args in todo}
-                for future in as_completed(futures):
-                    finish(futures[future], future.result())
+        for k, entry in run_tasks(_task, [args for _, args in todo], jobs=jobs, executor=executor,
+                                  ray_address=ray_address):
+            finish(todo[k][0], entry)
     finally:
         journal.close(remove=False)
 
     ordered = [results[i] for i in range(len(shards))]
-    report = ConvertReport(out_dir=out_dir, data_list=os.path.join(out_dir, "data.list"), manifest=manifest_path,
+    report = ConvertReport(out_dir=out_dir, data_list=data_list, manifest=manifest_path,
                            shards=ordered, seconds=time.perf_counter() - started, audio=settings.audio)
     recorded = [{**e, "status": e.get("previous_status", e["status"])} if e["status"] == "skipped" else e
                 for e in ordered]
@@ -336,6 +352,7 @@ def run_convert(
 
         libraries["libsndfile"] = libsndfile_version()
     atomic_write_json(manifest_path, {"tool": "shardkit", "version": __version__, "command": "convert",
-                                      "settings": {**asdict(settings)}, "libraries": libraries, "shards": recorded})
+                                      "settings": {**asdict(settings)}, "libraries": libraries, "shards": recorded,
+                                      **({"slice": slice_info} if slice_info else {})})
     journal.close(remove=True)
     return report

@@ -29,7 +29,8 @@ def read_list(path: str) -> list[str]:
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read list file ({err})", shard=path) from err
     base = os.path.dirname(os.path.abspath(path))
-    return [line if "://" in line or os.path.isabs(line) else os.path.normpath(os.path.join(base, line))
+    return [line if "://" in line or line.startswith("pipe:") or os.path.isabs(line)
+            else os.path.normpath(os.path.join(base, line))
             for line in lines if line and not line.startswith("#")]
 
 
@@ -55,6 +56,8 @@ def expand_shards(args: list[str] | tuple[str, ...]) -> list[str]:
             shards.extend(read_list(arg))
         elif os.path.exists(arg):
             shards.append(os.path.abspath(arg))
+        elif "://" in arg or arg.startswith("pipe:"):  # read through shardkit.remote
+            shards.append(arg)
         elif _GLOB_CHARS & set(arg):
             matches = sorted(glob.glob(arg))
             if not matches:

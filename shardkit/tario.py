@@ -211,7 +211,11 @@ def _skip(read, nbytes: int, shard: str, member: str) -> None:
 
 
 def open_shard(path: str) -> BinaryIO:
-    """Open a shard file for reading; a missing or unreadable file raises a located error."""
+    """Open a shard for reading (a file, an fsspec URL or ``pipe:CMD``); failures raise a located error."""
+    from .remote import is_local, open_input
+
+    if not is_local(path):
+        return open_input(path)
     try:
         return open(path, "rb", buffering=1 << 20)
     except FileNotFoundError:

@@ -13,7 +13,9 @@ from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_op
 Examples:
   shardkit convert data/bz2/data.list -o data/zst            # bz2 -> .tar.zst (zstd level 3)
   shardkit convert 'raw/*.tar.gz' -o plain --codec none -j 8  # gz -> plain .tar
-  shardkit convert shards/ -o flac --codec none --audio flac  # WAV members -> FLAC, plain tar""")
+  shardkit convert shards/ -o flac --codec none --audio flac  # WAV members -> FLAC, plain tar
+  shardkit convert data.list -o zst --executor ray             # one Ray task per shard
+  shardkit convert data.list -o zst --split 2/3                # job array slice 2 of 3; then merge-reports""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--codec", type=click.Choice(["zst", "none", "gz", "xz", "bz2"]), default="zst", show_default=True,
@@ -35,10 +37,16 @@ Examples:
               help="keep: members byte for byte; flac: PCM WAV -> FLAC (lossless, verified); wav: FLAC -> WAV.")
 @click.option("--flac-level", type=click.IntRange(0, 8), default=None,
               help="FLAC compression level 0-8 [default: libsndfile's].")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: processes on this machine; ray: one Ray task per shard on a cluster.")
+@click.option("--ray-address", default=None,
+              help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, else a local instance].")
+@click.option("--split", default=None, metavar="I/N",
+              help="Convert only slice I of N of the shard list (job arrays); join with `shardkit merge-reports`.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, overwrite, salvage, max_member_bytes,
-            audio, flac_level, as_json, quiet):
+            audio, flac_level, executor, ray_address, split, as_json, quiet):
     """Re-pack SHARDS (bz2/gz/xz/zst/plain tar) into zstd or plain tar, member for member.
 
     SHARDS are shard files, folders of shards, glob patterns or WeNet data.list files (one shard
@@ -52,12 +60,18 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
 
     from ..codecs import parse_codec_spec
     from ..convert import ConvertSettings, run_convert
+    from ..errors import UsageError
+    from ..split import parse_split
+
+    if ray_address and executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    split_slice = parse_split(split) if split else None
 
     name, default_level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
     jobs_n = jobs or os.cpu_count() or 1
+    default_threads = 1 if executor == "ray" else max(1, (os.cpu_count() or 1) // jobs_n)  # Ray: 1 CPU per task
     settings = ConvertSettings(codec=name, level=default_level, verify=verify, salvage=salvage,
-                               max_member_bytes=max_member_bytes,
-                               threads=threads or max(1, (os.cpu_count() or 1) // jobs_n),
+                               max_member_bytes=max_member_bytes, threads=threads or default_threads,
                                audio=audio, flac_level=flac_level)
     if audio == "flac" and name != "none" and not quiet:
         click.echo("note: FLAC members gain ~1% from further compression; --codec none keeps shards plain "
@@ -79,7 +93,8 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
                 bar.write(f"failed: {entry['error']}", file=sys.stderr)
 
     report = run_convert(list(shards), out_dir, settings, jobs=jobs, keep_tree=keep_tree, overwrite=overwrite,
-                         on_result=on_result, on_plan=on_plan)
+                         on_result=on_result, on_plan=on_plan, executor=executor, ray_address=ray_address,
+                         split=split_slice)
     if bar is not None:
         bar.close()
     summary = report.summary()

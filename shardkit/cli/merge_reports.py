@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, json_option
+
+
+@click.command("merge-reports", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
+Missing slices, or slices of different lists or settings, exit 1 and write nothing.
+
+\b
+Example (a Slurm job array of 3, then the merge):
+  sbatch --array=1-3 --wrap 'shardkit convert data.list -o /shared/zst --split $SLURM_ARRAY_TASK_ID/3'
+  shardkit merge-reports /shared/zst --command convert""")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--command", "report", default="convert", show_default=True,
+              help="Whose slice reports to merge: COMMAND.slice-I-of-N.json.")
+@json_option
+@click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
+def command(out_dir, report, as_json, quiet):
+    """Merge the per-slice reports of a `--split I/N` job array in OUT_DIR into one.
+
+    Reads OUT_DIR/COMMAND.slice-I-of-N.json and OUT_DIR/data.slice-I-of-N.list for I = 1..N,
+    checks that all N slices are there and were cut from the same input list with the same
+    settings, and writes OUT_DIR/COMMAND.json and OUT_DIR/data.list as one run over the whole
+    list would have (atomically; the slice files are kept). Exit 1 if a merged entry failed.
+    """
+    from ..split import merge_reports
+
+    summary = merge_reports(out_dir, report)
+    if as_json:
+        emit_json(summary)
+    if not quiet:
+        statuses = ", ".join(f"{status} {n}" for status, n in sorted(summary["statuses"].items()))
+        listed = f"; list: {summary['data_list']}" if summary["data_list"] else ""
+        click.echo(f"merged {summary['slices']} slices of {report}: {summary['entries']} entries"
+                   f"{f' ({statuses})' if statuses else ''}; report: {summary['manifest']}{listed}", err=True)
+    sys.exit(1 if summary["problems"] else 0)

@@ -1,0 +1,78 @@
+"""Proposed for the convert owner: convert --executor ray and --split I/N, end to end."""
+
+import json
+import logging
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from shardkit.cli import main
+from shardkit.manifest import load_json
+
+
+def run_cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def without_timing(doc):
+    """The report minus timings and decompressor threads (cores // jobs: no effect on output bytes)."""
+    settings = {k: v for k, v in doc["settings"].items() if k != "threads"}
+    return {**doc, "settings": settings,
+            "shards": [{k: v for k, v in e.items() if k != "seconds"} for e in doc["shards"]]}
+
+
+def outputs_of(out):
+    return {p: read(p) for p in read(out / "data.list").decode().split()}
+
+
+def test_three_split_jobs_merged_equal_one_run(make_shards, tmp_path):
+    sources = make_shards("bz2", utts_per_shard=2)
+    out = tmp_path / "out"
+    assert run_cli("convert", *sources, "-o", out, "-j", "2", "-q").exit_code == 0
+    single = (without_timing(load_json(str(out / "convert.json"))), read(out / "data.list"), outputs_of(out))
+    shutil.rmtree(out)
+    for i in (1, 2, 3):
+        result = run_cli("convert", *sources, "-o", out, "-j", "1", "-q", "--split", f"{i}/3")
+        assert result.exit_code == 0, result.output
+    assert not (out / "convert.json").exists()
+    result = run_cli("merge-reports", out)
+    assert result.exit_code == 0, result.output
+    merged = (without_timing(load_json(str(out / "convert.json"))), read(out / "data.list"), outputs_of(out))
+    assert merged == single
+    # a rerun of one slice finds its work done
+    result = run_cli("convert", *sources, "-o", out, "-q", "--split", "2/3", "--json")
+    assert json.loads(result.stdout)["skipped"] == json.loads(result.stdout)["shards"] > 0
+
+
+def test_bad_split_is_a_usage_error(make_shards, tmp_path):
+    result = run_cli("convert", *make_shards("none"), "-o", tmp_path / "o", "--split", "4/3")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --split 4/3: I must be between 1 and N (slices count from 1)\n"
+    result = run_cli("convert", *make_shards("none"), "-o", tmp_path / "o", "--ray-address", "auto")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --ray-address needs --executor ray\n"
+
+
+def test_ray_executor_writes_what_the_local_one_writes(make_shards, tmp_path):
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=80 * 1024 * 1024, logging_level=logging.WARNING)
+    try:
+        sources = make_shards("bz2", utts_per_shard=3)
+        out = tmp_path / "out"
+        assert run_cli("convert", *sources, "-o", out, "-j", "2", "-q").exit_code == 0
+        local = (without_timing(load_json(str(out / "convert.json"))), read(out / "data.list"), outputs_of(out))
+        shutil.rmtree(out)
+        result = run_cli("convert", *sources, "-o", out, "-q", "--executor", "ray")
+        assert result.exit_code == 0, result.output
+        on_ray = (without_timing(load_json(str(out / "convert.json"))), read(out / "data.list"), outputs_of(out))
+        assert on_ray == local
+    finally:
+        ray.shutdown()
