@@ -21,9 +21,13 @@ Two halves:
   are read in place; a compressed source is first decompressed once to a spool file in
   ``OUT_DIR/.balance/spool`` (the only way to reach its members without re-decompressing it for
   every output shard; it needs free disk equal to the uncompressed size of the compressed
-  sources, and is removed at the end). Output shards are independent tasks (``-j``), written to a
-  temporary name, read back and verified, fsynced and renamed; a journal lets a killed run resume
-  and skip the shards it finished.
+  sources, and is removed at the end). Output shards are independent tasks (``-j``, or Ray tasks
+  with ``executor="ray"``), written to a temporary name, read back and verified, fsynced and
+  renamed; a journal lets a killed run resume and skip the shards it finished. With
+  ``split=(I, N)`` every job of an array computes the same plan and writes only block I of the
+  output shards; each job spools into its own ``spool.slice-I-of-N`` folder (jobs run at once and
+  end apart), while the indexes of shard sources in ``OUT_DIR/.balance/index`` are shared (built
+  atomically, identical bytes) and removed by ``merge-reports``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .errors import ShardkitError, UsageError
+from .executor import run_tasks
+from .split import inputs_digest, slice_path, slice_record
 
 DEFAULT_SHARD_DURATION = 3600.0
 TOLERANCE_FRACTION = 0.005
@@ -439,7 +445,8 @@ def _source_stamp(paths: Sequence[str]) -> list[list]:
 
 def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs: int = 1,
                         on_index: Callable[[str, int, str | None], None] | None = None,
-                        on_corpus: Callable[[str, int], None] | None = None) -> list[list[str]]:
+                        on_corpus: Callable[[str, int], None] | None = None, executor: str = "local",
+                        ray_address: str | None = None) -> list[list[str]]:
     """Index files per corpus: given indexes as they are, shard sources indexed into ``work_dir``.
 
     An index built by an earlier run over the same shards (same sizes and mtimes) is reused.
@@ -455,6 +462,7 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs:
         for path in indexes:
             if not os.path.isfile(path):
                 raise UsageError(f"corpus {corpus.name!r}: no such index file", shard=path)
+        check_index_slices(corpus.name, indexes)
         shard_args = [s for s in corpus.sources if not is_index_file(s)]
         shards = expand_shards(shard_args) if shard_args else []
         for s in shards + indexes:
@@ -469,7 +477,8 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs:
             if not (os.path.exists(built) and load_json(stamp_path) == stamp):
                 if on_corpus:
                     on_corpus(corpus.name, len(shards))
-                report = build_index(shards, built, corpus.name, jobs=jobs, on_shard=on_index)
+                report = build_index(shards, built, corpus.name, jobs=jobs, on_shard=on_index, executor=executor,
+                                     ray_address=ray_address)
                 if report.failures:
                     first = report.failures[0]["error"]
                     raise ShardkitError(f"corpus {corpus.name!r}: {len(report.failures)} of {report.shards} shards "
@@ -478,6 +487,22 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs:
             indexes.append(built)
         result.append(indexes)
     return result
+
+
+def check_index_slices(corpus: str, index_files: Sequence[str]) -> None:
+    """Slice files of an index (``x.slice-I-of-N.jsonl``, from ``index --split``) come all N or none."""
+    import re
+
+    groups: dict[tuple[str, int], set[int]] = {}
+    for path in index_files:
+        match = re.fullmatch(r"(.*)\.slice-(\d+)-of-(\d+)\.jsonl", path)
+        if match:
+            groups.setdefault((match.group(1), int(match.group(3))), set()).add(int(match.group(2)))
+    for (stem, count), have in sorted(groups.items()):
+        missing = sorted(set(range(1, count + 1)) - have)
+        if missing:
+            raise UsageError(f"corpus {corpus!r}: index {stem}.jsonl is given in slices without slice"
+                             f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {count}")
 
 
 def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> MixColumns:
@@ -613,13 +638,18 @@ def _spool_task(args) -> tuple[str, str | None]:
             os.unlink(tmp)
 
 
-def spool_path(work_dir: str, src: str) -> str:
+def spool_path(spool_dir: str, src: str) -> str:
     try:
         st = os.stat(src)
         stamp = f"{src}\0{st.st_size}\0{st.st_mtime_ns}"
     except OSError:
         stamp = src
-    return os.path.join(work_dir, "spool", hashlib.sha1(stamp.encode("utf-8", "surrogateescape")).hexdigest() + ".tar")
+    return os.path.join(spool_dir, hashlib.sha1(stamp.encode("utf-8", "surrogateescape")).hexdigest() + ".tar")
+
+
+def spool_dir_name(split: tuple[int, int] | None) -> str:
+    """Each slice of a job array spools into its own folder: slices run at once and finish apart."""
+    return "spool" if split is None else f"spool.slice-{split[0]}-of-{split[1]}"
 
 
 def _is_compressed(path: str) -> bool:
@@ -775,24 +805,6 @@ def _write_task(args) -> dict:
     return write_output_shard(*args)
 
 
-def _run_pool(fn, tasks, jobs, on_done, initargs=None):
-    """Run ``fn`` over ``tasks`` (in this process for jobs == 1), calling ``on_done`` per result."""
-    if jobs <= 1 or len(tasks) <= 1:
-        if initargs is not None:
-            _init_worker(*initargs)
-        for task in tasks:
-            on_done(fn(task))
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    kwargs = {"initializer": _init_worker, "initargs": initargs} if initargs is not None else {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver"), **kwargs) as pool:
-        futures = [pool.submit(fn, task) for task in tasks]
-        for future in as_completed(futures):
-            on_done(future.result())
-
-
 @dataclass
 class BalanceReport:
     out_dir: str | None
@@ -804,12 +816,19 @@ class BalanceReport:
     sources: dict
     failures: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
+    slice: dict | None = None  # with --split: the slice of the output shards this run wrote
+
+    def _named(self, name: str) -> str | None:
+        if self.dry_run:
+            return None
+        path = os.path.join(self.out_dir, name)
+        return slice_path(path, self.slice["index"], self.slice["count"]) if self.slice else path
 
     def summary(self) -> dict:
         counts = {s: sum(1 for e in self.shards if e.get("status_this_run") == s) for s in ("ok", "skipped", "failed")}
         return {"command": "balance", "dry_run": self.dry_run, "out_dir": self.out_dir,
-                "data_list": None if self.dry_run else os.path.join(self.out_dir, "data.list"),
-                "manifest": None if self.dry_run else os.path.join(self.out_dir, MANIFEST),
+                "data_list": self._named("data.list"), "manifest": self._named(MANIFEST),
+                **({"slice": self.slice} if self.slice else {}),
                 **self.plan.summary(), "written": counts, "failures": self.failures,
                 "plan": self.figures, "repeated_copies": len(self.repeats),
                 "elapsed_seconds": round(self.elapsed, 3)}
@@ -823,8 +842,15 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                 shard_duration: float | None = None, num_shards: int | None = None, codec: str = "zst",
                 level: int | None = 3, remainder: str = "pad", seed: int = 0, dry_run: bool = False,
                 jobs: int = 1, epochs: int = 3, verify: bool = True, overwrite: bool = False,
-                on_event: Callable[..., None] | None = None) -> BalanceReport:
-    """Plan (and unless ``dry_run``, write) balanced shards; see the module docstring."""
+                on_event: Callable[..., None] | None = None, executor: str = "local", ray_address: str | None = None,
+                split: tuple[int, int] | None = None) -> BalanceReport:
+    """Plan (and unless ``dry_run``, write) balanced shards; see the module docstring.
+
+    ``executor``/``ray_address``: where indexing, spooling and shard writing run (shardkit.executor;
+    Ray workers must see OUT_DIR and the sources at the same paths). ``split=(I, N)``: every slice
+    computes the same plan, then writes only slice I of N of the output shards, reported as
+    balance.slice-I-of-N.json and data.slice-I-of-N.list for ``shardkit merge-reports``.
+    """
     import tempfile
 
     from . import __version__
@@ -838,6 +864,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         raise UsageError(f"--world-size and --num-workers must be >= 1 (got {world_size} and {num_workers})")
     if remainder not in REMAINDER_POLICIES:
         raise UsageError(f"--remainder must be one of {', '.join(REMAINDER_POLICIES)}")
+    if split is not None and dry_run:
+        raise UsageError("--split writes a slice of the shards and --dry-run writes none; plan without --split")
     names = [c.name for c in corpora]
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch:
         if dry_run:
@@ -847,7 +875,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             work_dir = os.path.join(out_dir, WORK_DIR)
         index_files = resolve_index_files(corpora, os.path.join(work_dir, "index"), jobs=jobs,
                                           on_index=lambda *a: event("indexed", *a),
-                                          on_corpus=lambda *a: event("indexing", *a))
+                                          on_corpus=lambda *a: event("indexing", *a), executor=executor,
+                                          ray_address=ray_address)
         event("loading", sum(len(f) for f in index_files))
         mix = load_columns(names, index_files)
         for name, corpus in zip(names, mix.corpora):
@@ -876,40 +905,53 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             raise UsageError(f"OUT_DIR holds an input ({inside}); outputs could overwrite it: choose another OUT_DIR")
         paths = output_paths(out_dir, plan.num_shards, codec)
         settings = WriteSettings(codec=codec, level=level, verify=verify)
+        chosen = range(plan.num_shards)
+        slice_info = None
+        if split is not None:  # every slice planned the same shards; each writes its own block of them
+            slice_info = slice_record(paths, *split)
+            slice_info["inputs_sha256"] = inputs_digest(paths + [plan_digest(plan)])
+            chosen = range(slice_info["start"], slice_info["stop"])
         # where each referenced source is read: in place if plain, else its spool
-        used = sorted({int(s) for c in range(len(names))
-                       for s in np.unique(mix.corpora[c].shard[plan.utt[plan.corpus == c]])})
+        positions = np.concatenate([np.arange(plan.shard_slice(s).start, plan.shard_slice(s).stop) for s in chosen]) \
+            if len(chosen) else np.zeros(0, np.int64)
+        used = sorted({int(mix.corpora[c].shard[u]) for c, u in zip(plan.corpus[positions], plan.utt[positions])})
+        spool_dir = os.path.join(work_dir, spool_dir_name(split))
         read_paths = {}
         spool_tasks = []
         for sid in used:
             src = mix.shards[sid]
             if _is_compressed(src):
-                read_paths[src] = spool_path(work_dir, src)
+                read_paths[src] = spool_path(spool_dir, src)
                 spool_tasks.append((src, read_paths[src]))
         if spool_tasks:
-            os.makedirs(os.path.join(work_dir, "spool"), exist_ok=True)
+            os.makedirs(spool_dir, exist_ok=True)
             event("spooling", len(spool_tasks))
             spool_errors = []
-
-            def spooled(result):
-                src, error = result
+            for _, (src, error) in run_tasks(_spool_task, spool_tasks, jobs=jobs, executor=executor,
+                                             ray_address=ray_address):
                 if error:
                     spool_errors.append(error)
                 event("spooled", src, error)
-
-            _run_pool(_spool_task, spool_tasks, jobs, spooled)
             if spool_errors:
                 raise ShardkitError(f"{len(spool_errors)} compressed sources cannot be read; first: {spool_errors[0]}")
 
         manifest_path = os.path.join(out_dir, MANIFEST)
-        journal = Journal(os.path.join(out_dir, JOURNAL))
+        data_list = os.path.join(out_dir, "data.list")
+        journal_path = os.path.join(out_dir, JOURNAL)
+        reports = [manifest_path]
+        if split is not None:
+            manifest_path, data_list, journal_path = (slice_path(p, *split) for p in (manifest_path, data_list,
+                                                                                       journal_path))
+            reports.insert(0, manifest_path)
+        journal = Journal(journal_path)
         previous = {}
         if not overwrite:
-            for entry in (load_json(manifest_path) or {}).get("shards", []) + journal.load():
+            for entry in [e for path in reports for e in (load_json(path) or {}).get("shards", [])] + journal.load():
                 if entry.get("path"):
                     previous[entry["path"]] = entry
         tasks = []
-        for s, dst in enumerate(paths):
+        for s in chosen:
+            dst = paths[s]
             part = plan.shard_slice(s)
             refs = []
             for c, u, k in zip(plan.corpus[part], plan.utt[part], plan.copy[part]):
@@ -926,10 +968,12 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             event("written", entry)
 
         try:
-            _run_pool(_write_task, tasks, jobs, written, initargs=(mix.index_files, read_paths))
+            for _, entry in run_tasks(_write_task, tasks, jobs=jobs, executor=executor, ray_address=ray_address,
+                                      initializer=_init_worker, initargs=(mix.index_files, read_paths)):
+                written(entry)
         finally:
             journal.close(remove=False)
-        table = shard_table(plan, mix, paths)
+        table = shard_table(plan, mix, paths)[chosen.start:chosen.stop]
         for row in table:
             entry = entries[row["path"]]
             row.update({k: entry.get(k) for k in ("status", "size", "sha256", "members", "members_digest", "spec",
@@ -938,11 +982,12 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                 row["status"] = "ok"
         failures = [{"shard": e["path"], "error": e["error"]} for e in entries.values() if e["status"] == "failed"]
         report = BalanceReport(out_dir, plan, figures, table, repeats, False, sources, failures,
-                               elapsed=time.perf_counter() - started)
+                               elapsed=time.perf_counter() - started, slice=slice_info)
         for row in report.shards:
             row["status_this_run"] = entries[row["path"]]["status"]
-        atomic_write_lines(os.path.join(out_dir, "data.list"), [r["path"] for r in table if r["status"] == "ok"])
+        atomic_write_lines(data_list, [r["path"] for r in table if r["status"] == "ok"])
         atomic_write_json(manifest_path, {
+            **({"slice": slice_info} if slice_info else {}),
             "tool": "shardkit", "version": __version__, "command": "balance",
             "settings": {"world_size": world_size, "num_workers": num_workers, "shard_duration": shard_duration,
                          "num_shards": num_shards, "codec": codec, "level": level, "remainder": remainder,
@@ -954,5 +999,14 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             journal.close(remove=True)
             import shutil
 
-            shutil.rmtree(work_dir, ignore_errors=True)
+            # a slice leaves the shared indexes to the other slices (merge-reports removes them)
+            shutil.rmtree(work_dir if split is None else spool_dir, ignore_errors=True)
         return report
+
+
+def plan_digest(plan: BalancePlan) -> str:
+    """sha256 of what a plan assigns where: slices of different plans must not be merged."""
+    h = hashlib.sha256()
+    for column in (plan.corpus, plan.utt, plan.copy):
+        h.update(np.ascontiguousarray(column, dtype=np.int64).tobytes())
+    return h.hexdigest()

@@ -18,7 +18,7 @@ from .codecs import CODECS, open_writer
 from .errors import ShardkitError, UsageError, VerificationError
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
-from .manifest import Journal, atomic_write_json, atomic_write_lines, fsync_dir, load_json, prepare_out_dir
+from .manifest import Journal, atomic_write_json, atomic_write_lines, load_json, prepare_out_dir
 from .split import slice_path, slice_record
 from .tario import DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_shard_members, open_shard, split_key
 
@@ -79,15 +79,40 @@ def read_member_digests(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER
 
 
 def partial_path(dst: str) -> str:
+    """Where ``dst`` is written before it is renamed (or, for a URL, uploaded) into place.
+
+    Beside a local ``dst``; for a URL, a local file named after it in the temporary folder
+    (``TMPDIR``), the same for every run, so a rerun overwrites what a killed one left there.
+    """
+    from .remote import is_url
+
+    if is_url(dst):
+        import tempfile
+
+        digest = hashlib.sha256(dst.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), f".shardkit-{digest}-{os.path.basename(dst)}.partial")
     return os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.partial")
 
 
 def file_sha256(path: str) -> str:
+    """sha256 of a local file, or of an object read back through fsspec."""
+    from .remote import is_local, open_input
+
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb") if is_local(path) else open_input(path) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def output_size(path: str) -> int | None:
+    """Size of a finished output (local file or URL); None if there is none."""
+    from .remote import input_info, is_local
+
+    try:
+        return os.stat(path).st_size if is_local(path) else input_info(path)["size"]
+    except (OSError, ShardkitError):
+        return None
 
 
 def _source_info(src: str) -> dict:
@@ -113,10 +138,13 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
     result: dict = {"source": {"path": src}, "output": None, "status": "failed", "error": None,
                     "members": 0, "samples": 0, "tar_bytes": 0, "members_digest": None, "lost": None,
                     "transcoded": None}
+    from .remote import is_local, publish_output
+
     tmp = partial_path(dst)
     try:
         result["source"] = _source_info(src)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if is_local(dst):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
         written: list[tuple[str, bytes]] = []
         transcode_info: list[dict] = []
         pending: list[tuple[str, bytes]] = []
@@ -169,8 +197,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                 mismatch = next((a[0] for a, b in zip(written, back) if a != b), None)
                 raise VerificationError(f"written shard does not read back as written "
                                         f"({len(back)} vs {len(written)} members)", shard=dst, member=mismatch)
-        os.replace(tmp, dst)
-        fsync_dir(os.path.dirname(dst))
+        publish_output(tmp, dst)  # local: rename and fsync the folder; URL: temporary key, then move
         result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
         result["status"] = "salvaged" if result["lost"] else "ok"
     except ShardkitError as err:
@@ -192,15 +219,17 @@ def _still_valid(entry: dict | None, src: str, dst: str, settings: ConvertSettin
         return False
     try:
         current = _source_info(src)
-        st = os.stat(dst)
     except OSError:
         return False
     recorded = entry["source"]
     if (recorded.get("size"), recorded.get("mtime_ns")) != (current["size"], current["mtime_ns"]):
         return False
-    if st.st_size != entry["output"]["size"]:
+    if output_size(dst) != entry["output"]["size"]:
         return False
-    return file_sha256(dst) == entry["output"]["sha256"]
+    try:  # a URL output is read back to hash it: object stores' ETags are not sha256
+        return file_sha256(dst) == entry["output"]["sha256"]
+    except ShardkitError:
+        return False
 
 
 def _task(args):
@@ -282,15 +311,28 @@ def run_convert(
     I-th of N contiguous slices of the input list, reported as convert.slice-I-of-N.json and
     data.slice-I-of-N.list for ``shardkit merge-reports``.
     """
+    from .remote import is_local, is_pipe, is_url
+
+    if is_pipe(out_dir):
+        raise UsageError("OUT_DIR cannot be a pipe: command; give a folder or a URL", shard=out_dir)
     shards = expand_shards(shard_args)
     suffix = ".tar" + CODECS[settings.codec].suffix
     outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree)
-    if any(os.path.abspath(s) == o for s, o in zip(shards, outputs)):
+    if any((os.path.abspath(s) if is_local(s) else s) == o for s, o in zip(shards, outputs)):
         raise UsageError("an output would overwrite its input; choose another OUT_DIR")
-    out_dir = prepare_out_dir(out_dir)
-    manifest_path = os.path.join(out_dir, MANIFEST)
-    data_list = os.path.join(out_dir, "data.list")
-    journal_path = os.path.join(out_dir, JOURNAL)
+    if is_url(out_dir):
+        # the journal stays on this machine (a store has no fsynced append); a rerun elsewhere
+        # resumes from the convert.json the last finished run published
+        out_dir = out_dir.rstrip("/")
+        journal_dir = remote_journal_dir(out_dir)
+        os.makedirs(journal_dir, exist_ok=True)
+        manifest_path, data_list = f"{out_dir}/{MANIFEST}", f"{out_dir}/data.list"
+        journal_path = os.path.join(journal_dir, JOURNAL)
+    else:
+        out_dir = prepare_out_dir(out_dir)
+        manifest_path = os.path.join(out_dir, MANIFEST)
+        data_list = os.path.join(out_dir, "data.list")
+        journal_path = os.path.join(out_dir, JOURNAL)
     reports = [manifest_path]
     slice_info = None
     if split is not None:  # outputs were planned over the whole list, so slices cannot collide
@@ -303,12 +345,14 @@ def run_convert(
     journal = Journal(journal_path)
     previous = {}
     if not overwrite:
-        for entry in [e for path in reports for e in (load_json(path) or {}).get("shards", [])] + journal.load():
+        for entry in [e for path in reports for e in (load_report(path) or {}).get("shards", [])] + journal.load():
             if entry.get("output"):
                 previous[entry["output"]["path"]] = entry
     for dst in outputs:  # leftovers of a killed run
         if os.path.exists(partial_path(dst)):
             os.unlink(partial_path(dst))
+    if is_url(out_dir):
+        remove_temporary_keys(outputs)
 
     if on_plan:
         on_plan(len(shards))
@@ -344,15 +388,89 @@ def run_convert(
                 for e in ordered]
     for e in recorded:
         e.pop("previous_status", None)
-    atomic_write_lines(report.data_list, [e["output"]["path"] for e in ordered
-                                          if e["status"] in ("ok", "salvaged", "skipped")])
+    write_report_file(report.data_list, atomic_write_lines, [e["output"]["path"] for e in ordered
+                                                             if e["status"] in ("ok", "salvaged", "skipped")])
     libraries = {}
     if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
         from .transcode import libsndfile_version
 
         libraries["libsndfile"] = libsndfile_version()
-    atomic_write_json(manifest_path, {"tool": "shardkit", "version": __version__, "command": "convert",
-                                      "settings": {**asdict(settings)}, "libraries": libraries, "shards": recorded,
-                                      **({"slice": slice_info} if slice_info else {})})
+    write_report_file(manifest_path, atomic_write_json, {
+        "tool": "shardkit", "version": __version__, "command": "convert", "settings": {**asdict(settings)},
+        "libraries": libraries, "shards": recorded, **({"slice": slice_info} if slice_info else {})})
     journal.close(remove=True)
+    if is_url(out_dir):
+        try:
+            os.rmdir(os.path.dirname(journal_path))
+        except OSError:  # another slice's journal is still there
+            pass
     return report
+
+
+# --- URL outputs (any fsspec store) ------------------------------------------------------------
+
+
+def remote_journal_dir(out_url: str) -> str:
+    """This machine's folder for the journal of a run into ``out_url``: the same for every rerun."""
+    import tempfile
+
+    digest = hashlib.sha256(out_url.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"shardkit-convert-{digest}")
+
+
+def load_report(path: str) -> dict | None:
+    """A previous run's report, local or at a URL; None if there is none or it does not parse."""
+    import json
+
+    from .remote import is_local, open_input
+
+    if is_local(path):
+        return load_json(path)
+    try:
+        with open_input(path) as f:
+            return json.loads(f.read())
+    except (ShardkitError, ValueError):
+        return None
+
+
+def write_report_file(path: str, write: Callable[[str, object], None], payload) -> None:
+    """``write(path, payload)`` atomically; for a URL, to a local file first, then published."""
+    from .remote import is_local, publish_output
+
+    if is_local(path):
+        write(path, payload)
+        return
+    local = partial_path(path)
+    try:
+        write(local, payload)
+        publish_output(local, path)
+    finally:
+        if os.path.exists(local):
+            os.unlink(local)
+
+
+def remove_temporary_keys(outputs: list[str]) -> None:
+    """Delete the temporary keys a killed run left beside these outputs (``.NAME.<hex>.partial``).
+
+    Only the names of these outputs: another job of the array may be publishing its own there now.
+    """
+    from .remote import _filesystem
+
+    folders: dict[str, set[str]] = {}
+    for dst in outputs:
+        folder, _, name = dst.rpartition("/")
+        folders.setdefault(folder, set()).add(name)
+    for folder, names in folders.items():
+        fs, key = _filesystem(folder, None)
+        try:
+            fs.invalidate_cache(key)
+            listed = fs.ls(key, detail=False)
+        except FileNotFoundError:
+            continue
+        except Exception as err:
+            raise ShardkitError(f"cannot list the output folder ({type(err).__name__}: {err})", shard=folder) from err
+        for path in listed:
+            name = path.rpartition("/")[2]
+            stem, dot, rest = name[1:].rpartition(".partial")[0].rpartition(".")
+            if name.startswith(".") and name.endswith(".partial") and stem in names and dot:
+                fs.rm(path)

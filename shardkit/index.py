@@ -18,7 +18,6 @@ records in memory at a time.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -133,31 +132,16 @@ def _index_task(args) -> tuple[list[dict] | None, str | None]:
 
 
 def iter_indexed_shards(shards: list[str], corpus: str | None = None, *, jobs: int = 1,
-                        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
-                        ) -> Iterator[tuple[str, list[dict] | None, str | None]]:
-    """``(shard, records, error)`` per shard in list order; ``jobs`` processes, a bounded window ahead."""
-    tasks = [(s, corpus, max_member_bytes) for s in shards]
-    if jobs <= 1 or len(tasks) <= 1:
-        for task in tasks:
-            yield (task[0], *_index_task(task))
-        return
-    import multiprocessing
+                        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, executor: str = "local",
+                        ray_address: str | None = None) -> Iterator[tuple[str, list[dict] | None, str | None]]:
+    """``(shard, records, error)`` per shard in list order; ``jobs`` processes or Ray tasks, a bounded window ahead."""
+    from .executor import run_tasks
 
-    # submit at most 2 * jobs ahead: results are consumed in order, so memory stays a few shards
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver")) as pool:
-        window = []
-        pending = iter(tasks)
-        for task in pending:
-            window.append((task[0], pool.submit(_index_task, task)))
-            if len(window) >= 2 * jobs:
-                break
-        while window:
-            shard, future = window.pop(0)
-            records, error = future.result()
-            task = next(pending, None)
-            if task is not None:
-                window.append((task[0], pool.submit(_index_task, task)))
-            yield shard, records, error
+    tasks = [(s, corpus, max_member_bytes) for s in shards]
+    # results are handed back in list order and at most a window of them wait: memory stays a few shards
+    for i, (records, error) in run_tasks(_index_task, tasks, jobs=jobs, executor=executor, ray_address=ray_address,
+                                         ordered=True):
+        yield tasks[i][0], records, error
 
 
 @dataclass
@@ -182,12 +166,16 @@ class IndexReport:
 
 def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, jobs: int = 1,
                 max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-                on_shard: Callable[[str, int, str | None], None] | None = None) -> IndexReport:
+                on_shard: Callable[[str, int, str | None], None] | None = None, executor: str = "local",
+                ray_address: str | None = None, split: tuple[int, int] | None = None) -> IndexReport:
     """Index ``shards`` into ``out_path`` (JSON lines, shard order), atomically.
 
     Lines stream to a temporary file beside ``out_path``; it is fsynced and renamed only when every
     shard was read. If any shard fails, no index is written (a partial index would make later
-    steps lose utterances without a word) and the report lists each failure.
+    steps lose utterances without a word) and the report lists each failure. ``split=(I, N)``
+    indexes only slice I of N of ``shards`` into ``<out>.slice-I-of-N.jsonl``: the slices'
+    files, concatenated in slice order, are byte for byte the index of the whole list (and
+    ``balance`` takes them as they are, comma-separated, as one corpus).
     """
     import tempfile
     import time
@@ -195,6 +183,11 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, 
     from .manifest import fsync_dir
 
     started = time.perf_counter()
+    if split is not None:
+        from .split import select_slice, slice_path
+
+        shards = select_slice(shards, *split)
+        out_path = slice_path(out_path, *split)
     out_path = os.path.abspath(out_path)
     folder = os.path.dirname(out_path)
     os.makedirs(folder, exist_ok=True)
@@ -203,7 +196,8 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, 
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as out:
             for shard, records, error in iter_indexed_shards(shards, corpus, jobs=jobs,
-                                                             max_member_bytes=max_member_bytes):
+                                                             max_member_bytes=max_member_bytes,
+                                                             executor=executor, ray_address=ray_address):
                 report.shards += 1
                 if error is not None:
                     report.failures.append({"shard": shard, "error": error})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 
 from .errors import UsageError
 
@@ -89,15 +90,33 @@ def plan_output_paths(shards: list[str], out_dir: str, suffix: str, *, keep_tree
 
     Two inputs that would land on the same output are a UsageError naming both, unless
     ``keep_tree`` mirrors the inputs' folders (relative to their common folder) under OUT_DIR.
+    An OUT_DIR URL (``s3://bucket/prefix``) gives URLs under it, joined with ``/``.
     """
+    if "://" in out_dir:  # a URL: no abspath, and '/' joins on every platform
+        base = out_dir.rstrip("/")
+        common = _common_folder(shards) if keep_tree else None
+        outputs = []
+        for s in shards:
+            rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if keep_tree else "."
+            outputs.append(posixpath.join(base, shard_stem(s) + suffix) if rel == "."
+                           else posixpath.join(base, rel, shard_stem(s) + suffix))
+        return _refuse_collisions(shards, outputs)
     out_dir = os.path.abspath(out_dir)
     if keep_tree:
-        common = os.path.commonpath([os.path.dirname(s) for s in shards]) if len(shards) > 1 else os.path.dirname(shards[0])
+        common = _common_folder(shards)
         outputs = [os.path.join(out_dir, os.path.relpath(os.path.dirname(s), common), shard_stem(s) + suffix)
                    for s in shards]
         outputs = [os.path.normpath(p) for p in outputs]
     else:
         outputs = [os.path.join(out_dir, shard_stem(s) + suffix) for s in shards]
+    return _refuse_collisions(shards, outputs)
+
+
+def _common_folder(shards: list[str]) -> str:
+    return os.path.commonpath([os.path.dirname(s) for s in shards]) if len(shards) > 1 else os.path.dirname(shards[0])
+
+
+def _refuse_collisions(shards: list[str], outputs: list[str]) -> list[str]:
     seen: dict[str, str] = {}
     for shard, out in zip(shards, outputs):
         if out in seen:

@@ -1,7 +1,8 @@
 """Job arrays: slice I of N of an input list, per-slice reports, and merging them into one.
 
-A Slurm or PBS job array runs the same command N times with ``--split I/N``; each job takes the
-I-th contiguous block of the full, ordered input list (``select_slice``) and writes its report
+A Slurm or PBS job array runs the same command N times with ``--split I/N`` (convert, validate,
+index, balance); each job takes the I-th contiguous block of the full, ordered input list
+(``select_slice``; for balance, of the planned output shards) and writes its report
 under a slice name (``convert.slice-2-of-3.json``, ``data.slice-2-of-3.list``) with a ``slice``
 record: I, N, its block, the total input count and a digest of the whole list. ``merge_reports``
 checks that every slice is there and that all were cut from the same list with the same
@@ -25,7 +26,9 @@ ENTRIES_KEY = "shards"
 FAILED_STATUSES = ("failed", "salvaged")
 # Recorded settings that never change output bytes, so slices run on nodes with other core counts
 # still merge (the merged report keeps slice 1's value). Dotted paths into the report.
-MAY_DIFFER = {"convert": ("settings.threads",)}
+MAY_DIFFER = {"convert": ("settings.threads",),
+              # validate: totals and findings are recomputed by the merge; the quarantine folder is checked there
+              "validate": ("options.threads", "totals", "findings", "quarantine")}
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -127,10 +130,13 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
     the slices agree on it, no ``slice`` record: what one run over the whole list writes) and
     ``data.list`` when the slices have lists. Slice files are kept. Missing slices, slices of
     different N, of different input lists or with different settings raise ``ShardkitError``
-    naming them; ``may_differ`` (default ``MAY_DIFFER[command]``) lists settings exempt from
-    the check. Returns a summary dict.
+    naming them; ``may_differ`` (default ``MAY_DIFFER`` of the reports' own ``command``) lists
+    settings exempt from the check. Returns a summary dict.
+
+    validate reports are joined by ``validate.merge_slice_reports`` (duplicate keys checked again
+    across slices, quarantine lists rebuilt in the quarantine folder); balance reports as convert's,
+    and the shared ``OUT_DIR/.balance`` indexes are removed once every shard is written.
     """
-    may_differ = MAY_DIFFER.get(command, ()) if may_differ is None else may_differ
     out_dir = os.path.abspath(out_dir)
     if not os.path.isdir(out_dir):
         raise UsageError("no such folder", shard=out_dir)
@@ -153,6 +159,8 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
 
     docs = [_load_slice(found[(i, count)], i, count, entries_key) for i in range(1, count + 1)]
     first = docs[0]
+    kind = first.get("command") or command  # the report's own command: --report may have named it otherwise
+    may_differ = MAY_DIFFER.get(kind, ()) if may_differ is None else may_differ
     first_compared = _without(first, may_differ)
     for i, doc in enumerate(docs[1:], start=2):
         compared = _without(doc, may_differ)
@@ -164,6 +172,23 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
             if first_compared.get(key) != compared.get(key):
                 raise ShardkitError(f"slices 1 and {i} disagree on {key!r} (run with other settings or "
                                     f"another shardkit version); rerun the odd one", shard=out_dir)
+
+    manifest = os.path.join(out_dir, report_name)
+    if kind == "validate":
+        from .validate import merge_slice_reports
+
+        merged = merge_slice_reports(docs)
+        atomic_write_json(manifest, merged)
+        quarantine = merged.get("quarantine") or {}
+        problems = sum(1 for entry in merged["shards"] if entry["findings"])
+        listed = None
+        if quarantine:
+            with open(quarantine["data_list"], encoding="utf-8") as f:
+                listed = sum(1 for line in f if line.strip())
+        return {"command": "merge-reports", "report": command, "out_dir": out_dir, "slices": count,
+                "entries": len(merged["shards"]), "statuses": {}, "problems": problems,
+                "findings": len(merged["findings"]), "manifest": manifest,
+                "data_list": quarantine.get("data_list"), "listed": listed}
 
     list_paths = [slice_path(os.path.join(out_dir, "data.list"), i, count) for i in range(1, count + 1)]
     have_lists = [os.path.exists(p) for p in list_paths]
@@ -184,7 +209,6 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
                 lines.extend(line.rstrip("\n") for line in f if line.strip())
         data_list = os.path.join(out_dir, "data.list")
         atomic_write_lines(data_list, lines)
-    manifest = os.path.join(out_dir, report_name)
     atomic_write_json(manifest, merged)
 
     statuses: dict[str, int] = {}
@@ -194,6 +218,10 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
             statuses[status] = statuses.get(status, 0) + 1
     problems = [entry for entry in entries if isinstance(entry, dict)
                 and (entry.get("status") in FAILED_STATUSES or entry.get("findings"))]
+    if kind == "balance" and not problems:  # what a single run removes once every shard is written
+        import shutil
+
+        shutil.rmtree(os.path.join(out_dir, ".balance"), ignore_errors=True)
     return {"command": "merge-reports", "report": command, "out_dir": out_dir, "slices": count,
             "entries": len(entries), "statuses": statuses, "problems": len(problems),
             "manifest": manifest, "data_list": data_list, "listed": len(lines) if data_list else None}

@@ -2,15 +2,19 @@
 
 ``validate_shard`` checks one shard (container, grouping, text, audio decoded in full from
 ``io.BytesIO(member_bytes)``) and returns a result dict; data problems become findings, never
-exceptions. ``run_validate`` spreads shards over processes, adds the cross-shard duplicate-key
-check in the parent (in shard order, so the first occurrence is the one kept), and with a
-quarantine folder writes, per shard with findings:
+exceptions. ``run_validate`` spreads shards over processes or a Ray cluster (``shardkit.executor``),
+adds the cross-shard duplicate-key check in the parent (in shard order, so the first occurrence is
+the one kept), and with a quarantine folder writes, per shard with findings:
 
 - ``DIR/<stem>.tar[.ext]``: the good utterances, member bytes untouched, in source order, same codec;
 - ``DIR/<stem>.rejects.tar[.ext]``: every other member, bytes untouched (unsafe names included:
   never extract it);
 - and once for the run ``DIR/rejects.jsonl`` (one line per rejected member, with its reasons) and
   ``DIR/data.list`` (clean sources as they are, cleaned copies in place of the others).
+
+With ``split=(I, N)`` (job arrays) only slice I of N is validated; ``merge_slice_reports`` (run by
+``shardkit merge-reports``) joins the slice reports into what one run would have written, redoing
+the duplicate check across slices.
 
 An utterance with any finding is rejected whole. Outputs are deterministic (fixed tar headers,
 the codec's default level) and written under a temporary name, fsynced and renamed.
@@ -22,7 +26,6 @@ import io
 import os
 import tarfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
@@ -32,8 +35,10 @@ from . import __version__
 from .audio import EXTENSION_FORMATS, parse_wav_header, sniff_format
 from .codecs import CODECS, detect_codec, open_writer
 from .errors import AudioError, ShardkitError, UsageError
+from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .manifest import atomic_write_lines, fsync_dir, prepare_out_dir
+from .split import slice_path, slice_record
 from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_tar_members, open_shard, \
     shard_reader, split_key
 
@@ -510,6 +515,7 @@ class ValidateReport:
     shards: list[dict] = field(default_factory=list)
     quarantine: dict | None = None
     seconds: float = 0.0
+    slice: dict | None = None  # with --split: which slice of the list this report covers
 
     @property
     def findings(self) -> list[dict]:
@@ -539,9 +545,15 @@ class ValidateReport:
 
     def to_json(self) -> dict:
         public = ("shard", "bytes", "codec", "utterances", "members", "seconds", "sample_rates", "elapsed_s")
-        shards = [{**{k: s.get(k) for k in public}, "findings": len(s["findings"])} for s in self.shards]
-        return {"tool": "shardkit", "version": __version__, "command": "validate", "options": asdict(self.options),
-                "totals": self.totals(), "shards": shards, "findings": self.findings, "quarantine": self.quarantine}
+        # a slice report also carries what merge-reports needs to redo the cross-shard checks
+        merge_fields = ("own_findings", "keys", "rejected") if self.slice else ()
+        shards = [{**{k: s.get(k) for k in public}, "findings": len(s["findings"]),
+                   **{k: s[k] for k in merge_fields if s.get(k) is not None}} for s in self.shards]
+        doc = {"tool": "shardkit", "version": __version__, "command": "validate", "options": asdict(self.options),
+               "totals": self.totals(), "shards": shards, "findings": self.findings, "quarantine": self.quarantine}
+        if self.slice:
+            doc["slice"] = self.slice
+        return doc
 
     @property
     def exit_code(self) -> int:
@@ -557,19 +569,23 @@ def _quarantine_task(args):
     return quarantine_shard(*args)
 
 
-def _pool_map(task, items: list, jobs: int, on_done: Callable[[int, object], None]) -> None:
-    """Run ``task`` over ``items`` in ``jobs`` processes (in-process for one); ``on_done(i, result)``."""
-    if jobs <= 1 or len(items) <= 1:
-        for i, item in enumerate(items):
-            on_done(i, task(item))
-        return
-    import multiprocessing
+class DuplicateKeys:
+    """The cross-shard duplicate check: shards are fed in list order, and a key's first occurrence is kept."""
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items)),
-                             mp_context=multiprocessing.get_context("forkserver")) as pool:
-        futures = {pool.submit(task, item): i for i, item in enumerate(items)}
-        for future in as_completed(futures):
-            on_done(futures[future], future.result())
+    def __init__(self):
+        self.first: dict[str, str] = {}  # key -> the shard that holds its first occurrence
+
+    def check(self, result: dict, keys: list[str]) -> list[str]:
+        """Add a finding to ``result`` for each of its ``keys`` seen in an earlier shard; returns those keys."""
+        repeated = []
+        for key in keys:
+            first = self.first.get(key)
+            if first is None:
+                self.first[key] = result["shard"]
+            else:
+                result["findings"].append(finding(result["shard"], key, None, DUPLICATE_KEY, f"key is also in {first}"))
+                repeated.append(key)
+        return repeated
 
 
 def plan_quarantine(shards: list[str], out_dir: str) -> list[str]:
@@ -577,81 +593,164 @@ def plan_quarantine(shards: list[str], out_dir: str) -> list[str]:
     return [os.path.basename(p) for p in plan_output_paths(shards, out_dir, "")]
 
 
+def quarantine_names(quarantine_dir: str, split: tuple[int, int] | None) -> tuple[str, str]:
+    """``(rejects.jsonl, data.list)`` paths of a run, or of slice I of N (merged by merge-reports)."""
+    names = (os.path.join(quarantine_dir, REJECTS_JSONL), os.path.join(quarantine_dir, "data.list"))
+    return names if split is None else tuple(slice_path(p, *split) for p in names)
+
+
 def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int | None = None,
                  quarantine_dir: str | None = None, on_plan: Callable[[int], None] | None = None,
-                 on_result: Callable[[dict], None] | None = None) -> ValidateReport:
+                 on_result: Callable[[dict], None] | None = None, executor: str = "local",
+                 ray_address: str | None = None, split: tuple[int, int] | None = None) -> ValidateReport:
     """Validate every shard named by ``shard_args``; see the module docstring.
 
     ``on_result`` sees each shard's result in shard order, cross-shard duplicates included.
+    ``executor``/``ray_address``: where the per-shard tasks run (shardkit.executor). ``split=(I, N)``:
+    only slice I of N of the list; the report carries a ``slice`` record and what
+    ``shardkit merge-reports`` needs to redo the duplicate check across slices, and quarantine
+    writes ``rejects.slice-I-of-N.jsonl`` and ``data.slice-I-of-N.list``.
     """
     check_options(options)
     shards = expand_shards(shard_args)
     stems = None
     if quarantine_dir is not None:
-        stems = plan_quarantine(shards, quarantine_dir)
+        stems = plan_quarantine(shards, quarantine_dir)  # over the whole list, so slices never collide
         quarantine_dir = os.path.abspath(quarantine_dir)
         if any(os.path.dirname(os.path.abspath(s)) == quarantine_dir for s in shards):
             raise UsageError("the quarantine folder holds source shards; choose another folder", shard=quarantine_dir)
         quarantine_dir = prepare_out_dir(quarantine_dir)
+    slice_info = None
+    if split is not None:
+        slice_info = slice_record(shards, *split)
+        shards = shards[slice_info["start"]:slice_info["stop"]]
+        stems = stems[slice_info["start"]:slice_info["stop"]] if stems else stems
     if on_plan:
         on_plan(len(shards))
-    jobs = max(1, jobs or os.cpu_count() or 1)
     started = time.perf_counter()
 
     results: list[dict | None] = [None] * len(shards)
-    first_shard: dict[str, int] = {}  # key -> index of the shard that holds its first occurrence
+    duplicates = DuplicateKeys()
     reject_keys: dict[int, list[str]] = {}
     next_in_order = 0
-
-    def cross_shard(i: int, result: dict) -> None:
-        for key in result.pop("keys"):
-            if key in first_shard:
-                result["findings"].append(finding(result["shard"], key, None, DUPLICATE_KEY,
-                                                  f"key is also in {shards[first_shard[key]]}"))
-                reject_keys.setdefault(i, []).append(key)
-            else:
-                first_shard[key] = i
 
     def on_done(i: int, result: dict) -> None:
         nonlocal next_in_order
         results[i] = result
         while next_in_order < len(shards) and results[next_in_order] is not None:
-            cross_shard(next_in_order, results[next_in_order])
+            r = results[next_in_order]
+            if slice_info:
+                r["own_findings"] = len(r["findings"])
+            repeated = duplicates.check(r, r["keys"] if slice_info else r.pop("keys"))
+            if repeated:
+                reject_keys[next_in_order] = repeated
             if on_result:
-                on_result(results[next_in_order])
+                on_result(r)
             next_in_order += 1
 
-    _pool_map(_validate_task, [(s, options) for s in shards], jobs, on_done)
-    report = ValidateReport(options=options, shards=results)
+    for i, result in run_tasks(_validate_task, [(s, options) for s in shards], jobs=jobs, executor=executor,
+                               ray_address=ray_address):
+        on_done(i, result)
+    report = ValidateReport(options=options, shards=results, slice=slice_info)
 
     if quarantine_dir is not None:
         todo = [i for i, r in enumerate(results) if r["findings"] and r["codec"] is not None]
         tasks = [(shards[i], quarantine_dir, stems[i], results[i]["rejected"], reject_keys.get(i, []), options)
                  for i in todo]
-        outcome: dict[int, dict] = {}
-        _pool_map(_quarantine_task, tasks, jobs, lambda j, r: outcome.__setitem__(todo[j], r))
-        lines = [line for i in todo for line in outcome[i]["lines"]]
-        atomic_write_lines(os.path.join(quarantine_dir, REJECTS_JSONL),
-                           [_json_line(line) for line in lines])
-        data_list = []
-        for i, r in enumerate(results):
-            if i in outcome:
-                if outcome[i]["cleaned"]:
-                    data_list.append(outcome[i]["cleaned"])
-            elif not r["findings"]:
-                data_list.append(shards[i])
-        atomic_write_lines(os.path.join(quarantine_dir, "data.list"), data_list)
-        report.quarantine = {
-            "dir": quarantine_dir, "data_list": os.path.join(quarantine_dir, "data.list"),
-            "rejects_jsonl": os.path.join(quarantine_dir, REJECTS_JSONL),
-            "shards": [{k: v for k, v in outcome[i].items() if k != "lines"} for i in todo],
-            "kept_members": sum(outcome[i]["kept_members"] for i in todo),
-            "rejected_members": sum(outcome[i]["rejected_members"] for i in todo),
-        }
+        outcome = {todo[j]: r for j, r in run_tasks(_quarantine_task, tasks, jobs=jobs, executor=executor,
+                                                     ray_address=ray_address)}
+        report.quarantine = write_quarantine_lists(quarantine_dir, shards, results, [outcome[i] for i in todo],
+                                                   split=split)
     for r in results:
-        r.pop("rejected", None)
+        if not (slice_info and quarantine_dir is not None):
+            r.pop("rejected", None)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def write_quarantine_lists(quarantine_dir: str, shards: list[str], results: list[dict], outcomes: list[dict],
+                           *, split: tuple[int, int] | None = None) -> dict:
+    """Write rejects.jsonl and data.list for ``outcomes`` (quarantine results, in shard order); the summary."""
+    rejects_path, list_path = quarantine_names(quarantine_dir, split)
+    atomic_write_lines(rejects_path, [_json_line(line) for out in outcomes for line in out["lines"]])
+    by_shard = {out["shard"]: out for out in outcomes}
+    data_list = []
+    for src, r in zip(shards, results):
+        if src in by_shard:
+            if by_shard[src]["cleaned"]:
+                data_list.append(by_shard[src]["cleaned"])
+        elif not r["findings"]:
+            data_list.append(src)
+    atomic_write_lines(list_path, data_list)
+    return {"dir": quarantine_dir, "data_list": list_path, "rejects_jsonl": rejects_path,
+            "shards": [{k: v for k, v in out.items() if k != "lines"} for out in outcomes],
+            "kept_members": sum(out["kept_members"] for out in outcomes),
+            "rejected_members": sum(out["rejected_members"] for out in outcomes)}
+
+
+def merge_slice_reports(docs: list[dict]) -> dict:
+    """The report one run over the whole list would have written, from slice reports in slice order.
+
+    Each slice checked duplicate keys only among its own shards: the check is redone here over
+    every shard in list order. With quarantine, a shard whose duplicate keys changed is
+    quarantined again from its source (so the sources must be readable here), and rejects.jsonl
+    and data.list are rebuilt from the slices' ``rejects.slice-I-of-N.jsonl``. Raises
+    ShardkitError if the slices quarantined into different folders.
+    """
+    import json
+
+    options = ValidateOptions(**docs[0]["options"])
+    shards: list[dict] = []
+    earlier_repeats: list[list[str]] = []  # per shard: the keys its slice found in an earlier shard
+    for doc in docs:
+        position = 0
+        for entry in doc["shards"]:
+            block = doc["findings"][position:position + entry["findings"]]
+            position += entry["findings"]
+            own = entry.get("own_findings", len(block))
+            shard = {k: v for k, v in entry.items() if k not in ("findings", "own_findings")}
+            shard["findings"] = block[:own]
+            shard.setdefault("keys", [])
+            earlier_repeats.append([f["key"] for f in block[own:]])
+            shards.append(shard)
+    duplicates = DuplicateKeys()
+    reject_keys = [duplicates.check(shard, shard.pop("keys")) for shard in shards]
+    report = ValidateReport(options=options, shards=shards,
+                            seconds=sum(doc["totals"].get("elapsed_s") or 0 for doc in docs))
+
+    quarantines = [doc.get("quarantine") for doc in docs]
+    if any(q is not None for q in quarantines):
+        folders = {q["dir"] if q else None for q in quarantines}
+        if len(folders) > 1:
+            raise ShardkitError(f"slices quarantined into different folders "
+                                f"({', '.join(sorted(str(f) for f in folders))}); rerun the odd ones")
+        quarantine_dir = quarantines[0]["dir"]
+        paths = [s["shard"] for s in shards]
+        stems = plan_quarantine(paths, quarantine_dir)
+        outcomes: dict[str, dict] = {}
+        for q in quarantines:
+            lines: dict[str, list] = {}
+            with open(q["rejects_jsonl"], encoding="utf-8") as f:
+                for text in f:
+                    if text.strip():
+                        line = json.loads(text)
+                        lines.setdefault(line["shard"], []).append(line)
+            for out in q["shards"]:
+                outcomes[out["shard"]] = {**out, "lines": lines.get(out["shard"], [])}
+        for i, shard in enumerate(shards):
+            if reject_keys[i] == earlier_repeats[i] or shard["codec"] is None:
+                continue
+            before = outcomes.get(shard["shard"])
+            redone = quarantine_shard(shard["shard"], quarantine_dir, stems[i], shard.get("rejected") or [],
+                                      reject_keys[i], options)
+            if before and before["cleaned"] and not redone["cleaned"] and os.path.exists(before["cleaned"]):
+                os.unlink(before["cleaned"])  # every utterance it kept is a duplicate now
+            outcomes[shard["shard"]] = redone
+        report.quarantine = write_quarantine_lists(quarantine_dir, paths, shards,
+                                                   [outcomes[p] for p in paths if p in outcomes])
+    for shard in shards:
+        shard.pop("rejected", None)
+    return report.to_json()
 
 
 def _json_line(obj: dict) -> str:

@@ -30,7 +30,10 @@ Examples:
   shardkit balance --corpus aishell=aishell.index.jsonl --corpus libri=libri/data.list:0.5 \\
       --corpus accented=accented/:2 --world-size 8 --num-workers 4 -o balanced --dry-run
   shardkit balance --corpus zh=zh/ --corpus en=en/ --world-size 8 --num-workers 4 \\
-      --shard-duration 1800 -o balanced -j 8""")
+      --shard-duration 1800 -o balanced -j 8
+  shardkit balance --corpus zh=zh.index.jsonl --corpus en=en.index.jsonl --world-size 8 --num-workers 4 \
+      -o /shared/balanced --split $SLURM_ARRAY_TASK_ID/4   # job array; then:
+  shardkit merge-reports /shared/balanced --command balance""")
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
               help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl); "
                    "WEIGHT 1 keeps each utterance once, 2 twice, 0.5 a seeded half. Repeat per corpus.")
@@ -53,10 +56,18 @@ Examples:
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
 @click.option("--overwrite", is_flag=True, help="Rewrite shards a previous run already finished.")
 @jobs_option
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: processes on this machine; ray: one Ray task per shard on a cluster (which must see "
+                   "OUT_DIR and the sources at the same paths).")
+@click.option("--ray-address", default=None,
+              help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, else a local instance].")
+@click.option("--split", default=None, metavar="I/N",
+              help="Plan every shard, write only slice I of N of them (job arrays); join with "
+                   "`shardkit merge-reports OUT_DIR --command balance`.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level, remainder,
-            seed, epochs, dry_run, verify, overwrite, jobs, as_json, quiet):
+            seed, epochs, dry_run, verify, overwrite, jobs, executor, ray_address, split, as_json, quiet):
     """Rewrite a multi-corpus mix into shards that each carry the same seconds and utterance count.
 
     Writes N shards (N a multiple of world_size x num_workers, nearest to --shard-duration), each
@@ -67,6 +78,11 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     copied byte for byte; a repeated utterance's key gets the suffix -rep<N>. Compressed sources
     are decompressed once into OUT_DIR/.balance (free disk for their uncompressed size is needed).
     A rerun resumes, skipping shards already written.
+
+    With --split I/N every job computes the same plan (pass indexes from `shardkit index` so that
+    the jobs do not each index the shards) and writes only its block of output shards, with
+    OUT_DIR/balance.slice-I-of-N.json and data.slice-I-of-N.list; each job decompresses the
+    compressed sources its block needs into its own OUT_DIR/.balance/spool.slice-I-of-N.
     """
     import os
 
@@ -77,6 +93,11 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     from ..errors import UsageError
     from .plan import format_figures
 
+    from ..split import parse_split
+
+    if ray_address and executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    split_slice = parse_split(split) if split else None
     if shard_duration is not None and num_shards is not None:
         raise UsageError("give --shard-duration or --num-shards, not both")
     codec_name, level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
@@ -112,7 +133,8 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     report = run_balance(corpora, out_dir, world_size=world_size, num_workers=num_workers,
                          shard_duration=shard_duration, num_shards=num_shards, codec=codec_name, level=level,
                          remainder=remainder, seed=seed, dry_run=dry_run, jobs=jobs or os.cpu_count() or 1,
-                         epochs=epochs, verify=verify, overwrite=overwrite, on_event=on_event)
+                         epochs=epochs, verify=verify, overwrite=overwrite, on_event=on_event, executor=executor,
+                         ray_address=ray_address, split=split_slice)
     for b in bars.values():
         b.close()
     summary = report.summary()
@@ -125,6 +147,9 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
             click.echo("dry run: no shard written", err=True)
         else:
             written = summary["written"]
+            part = summary.get("slice")
+            of = (f"{part['stop'] - part['start']} shards (slice {part['index']} of {part['count']} of "
+                  f"{summary['num_shards']})") if part else f"{summary['num_shards']} shards"
             click.echo(f"wrote {written['ok']}, skipped {written['skipped']} (already done), failed "
-                       f"{written['failed']} of {summary['num_shards']} shards; list: {summary['data_list']}", err=True)
+                       f"{written['failed']} of {of}; list: {summary['data_list']}", err=True)
     sys.exit(report.exit_code)

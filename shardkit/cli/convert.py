@@ -15,9 +15,11 @@ Examples:
   shardkit convert 'raw/*.tar.gz' -o plain --codec none -j 8  # gz -> plain .tar
   shardkit convert shards/ -o flac --codec none --audio flac  # WAV members -> FLAC, plain tar
   shardkit convert data.list -o zst --executor ray             # one Ray task per shard
-  shardkit convert data.list -o zst --split 2/3                # job array slice 2 of 3; then merge-reports""")
+  shardkit convert data.list -o zst --split 2/3                # job array slice 2 of 3; then merge-reports
+  shardkit convert data.list -o s3://bucket/corpus/zst         # any fsspec URL: upload, then move into place""")
 @click.argument("shards", nargs=-1, required=True)
-@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
+              help="Output folder, or an fsspec URL (s3://bucket/prefix, gs://..., hdfs://...).")
 @click.option("--codec", type=click.Choice(["zst", "none", "gz", "xz", "bz2"]), default="zst", show_default=True,
               help="Output compression (none = plain .tar).")
 @click.option("--level", type=int, default=None, help="Compression level [default: the codec's, zst 3].")
@@ -53,6 +55,10 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     path per line). Outputs are OUT_DIR/<stem>.tar[.zst], plus OUT_DIR/data.list (absolute paths,
     input order) and OUT_DIR/convert.json (per shard: source, output sha256, digests, status).
     Writes go to a temporary name, are fsynced and renamed; a rerun skips finished shards.
+    With a URL OUT_DIR each shard is written and verified in a local temporary file ($TMPDIR),
+    uploaded to a temporary key and moved onto its name (no partial object under a final name); the
+    data.list and convert.json are published the same way. A rerun checks each finished output's
+    size and sha256 (reading the object back) against convert.json.
     """
     import os
 

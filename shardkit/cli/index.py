@@ -12,14 +12,24 @@ from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_op
 \b
 Examples:
   shardkit index data/aishell/data.list -o aishell.index.jsonl --corpus aishell -j 8
-  shardkit balance --corpus aishell=aishell.index.jsonl ... # later steps reuse the index""")
+  shardkit balance --corpus aishell=aishell.index.jsonl ... # later steps reuse the index
+  shardkit index data.list -o all.jsonl --executor ray        # one Ray task per shard
+  shardkit index data.list -o all.jsonl --split 2/3           # writes all.slice-2-of-3.jsonl
+  cat all.slice-{1,2,3}-of-3.jsonl > all.jsonl                # = the index of one run""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Index file to write (.jsonl).")
 @click.option("--corpus", default=None, help="Corpus name for every utterance [default: each shard's folder name].")
 @jobs_option
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: processes on this machine; ray: one Ray task per shard on a cluster.")
+@click.option("--ray-address", default=None,
+              help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, else a local instance].")
+@click.option("--split", default=None, metavar="I/N",
+              help="Index only slice I of N of the shard list (job arrays) into OUTPUT's slice, "
+                   "<stem>.slice-I-of-N.jsonl; the slices concatenated in order are the whole index.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
-def command(shards, output, corpus, jobs, as_json, quiet):
+def command(shards, output, corpus, jobs, executor, ray_address, split, as_json, quiet):
     """Index the utterances of SHARDS: one JSON line per utterance, from audio headers only.
 
     SHARDS are shard files, folders, globs or data.list files. Each line holds the shard, key,
@@ -32,12 +42,18 @@ def command(shards, output, corpus, jobs, as_json, quiet):
 
     from tqdm import tqdm
 
+    from ..errors import UsageError
     from ..index import build_index
     from ..inputs import expand_shards
+    from ..split import parse_split, select_slice
     from .plan import audio_length
 
+    if ray_address and executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    split_slice = parse_split(split) if split else None
     paths = expand_shards(list(shards))
-    bar = tqdm(total=len(paths), unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="index")
+    total = len(select_slice(paths, *split_slice) if split_slice else paths)
+    bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="index")
     state = {"utts": 0}
 
     def on_shard(shard, count, error):
@@ -47,7 +63,8 @@ def command(shards, output, corpus, jobs, as_json, quiet):
         if error:
             bar.write(f"failed: {error}", file=sys.stderr)
 
-    report = build_index(paths, output, corpus, jobs=jobs or os.cpu_count() or 1, on_shard=on_shard)
+    report = build_index(paths, output, corpus, jobs=jobs or os.cpu_count() or 1, on_shard=on_shard,
+                         executor=executor, ray_address=ray_address, split=split_slice)
     bar.close()
     summary = report.summary()
     if as_json:

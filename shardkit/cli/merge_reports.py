@@ -11,12 +11,17 @@ from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, json_option
 Missing slices, or slices of different lists or settings, exit 1 and write nothing.
 
 \b
-Example (a Slurm job array of 3, then the merge):
+Examples (a Slurm job array of 3, then the merge):
   sbatch --array=1-3 --wrap 'shardkit convert data.list -o /shared/zst --split $SLURM_ARRAY_TASK_ID/3'
-  shardkit merge-reports /shared/zst --command convert""")
+  shardkit merge-reports /shared/zst --command convert
+  sbatch --array=1-3 --wrap 'shardkit validate data.list --report /shared/v/validate.json \\
+      --quarantine /shared/q --split $SLURM_ARRAY_TASK_ID/3'
+  shardkit merge-reports /shared/v --command validate     # also rebuilds /shared/q/rejects.jsonl, data.list
+  shardkit merge-reports /shared/balanced --command balance""")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--command", "report", default="convert", show_default=True,
-              help="Whose slice reports to merge: COMMAND.slice-I-of-N.json.")
+              help="Whose slice reports to merge: COMMAND.slice-I-of-N.json (convert, validate, balance; for "
+                   "validate, the stem of the --report FILE the slices were given).")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
 def command(out_dir, report, as_json, quiet):
@@ -26,6 +31,12 @@ def command(out_dir, report, as_json, quiet):
     checks that all N slices are there and were cut from the same input list with the same
     settings, and writes OUT_DIR/COMMAND.json and OUT_DIR/data.list as one run over the whole
     list would have (atomically; the slice files are kept). Exit 1 if a merged entry failed.
+
+    validate: findings are joined in input order, totals summed, and the duplicate-key check is
+    redone across slices (a slice sees only its own keys). With --quarantine, the quarantine
+    folder's rejects.slice-I-of-N.jsonl and data.slice-I-of-N.list become rejects.jsonl and
+    data.list; a shard that holds a key of an earlier slice is quarantined again from its source.
+    Exit 1 if there is any finding.
     """
     from ..split import merge_reports
 
@@ -34,6 +45,8 @@ def command(out_dir, report, as_json, quiet):
         emit_json(summary)
     if not quiet:
         statuses = ", ".join(f"{status} {n}" for status, n in sorted(summary["statuses"].items()))
+        if "findings" in summary:
+            statuses = f"{summary['findings']} findings in {summary['problems']} shards"
         listed = f"; list: {summary['data_list']}" if summary["data_list"] else ""
         click.echo(f"merged {summary['slices']} slices of {report}: {summary['entries']} entries"
                    f"{f' ({statuses})' if statuses else ''}; report: {summary['manifest']}{listed}", err=True)

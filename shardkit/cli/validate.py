@@ -15,7 +15,10 @@ SHOWN_FINDINGS = 20
 Examples:
   shardkit validate data/data.list --sample-rate 16000 --channels 1 --report validate.json
   shardkit validate 'shards/*.tar.zst' --backend torchaudio -j 8 --json > report.json
-  shardkit validate data/data.list --quarantine data/quarantine   # cleaned copies + rejects""")
+  shardkit validate data/data.list --quarantine data/quarantine   # cleaned copies + rejects
+  shardkit validate data.list --executor ray --report out/validate.json   # one Ray task per shard
+  shardkit validate data.list --split 2/3 --report out/validate.json      # writes out/validate.slice-2-of-3.json
+  shardkit merge-reports out --command validate                           # then: out/validate.json""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("--backend", type=click.Choice(["soundfile", "torchaudio"]), default="soundfile", show_default=True,
               help="Decoder: soundfile (fast) or torchaudio.load(io.BytesIO(...)), the call WeNet makes "
@@ -37,9 +40,16 @@ Examples:
                    "DIR/<stem>.rejects.tar[.ext] (the rest, untouched), plus DIR/rejects.jsonl and DIR/data.list.")
 @click.option("--max-member-bytes", type=click.IntRange(min=1), default=2 << 30, show_default=True,
               help="Report members larger than this instead of reading them (memory stays bounded).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: processes on this machine; ray: one Ray task per shard on a cluster.")
+@click.option("--ray-address", default=None,
+              help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, else a local instance].")
+@click.option("--split", default=None, metavar="I/N",
+              help="Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes "
+                   "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, backend, jobs, sample_rate, channels, min_duration, max_duration, report_path, as_json,
-            quarantine_dir, max_member_bytes, quiet):
+            quarantine_dir, max_member_bytes, executor, ray_address, split, quiet):
     """Check that every utterance in SHARDS will reach training intact, and report each one that won't.
 
     SHARDS are shard files (plain, gz, bz2, xz, zst), folders of shards, glob patterns or WeNet
@@ -56,8 +66,16 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
 
     from ..errors import UsageError
     from ..manifest import atomic_write_json
+    from ..split import parse_split, slice_path
     from ..validate import ValidateOptions, format_finding, run_validate
 
+    if ray_address and executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    split_slice = parse_split(split) if split else None
+    if split_slice and report_path is None:
+        raise UsageError("--split needs --report FILE (each slice writes FILE's slice report for merge-reports)")
+    if split_slice:
+        report_path = slice_path(report_path, *split_slice)
     if report_path is not None:
         folder = os.path.dirname(os.path.abspath(report_path))
         if not os.path.isdir(folder):
@@ -65,7 +83,7 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     jobs_n = jobs or os.cpu_count() or 1
     options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
                               max_duration=max_duration, max_member_bytes=max_member_bytes,
-                              threads=max(1, (os.cpu_count() or 1) // jobs_n))
+                              threads=1 if executor == "ray" else max(1, (os.cpu_count() or 1) // jobs_n))
     bar = None
 
     def on_plan(total):
@@ -77,7 +95,7 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
             bar.update(1)
 
     report = run_validate(list(shards), options, jobs=jobs, quarantine_dir=quarantine_dir, on_plan=on_plan,
-                          on_result=on_result)
+                          on_result=on_result, executor=executor, ray_address=ray_address, split=split_slice)
     if bar is not None:
         bar.close()
     document = report.to_json()
@@ -93,7 +111,8 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
 
 def summary_lines(report, format_finding) -> list[str]:
     t = report.totals()
-    lines = [f"validated {t['shards']} shards: {t['utterances']} utterances, {t['audio_hours']:.3f} h of audio, "
+    part = f"slice {report.slice['index']} of {report.slice['count']}: " if report.slice else ""
+    lines = [f"{part}validated {t['shards']} shards: {t['utterances']} utterances, {t['audio_hours']:.3f} h of audio, "
              f"{t['bytes'] / 1e6:.1f} MB in {t['elapsed_s']:.1f} s ({report.options.backend})"]
     if not t["findings"]:
         lines.append("no findings")

@@ -1,0 +1,111 @@
+"""convert -o s3://...: shards, data.list and convert.json published through a temporary key (moto on 127.0.0.1)."""
+
+import json
+import logging
+import os
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from shardkit.cli import main
+from shardkit.convert import ConvertSettings, partial_path, remote_journal_dir, run_convert
+
+
+def run_cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server with bucket 'corpus'; fsspec's s3 config points at it (as FSSPEC_S3_* would).
+
+    The config lives in this process only, so the runs below use -j 1: worker processes see a real
+    store's settings through the environment and config files they inherit.
+    """
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    import boto3
+    import fsspec.config
+    import s3fs
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{server._port}"
+    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket="corpus")
+    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing",
+               "client_kwargs": {"region_name": "us-east-1"}}
+    saved = fsspec.config.conf.get("s3")
+    fsspec.config.conf["s3"] = options
+    yield s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    if saved is None:
+        fsspec.config.conf.pop("s3", None)
+    else:
+        fsspec.config.conf["s3"] = saved
+    server.stop()
+
+
+def listing(fs, prefix):
+    fs.invalidate_cache()
+    return sorted(p.rpartition("/")[2] for p in fs.ls(prefix, detail=False))
+
+
+def test_url_outputs_equal_local_ones_and_a_rerun_skips_them(make_shards, s3, tmp_path):
+    sources = make_shards("bz2", utts_per_shard=5)
+    local = run_convert(sources, str(tmp_path / "local"), ConvertSettings(), jobs=1)
+    result = run_cli("convert", *sources, "-o", "s3://corpus/zst/", "-j", "1", "-q", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["ok"], summary["data_list"]) == (3, "s3://corpus/zst/data.list")
+    names = [f"shards_{i:09d}.tar.zst" for i in range(3)]
+    assert listing(s3, "corpus/zst") == sorted(names + ["convert.json", "data.list"])  # no temporary key
+    for name, entry in zip(names, local.shards):
+        assert s3.cat(f"corpus/zst/{name}") == open(entry["output"]["path"], "rb").read()
+    assert s3.cat("corpus/zst/data.list").decode().split() == [f"s3://corpus/zst/{n}" for n in names]
+    manifest = json.loads(s3.cat("corpus/zst/convert.json"))
+    assert [e["output"]["path"] for e in manifest["shards"]] == [f"s3://corpus/zst/{n}" for n in names]
+    # a rerun finds every object whole (size from the store, sha256 read back) and skips it
+    stale = "corpus/zst/.shards_000000001.tar.zst.0123abcd.partial"  # what a killed upload leaves
+    s3.pipe(stale, b"half an upload")
+    result = run_cli("convert", *sources, "-o", "s3://corpus/zst", "-j", "1", "-q", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["skipped"] == 3
+    assert listing(s3, "corpus/zst") == sorted(names + ["convert.json", "data.list"])
+    # an object that changed is converted again
+    s3.pipe("corpus/zst/shards_000000002.tar.zst", b"not what convert wrote")
+    result = run_cli("convert", *sources, "-o", "s3://corpus/zst", "-j", "1", "-q", "--json")
+    assert (json.loads(result.stdout)["skipped"], json.loads(result.stdout)["ok"]) == (2, 1)
+    assert s3.cat("corpus/zst/shards_000000002.tar.zst") == open(local.shards[2]["output"]["path"], "rb").read()
+
+
+def test_a_failing_shard_leaves_no_object_under_its_name(make_shards, s3, tmp_path):
+    sources = make_shards("gz", utts_per_shard=7)
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(open(sources[0], "rb").read()[:3000])  # the gzip stream ends early
+    result = run_cli("convert", sources[0], broken, "-o", "s3://corpus/fail", "-j", "1", "-q", "--json")
+    assert result.exit_code == 1
+    summary = json.loads(result.stdout)
+    assert summary["failures"][0]["shard"] == str(broken) and summary["ok"] == 1
+    assert listing(s3, "corpus/fail") == ["convert.json", "data.list", "shards_000000000.tar.zst"]
+    assert s3.cat("corpus/fail/data.list").decode().split() == ["s3://corpus/fail/shards_000000000.tar.zst"]
+    # nothing is left on this machine either: not the failed shard's local file, not the journal
+    assert not os.path.exists(partial_path("s3://corpus/fail/broken.tar.zst"))
+    assert not os.path.exists(remote_journal_dir("s3://corpus/fail"))
+
+
+def test_split_slices_publish_their_own_reports(make_shards, s3):
+    sources = make_shards("none", utts_per_shard=5)
+    for i in (1, 2):
+        result = run_cli("convert", *sources, "-o", "s3://corpus/sliced", "-j", "1", "-q", "--split", f"{i}/2")
+        assert result.exit_code == 0, result.output
+    assert listing(s3, "corpus/sliced") == sorted(
+        [f"shards_{i:09d}.tar.zst" for i in range(3)]
+        + [f"convert.slice-{i}-of-2.json" for i in (1, 2)] + [f"data.slice-{i}-of-2.list" for i in (1, 2)])
