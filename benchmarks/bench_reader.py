@@ -1,0 +1,199 @@
+"""The reader's three targets, measured side by side in one run on the same corpus.
+
+    flock /tmp/shardkit-bench.lock .venv/bin/python benchmarks/bench_reader.py --corpus-mb 320 --repeat 3
+
+Generates (once, cached in --work-dir) a deterministic speech-like corpus of 16 kHz 16-bit WAV
+(shardkit.bench's generator: alternating short and long shards), packs it as plain tar, zst:3
+and bz2, then runs every row once per round, rounds interleaved, so machine noise hits all rows
+alike; reports medians and the spread. Every run must read every utterance (and decode every
+frame, where it decodes). MB/s are of the uncompressed WAV tar. Targets (the issue):
+
+1. plain-tar WAV read + decode >= 2 GB/s per core (about 5x tarfile + soundfile float32);
+2. zst:3 read + decode >= 0.8x zstd decompression alone;
+3. zst:3 with shardkit's reader >= 50x the WeNet-style bz2 + torchaudio path.
+
+These machines are shared and noisy: treat single figures with skepticism, compare within a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import sys
+import tarfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import machine_info  # noqa: E402
+
+from shardkit.bench import BenchSettings, build_formats, generate_corpus  # noqa: E402
+from shardkit.reader import ZSTD_READ_SIZE, iter_samples, reuse_freed_memory  # noqa: E402
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus-mb", type=float, default=320.0)
+    p.add_argument("--work-dir", default="/tmp/shardkit-bench-reader")
+    p.add_argument("--repeat", type=int, default=3, help="rounds (every row once per round)")
+    p.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
+                   help="tuned: shardkit.reader.reuse_freed_memory(), as ShardDataset's workers do")
+    p.add_argument("--skip-wenet", action="store_true", help="leave out the slow WeNet-style bz2 row")
+    p.add_argument("--json", help="also write the figures here")
+    return p.parse_args()
+
+
+def corpus(work: str, corpus_mb: float) -> tuple[dict, dict]:
+    marker = os.path.join(work, "corpus.json")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            saved = json.load(f)
+        if saved["corpus_mb"] == corpus_mb:
+            return saved["totals"], {k: v for k, v in saved["layout"].items()}
+    os.makedirs(work, exist_ok=True)
+    settings = BenchSettings(corpus_mb=corpus_mb, audio=("wav",), formats=("none", "zst:3", "bz2"))
+    totals = generate_corpus(work, settings, jobs=os.cpu_count() or 1)
+    layout = {spec: paths for (spec, _), paths in build_formats(work, settings, os.cpu_count() or 1).items()}
+    with open(marker, "w") as f:
+        json.dump({"corpus_mb": corpus_mb, "totals": totals, "layout": layout}, f)
+    return totals, layout
+
+
+def raw_read(paths):
+    buf = bytearray(1 << 20)
+    total = 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                total += n
+    return None, total
+
+
+def zstd_alone(paths):
+    """The fastest decompression python-zstandard offers: stream_reader.readinto a reused buffer."""
+    import zstandard
+
+    buf = bytearray(1 << 20)
+    total = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE)
+            while n := reader.readinto(buf):
+                total += n
+    return None, total
+
+
+def codec_reader(paths):
+    """shardkit.codecs' strict reader (ZstdFile), for comparison."""
+    from shardkit.codecs import iter_decompressed
+
+    total = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            total += sum(len(c) for c in iter_decompressed(f, shard=p))
+    return None, total
+
+
+def shardkit_read(paths, dtype="float32", decode=True):
+    count = frames = 0
+    for s in iter_samples(paths, dtype=dtype, decode=decode):
+        count += 1
+        frames += len(s["audio"]) if decode else 0
+    return count, frames
+
+
+def tarfile_soundfile(paths):
+    import soundfile as sf
+
+    count = frames = 0
+    for p in paths:
+        with tarfile.open(p, mode="r|*") as tar:
+            for m in tar:
+                data = tar.extractfile(m).read()
+                if m.name.endswith(".wav"):
+                    frames += len(sf.read(io.BytesIO(data), dtype="float32", always_2d=True)[0])
+                    count += 1
+    return count, frames
+
+
+def wenet_bz2(paths):
+    from shardkit.bench import wenet_reference
+
+    return wenet_reference(paths)
+
+
+def main(args) -> int:
+    if args.malloc == "tuned":
+        reuse_freed_memory()
+    totals, layout = corpus(args.work_dir, args.corpus_mb)
+    tar_bytes = totals["wav_tar_bytes"]
+    plain, zst, bz2 = layout["none"], layout["zst:3"], layout["bz2"]
+    rows = {
+        "plain: raw read (page cache)": (raw_read, plain, "bytes"),
+        "plain: shardkit float32": (shardkit_read, plain, "frames"),
+        "plain: shardkit int16": (lambda paths: shardkit_read(paths, "int16"), plain, "frames"),
+        "plain: tarfile + soundfile float32": (tarfile_soundfile, plain, "frames"),
+        "zst:3: zstd decompression alone (stream_reader)": (zstd_alone, zst, "bytes"),
+        "zst:3: shardkit.codecs reader (ZstdFile)": (codec_reader, zst, "bytes"),
+        "zst:3: shardkit read + group, no decode": (lambda paths: shardkit_read(paths, decode=False), zst, "count"),
+        "zst:3: shardkit float32": (shardkit_read, zst, "frames"),
+        "zst:3: shardkit int16": (lambda paths: shardkit_read(paths, "int16"), zst, "frames"),
+    }
+    if not args.skip_wenet:
+        rows["bz2: WeNet-style tarfile r:* + torchaudio.load"] = (wenet_bz2, bz2, "frames")
+    for fn, paths, _ in rows.values():  # warm-up on one shard: imports, FFmpeg loading, first allocations
+        fn(paths[:1])
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(args.repeat):
+        for name, (fn, paths, kind) in rows.items():
+            t0 = time.perf_counter()
+            count, amount = fn(paths)
+            times[name].append(time.perf_counter() - t0)
+            if kind == "bytes" and amount != tar_bytes:
+                raise SystemExit(f"{name}: read {amount} of {tar_bytes} bytes")
+            if kind != "bytes" and count != totals["utterances"]:
+                raise SystemExit(f"{name}: read {count} of {totals['utterances']} utterances")
+            if kind == "frames" and amount != totals["frames"]:
+                raise SystemExit(f"{name}: decoded {amount} of {totals['frames']} frames")
+    figures = {}
+    for name, ts in times.items():
+        median = statistics.median(ts)
+        figures[name] = {"mb_per_s": round(tar_bytes / median / 1e6, 1), "median_s": round(median, 4),
+                         "spread": round((max(ts) - min(ts)) / median, 3), "runs": len(ts),
+                         "hours_per_s": round(totals["seconds"] / 3600 / median, 3)}
+    mb = {name: f["mb_per_s"] for name, f in figures.items()}
+    targets = {
+        "plain float32 MB/s (>= 2000)": mb["plain: shardkit float32"],
+        "plain float32 vs tarfile + soundfile (about 5x)": round(mb["plain: shardkit float32"]
+                                                                 / mb["plain: tarfile + soundfile float32"], 2),
+        "zst:3 float32 vs zstd alone (>= 0.8)": round(mb["zst:3: shardkit float32"]
+                                                      / mb["zst:3: zstd decompression alone (stream_reader)"], 3),
+        "zst:3 int16 vs zstd alone": round(mb["zst:3: shardkit int16"]
+                                           / mb["zst:3: zstd decompression alone (stream_reader)"], 3),
+        "zst:3 float32 vs shardkit.codecs reader": round(mb["zst:3: shardkit float32"]
+                                                         / mb["zst:3: shardkit.codecs reader (ZstdFile)"], 3),
+    }
+    if not args.skip_wenet:
+        targets["zst:3 float32 vs WeNet-style bz2 (>= 50x)"] = round(
+            mb["zst:3: shardkit float32"] / mb["bz2: WeNet-style tarfile r:* + torchaudio.load"], 1)
+    result = {"machine": machine_info(), "malloc": args.malloc, "corpus": totals, "rounds": args.repeat,
+              "rows": figures, "targets": targets}
+    for name, f in figures.items():
+        print(json.dumps({"row": name, **f}))
+    print(f"\n| row | MB/s of tar | h/s | ± |\n|---|---:|---:|---:|")
+    for name, f in figures.items():
+        print(f"| {name} | {f['mb_per_s']:,.0f} | {f['hours_per_s']:.2f} | {f['spread'] * 50:.0f}% |")
+    print()
+    for name, value in targets.items():
+        print(f"- {name}: {value}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(parse_args()))
