@@ -20,7 +20,7 @@ from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .manifest import Journal, atomic_write_json, atomic_write_lines, load_json, prepare_out_dir
 from .split import slice_path, slice_record
-from .tario import DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_shard_members, open_shard, split_key
+from .tario import DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_shard_members, split_key
 
 MANIFEST = "convert.json"
 JOURNAL = ".convert.journal.jsonl"

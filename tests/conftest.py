@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import socket
 
 import pytest
 
@@ -37,3 +40,31 @@ def make_shards(tmp_path_factory):
 def shards_dir(make_shards):
     paths = make_shards("bz2")
     return os.path.dirname(paths[0])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str = "corpus"):
+    """An S3-compatible server (moto) on 127.0.0.1 with one bucket; yields (s3fs filesystem, options)."""
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    import boto3
+    import s3fs
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server._port}"
+        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                     region_name="us-east-1").create_bucket(Bucket=bucket)
+        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing",
+                   "client_kwargs": {"region_name": "us-east-1"}}
+        yield s3fs.S3FileSystem(skip_instance_cache=True, **options), options
+    finally:
+        server.stop()

@@ -2,7 +2,6 @@
 
 import json
 import logging
-import os
 import shutil
 
 import pytest

@@ -1,42 +1,23 @@
 """Proposed for the foundation owner: convert reads s3:// URLs and pipe: commands from a data.list."""
 
-import logging
 import os
 import shlex
-import socket
 
 import pytest
 from click.testing import CliRunner
+from conftest import moto_s3
 
 from shardkit.cli import main
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def s3(monkeypatch):
-    pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    import boto3
     import fsspec
-    import s3fs
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{server._port}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket="corpus")
-    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing",
-               "client_kwargs": {"region_name": "us-east-1"}}
-    # what FSSPEC_S3_ENDPOINT_URL=... (and credentials in AWS_*) give a real run
-    monkeypatch.setitem(fsspec.config.conf, "s3", options)
-    yield s3fs.S3FileSystem(skip_instance_cache=True, **options)
-    server.stop()
+    with moto_s3() as (fs, options):
+        # what FSSPEC_S3_ENDPOINT_URL=... (and credentials in AWS_*) give a real run
+        monkeypatch.setitem(fsspec.config.conf, "s3", options)
+        yield fs
 
 
 def test_convert_reads_s3_urls_and_pipes_like_local_files(make_shards, s3, tmp_path):

@@ -1,25 +1,24 @@
 """convert -o s3://...: shards, data.list and convert.json published through a temporary key (moto on 127.0.0.1)."""
 
 import json
-import logging
 import os
-import socket
 
 import pytest
 from click.testing import CliRunner
+from conftest import moto_s3
 
 from shardkit.cli import main
-from shardkit.convert import ConvertSettings, partial_path, remote_journal_dir, run_convert
+from shardkit.convert import (
+    ConvertSettings,
+    partial_path,
+    remote_journal_dir,
+    run_convert,
+)
 
 
 def run_cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -29,28 +28,16 @@ def s3():
     The config lives in this process only, so the runs below use -j 1: worker processes see a real
     store's settings through the environment and config files they inherit.
     """
-    pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    import boto3
     import fsspec.config
-    import s3fs
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{server._port}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket="corpus")
-    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing",
-               "client_kwargs": {"region_name": "us-east-1"}}
-    saved = fsspec.config.conf.get("s3")
-    fsspec.config.conf["s3"] = options
-    yield s3fs.S3FileSystem(skip_instance_cache=True, **options)
-    if saved is None:
-        fsspec.config.conf.pop("s3", None)
-    else:
-        fsspec.config.conf["s3"] = saved
-    server.stop()
+    with moto_s3() as (fs, options):
+        saved = fsspec.config.conf.get("s3")
+        fsspec.config.conf["s3"] = options
+        yield fs
+        if saved is None:
+            fsspec.config.conf.pop("s3", None)
+        else:
+            fsspec.config.conf["s3"] = saved
 
 
 def listing(fs, prefix):

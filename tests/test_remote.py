@@ -2,16 +2,22 @@
 
 import functools
 import http.server
-import logging
 import os
 import shlex
-import socket
 import threading
 
 import pytest
+from conftest import free_port, moto_s3
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.remote import input_info, is_local, is_pipe, is_url, open_input, publish_output
+from shardkit.remote import (
+    input_info,
+    is_local,
+    is_pipe,
+    is_url,
+    open_input,
+    publish_output,
+)
 from shardkit.tario import iter_shard_members, iter_tar_members, shard_reader
 
 
@@ -20,11 +26,6 @@ def members_via(path, **kwargs):
     with open_input(path, **kwargs) as f:
         return list(iter_tar_members(shard_reader(f, shard=path), shard=path))
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("path, url, pipe", [
@@ -122,22 +123,8 @@ def test_http_input_reads_the_same_members(make_shards, http_folder):
 
 @pytest.fixture(scope="module")
 def s3():
-    pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    import boto3
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{server._port}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket="corpus")
-    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing",
-               "client_kwargs": {"region_name": "us-east-1"}}
-    import s3fs
-
-    yield s3fs.S3FileSystem(skip_instance_cache=True, **options), options
-    server.stop()
+    with moto_s3() as pair:
+        yield pair
 
 
 @pytest.mark.parametrize("codec", ["zst", "bz2", "none"])

@@ -76,3 +76,18 @@ def jobs_option(f):
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True,
                         help="Print one JSON report on stdout and nothing else there.")(f)
+
+
+def executor_options(split_help: str, executor_help: str = "local: processes on this machine; ray: one Ray task "
+                     "per shard on a cluster (which must see the inputs and outputs at the same paths)."):
+    """--executor, --ray-address and --split, shared by the commands that scale past one machine."""
+
+    def decorate(f):
+        f = click.option("--split", default=None, metavar="I/N", help=split_help)(f)
+        f = click.option("--ray-address", default=None,
+                         help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, "
+                              "else a local instance].")(f)
+        return click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                            help=executor_help)(f)
+
+    return decorate

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
 
 
 def format_plan(summary: dict) -> str:
@@ -56,14 +56,7 @@ Examples:
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
 @click.option("--overwrite", is_flag=True, help="Rewrite shards a previous run already finished.")
 @jobs_option
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: processes on this machine; ray: one Ray task per shard on a cluster (which must see "
-                   "OUT_DIR and the sources at the same paths).")
-@click.option("--ray-address", default=None,
-              help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, else a local instance].")
-@click.option("--split", default=None, metavar="I/N",
-              help="Plan every shard, write only slice I of N of them (job arrays); join with "
-                   "`shardkit merge-reports OUT_DIR --command balance`.")
+@executor_options("Plan every shard, write only slice I of N of them (job arrays); join with " "`shardkit merge-reports OUT_DIR --command balance`.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level, remainder,

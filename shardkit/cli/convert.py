@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
 
 
 @click.command("convert", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -39,12 +39,7 @@ Examples:
               help="keep: members byte for byte; flac: PCM WAV -> FLAC (lossless, verified); wav: FLAC -> WAV.")
 @click.option("--flac-level", type=click.IntRange(0, 8), default=None,
               help="FLAC compression level 0-8 [default: libsndfile's].")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: processes on this machine; ray: one Ray task per shard on a cluster.")
-@click.option("--ray-address", default=None,
-              help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, else a local instance].")
-@click.option("--split", default=None, metavar="I/N",
-              help="Convert only slice I of N of the shard list (job arrays); join with `shardkit merge-reports`.")
+@executor_options("Convert only slice I of N of the shard list (job arrays); join with `shardkit merge-reports`.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, overwrite, salvage, max_member_bytes,

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
 
 
 @click.command("index", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -15,18 +15,12 @@ Examples:
   shardkit balance --corpus aishell=aishell.index.jsonl ... # later steps reuse the index
   shardkit index data.list -o all.jsonl --executor ray        # one Ray task per shard
   shardkit index data.list -o all.jsonl --split 2/3           # writes all.slice-2-of-3.jsonl
-  cat all.slice-{1,2,3}-of-3.jsonl > all.jsonl                # = the index of one run""")
+  cat all.slice-{{1,2,3}}-of-3.jsonl > all.jsonl                # = the index of one run""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Index file to write (.jsonl).")
 @click.option("--corpus", default=None, help="Corpus name for every utterance [default: each shard's folder name].")
 @jobs_option
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: processes on this machine; ray: one Ray task per shard on a cluster.")
-@click.option("--ray-address", default=None,
-              help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, else a local instance].")
-@click.option("--split", default=None, metavar="I/N",
-              help="Index only slice I of N of the shard list (job arrays) into OUTPUT's slice, "
-                   "<stem>.slice-I-of-N.jsonl; the slices concatenated in order are the whole index.")
+@executor_options("Index only slice I of N of the shard list (job arrays) into OUTPUT's slice, " "<stem>.slice-I-of-N.jsonl; the slices concatenated in order are the whole index.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, output, corpus, jobs, executor, ray_address, split, as_json, quiet):

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
 
 SHOWN_FINDINGS = 20
 
@@ -40,13 +40,7 @@ Examples:
                    "DIR/<stem>.rejects.tar[.ext] (the rest, untouched), plus DIR/rejects.jsonl and DIR/data.list.")
 @click.option("--max-member-bytes", type=click.IntRange(min=1), default=2 << 30, show_default=True,
               help="Report members larger than this instead of reading them (memory stays bounded).")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: processes on this machine; ray: one Ray task per shard on a cluster.")
-@click.option("--ray-address", default=None,
-              help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, else a local instance].")
-@click.option("--split", default=None, metavar="I/N",
-              help="Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes "
-                   "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
+@executor_options("Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes " "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, backend, jobs, sample_rate, channels, min_duration, max_duration, report_path, as_json,
             quarantine_dir, max_member_bytes, executor, ray_address, split, quiet):

@@ -1,0 +1,54 @@
+"""Every command has help with an example, is documented in the README, and exits 2 on usage errors."""
+
+import os
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from shardkit.cli import main
+
+README = open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8").read()
+
+
+def all_commands():
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        command = main.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            for sub in command.list_commands(ctx):
+                yield [name, sub]
+        else:
+            yield [name]
+
+
+COMMANDS = list(all_commands())
+
+
+def test_the_expected_commands_exist():
+    names = {" ".join(c) for c in COMMANDS}
+    for expected in ("convert", "validate", "index", "plan", "balance", "bench", "make", "verify", "merge-reports",
+                     "wenet enable-zstd", "wenet disable-zstd", "list check", "list rewrite", "list concat"):
+        assert expected in names
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_help_ends_with_an_example_and_readme_documents_it(path):
+    for flag in ("--help", "-h"):
+        result = CliRunner().invoke(main, [*path, flag])
+        assert result.exit_code == 0, result.output
+        assert "Example" in result.output, f"{' '.join(path)} --help has no example"
+    assert f"shardkit {' '.join(path)}" in README, f"README does not show `shardkit {' '.join(path)}`"
+
+
+@pytest.mark.parametrize("path", [c for c in COMMANDS if c != ["demo"]], ids=lambda c: " ".join(c))
+def test_unknown_option_is_a_usage_error(path):
+    result = CliRunner().invoke(main, [*path, "--no-such-option"])
+    assert result.exit_code == 2
+
+
+def test_top_level_help_and_version():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0 and "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors." in result.output
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("shardkit, version ")
