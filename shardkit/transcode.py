@@ -91,7 +91,12 @@ def transcode_member(name: str, data: bytes, target: str, flac_level: int | None
             info.update(reason="truncated WAV (header promises more frames than present)", problem=True)
             return name, data, info
     try:
-        samples, rate, subtype = read_pcm(data)
+        if fmt == "wav" and header.bits == 16:  # the common case, read straight from the bytes
+            samples = np.frombuffer(data, "<i2", header.frames_present * header.channels,
+                                    header.data_offset).reshape(-1, header.channels)
+            rate, subtype = header.sample_rate, "PCM_16"
+        else:
+            samples, rate, subtype = read_pcm(data)
     except AudioError as err:
         info.update(reason=err.reason, problem=True)
         return name, data, info
