@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import CONTEXT_SETTINGS, emit_json, json_option
+
+
+@click.command("loader-check", context_settings=CONTEXT_SETTINGS, epilog="""Exit codes: 0 every rank reads the same \
+number of utterances and batches, 1 they differ, 2 usage errors.
+
+\b
+Example:
+  shardkit loader-check data/train/data.list --world-size 8 --num-workers 4 --batch-size 16""")
+@click.argument("data_list", type=click.Path(exists=True, dir_okay=False))
+@click.option("--world-size", type=click.IntRange(min=1), required=True, help="Ranks (GPUs) to simulate.")
+@click.option("--num-workers", type=click.IntRange(min=0), required=True,
+              help="DataLoader worker processes per rank (0: read in the main process).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Utterances per batch (static batching, per worker, as WeNet's 'static' batch type).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Shuffle seed of the list.")
+@click.option("--epoch", type=click.IntRange(min=0), default=0, show_default=True, help="Epoch whose shuffle to read.")
+@json_option
+def command(data_list, world_size, num_workers, batch_size, seed, epoch, as_json):
+    """Read DATA_LIST through shardkit's torch dataset once per rank, as W x K consumers would.
+
+    Each rank of the simulated world gets a DataLoader with --num-workers workers; lines are
+    split by rank and worker as WeNet splits them. Reports utterances, batches and seconds per
+    rank, and whether every rank gets the same number of utterances and batches.
+    """
+    from ..loadercheck import run_loader_check
+
+    report = run_loader_check(data_list, world_size=world_size, num_workers=num_workers,
+                              batch_size=batch_size, seed=seed, epoch=epoch)
+    if as_json:
+        emit_json(report)
+    for r in report["ranks"]:
+        click.echo(f"rank {r['rank']}: {r['utterances']} utterances in {r['batches']} batches, "
+                   f"{r['seconds']:.1f} s of audio", err=True)
+    verdict = "every rank reads the same number of utterances and batches" if report["ok"] else \
+        "ranks differ: a training epoch would end with ranks waiting for the longest"
+    click.echo(f"loader check: {verdict} (rank seconds spread {report['rank_seconds_spread']})", err=True)
+    sys.exit(0 if report["ok"] else 1)

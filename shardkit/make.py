@@ -1,0 +1,589 @@
+"""make: a Kaldi data directory (wav.scp, text, optional segments) into WeNet-style shards.
+
+Four steps: ``match_utterances`` pairs transcripts with audio and lists what cannot be paired
+(pure); ``probe_recordings`` reads audio headers for durations; ``plan_shards`` cuts the
+utterances, in transcript order, into shards of about equal seconds or of a fixed count (pure);
+``make_shard`` writes one shard (a task: result dict, never an exception for bad data).
+``run_make`` ties them together like ``convert``: parallel, resumable, every file atomic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from . import __version__
+from .codecs import CODECS, open_writer
+from .convert import _HashingFile, file_sha256, partial_path
+from .errors import AudioError, ShardkitError, UsageError
+from .kaldi import Segment, WavEntry, parse_segments, parse_text, parse_wav_scp, read_table, run_pipe
+from .manifest import Journal, atomic_write_json, atomic_write_lines, fsync_dir, load_json, prepare_out_dir
+from .tario import AUDIO_EXTENSIONS, TarWriter
+
+MANIFEST = "make.json"
+JOURNAL = ".make.journal.jsonl"
+AUDIO_FORMATS = ("keep", "wav", "flac")
+DEFAULT_SHARD_SECONDS = 3600.0
+# Kaldi's extract-segments accepts a segment ending up to 0.5 s after its recording (--max-overshoot).
+MAX_SEGMENT_OVERSHOOT = 0.5
+_PROBE_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class MakeSettings:
+    codec: str = "zst"
+    level: int | None = 3
+    audio_format: str = "keep"  # keep: source bytes untouched; wav/flac: decoded and re-encoded as 16-bit PCM
+    resample: int | None = None
+    shard_duration: float | None = DEFAULT_SHARD_SECONDS
+    utts_per_shard: int | None = None
+    allow_pipes: bool = False
+    prefix: str = "shards_"
+
+    def output_affecting(self) -> dict:
+        return {"codec": self.codec, "level": self.level, "audio_format": self.audio_format,
+                "resample": self.resample}
+
+
+def finding(key: str, check: str, reason: str) -> dict:
+    return {"key": key, "check": check, "reason": reason}
+
+
+# ---------------------------------------------------------------- pairing (pure)
+
+def check_key(key: str) -> str | None:
+    """Why a key cannot name tar members (they would be unsafe to every reader), or None."""
+    if key.startswith("/") or "\\" in key or ".." in key.split("/"):
+        return f"key {key!r} would make an unsafe member name (absolute, backslash or '..')"
+    return None
+
+
+def match_utterances(wav: dict[str, WavEntry], texts: dict[str, str],
+                     segments: dict[str, Segment] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+    """Pair every transcript with its audio, in transcript order.
+
+    Returns ``(utterances, findings, warnings)``. An utterance is ``{"key", "text", "recording",
+    "start", "end"}`` (``start``/``end`` in seconds, None without segments). Findings name each key
+    that is skipped and why; a recording no segment uses is only a warning (Kaldi's own
+    ``fix_data_dir.sh`` drops those silently).
+    """
+    utterances: list[dict] = []
+    findings: list[dict] = []
+    for key, text in texts.items():
+        recording, start, end = key, None, None
+        if segments is not None:
+            segment = segments.get(key)
+            if segment is None:
+                findings.append(finding(key, "no_segment", "in text but not in segments"))
+                continue
+            recording, start, end = segment.recording, segment.start, segment.end
+        if recording not in wav:
+            where = "in text but not in wav.scp" if segments is None else \
+                f"its recording {recording!r} is not in wav.scp"
+            findings.append(finding(key, "no_audio", where))
+            continue
+        if not text.strip():
+            findings.append(finding(key, "empty_transcript", "empty transcript"))
+            continue
+        unsafe = check_key(key)
+        if unsafe:
+            findings.append(finding(key, "unsafe_key", unsafe))
+            continue
+        utterances.append({"key": key, "text": text, "recording": recording, "start": start, "end": end})
+    warnings: list[dict] = []
+    if segments is None:
+        findings += [finding(key, "no_transcript", "in wav.scp but not in text") for key in wav if key not in texts]
+    else:
+        findings += [finding(utt, "no_transcript", "in segments but not in text") for utt in segments
+                     if utt not in texts]
+        used = {s.recording for s in segments.values()}
+        warnings += [finding(key, "unused_recording", "in wav.scp but no segment uses it") for key in wav
+                     if key not in used]
+    return utterances, findings, warnings
+
+
+# ---------------------------------------------------------------- durations
+
+def probe_recording(entry: WavEntry) -> dict:
+    """Header facts of one recording: seconds, sample_rate, channels, and what identifies the source.
+
+    A pipe entry's command runs here for its header and again when its shard is written: nothing
+    is kept between the two (the audio may be large, and memory stays at one utterance).
+    """
+    import soundfile as sf
+
+    from .audio import probe
+
+    try:
+        if entry.is_pipe:
+            info = probe(run_pipe(entry.location, key=entry.key))
+            return {"seconds": info["duration"], "sample_rate": info["sample_rate"], "channels": info["channels"],
+                    "source": {"command": entry.location}}
+        st = os.stat(entry.location)
+        try:
+            info = sf.info(entry.location)
+        except Exception as err:  # libsndfile reports every failure as one generic error
+            raise AudioError(f"cannot read the audio header of {entry.location} ({err})") from err
+        if info.samplerate <= 0 or info.frames <= 0:
+            raise AudioError(f"{entry.location} holds no audio ({info.frames} frames)")
+        return {"seconds": info.frames / info.samplerate, "sample_rate": info.samplerate, "channels": info.channels,
+                "source": {"path": entry.location, "size": st.st_size, "mtime_ns": st.st_mtime_ns}}
+    except ShardkitError as err:
+        return {"error": err.reason}
+    except OSError as err:
+        return {"error": f"cannot read {entry.location} ({err.strerror or err})"}
+
+
+def _probe_chunk(entries: list[WavEntry]) -> list[dict]:
+    return [probe_recording(e) for e in entries]
+
+
+def attach_durations(utterances: list[dict], probes: dict[str, dict]) -> tuple[list[dict], list[dict]]:
+    """Give each utterance its ``seconds`` and source facts (pure); unreadable or out-of-range ones become findings."""
+    kept, findings = [], []
+    for utt in utterances:
+        info = probes[utt["recording"]]
+        if "error" in info:
+            findings.append(finding(utt["key"], "unreadable_audio", info["error"]))
+            continue
+        total = info["seconds"]
+        start, end = utt["start"], utt["end"]
+        if start is None:
+            seconds = total
+        else:
+            stop = total if end is None else end
+            if start >= total or stop > total + MAX_SEGMENT_OVERSHOOT:
+                findings.append(finding(utt["key"], "segment_out_of_range",
+                                        f"segment {start:g}-{stop:g} s lies outside recording {utt['recording']!r} "
+                                        f"({total:.3f} s)"))
+                continue
+            seconds = min(stop, total) - start
+        kept.append({**utt, "seconds": round(seconds, 6), "sample_rate": info["sample_rate"],
+                     "source": info["source"]})
+    return kept, findings
+
+
+# ---------------------------------------------------------------- planning (pure)
+
+def plan_shards(durations: list[float], *, shard_duration: float | None = None,
+                utts_per_shard: int | None = None) -> list[list[int]]:
+    """Cut utterance indices, in order, into shards; returns one index list per shard.
+
+    By count: ``utts_per_shard`` each (WeNet's rule), the last one shorter. By duration:
+    ``ceil(total / shard_duration)`` shards, cut where the running total is closest to each
+    multiple of ``total / n``, so all shards hold about equal seconds (never a small leftover);
+    a shard may exceed ``shard_duration`` by less than one utterance.
+    """
+    count = len(durations)
+    if count == 0:
+        return []
+    if utts_per_shard is not None:
+        if utts_per_shard < 1:
+            raise ValueError("utts_per_shard must be at least 1")
+        return [list(range(i, min(i + utts_per_shard, count))) for i in range(0, count, utts_per_shard)]
+    if shard_duration is None or shard_duration <= 0:
+        raise ValueError("shard_duration must be positive")
+    running = np.cumsum(np.asarray(durations, dtype=np.float64))
+    total = float(running[-1])
+    shards = min(count, max(1, math.ceil(total / shard_duration - 1e-9)))
+    cuts = [0]
+    for k in range(1, shards):
+        target = total * k / shards
+        cut = int(np.searchsorted(running, target))  # first index whose running total reaches target
+        if cut > 0 and target - running[cut - 1] < running[cut] - target:
+            cut -= 1
+        # each shard keeps at least one utterance, and leaves one for each shard after it
+        cut = min(max(cut + 1, cuts[-1] + 1), count - (shards - k))
+        cuts.append(cut)
+    cuts.append(count)
+    return [list(range(a, b)) for a, b in zip(cuts, cuts[1:])]
+
+
+def shard_fingerprint(utterances: list[dict], settings: MakeSettings) -> str:
+    """What a shard's bytes depend on: its utterances (text, source identity, cut) and the output settings."""
+    content = {"settings": settings.output_affecting(),
+               "utterances": [[u["key"], u["text"], u["source"], u["start"], u["end"]] for u in utterances]}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------- audio of one utterance
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    """Float samples in [-1, 1) to 16-bit PCM, clipping anything beyond full scale.
+
+    A plain ``(x * 32768).astype(int16)`` turns +1.0 into -32768 (a full-scale click of the
+    opposite sign); resampling overshoots full scale near clipped peaks, so this matters.
+    """
+    return np.clip(np.rint(samples.astype(np.float64) * 32768.0), -32768, 32767).astype(np.int16)
+
+
+def _keep_extension(location: str, fmt: str) -> str:
+    from .audio import EXTENSION_FORMATS
+
+    ext = os.path.splitext(location)[1].lstrip(".").lower()
+    return ext if ext in AUDIO_EXTENSIONS and EXTENSION_FORMATS.get(ext) == fmt else fmt
+
+
+def _source_bytes(utt: dict) -> bytes:
+    source = utt["source"]
+    if "command" in source:
+        return run_pipe(source["command"], key=utt["key"])
+    with open(source["path"], "rb") as f:
+        return f.read()
+
+
+def _read_samples(utt: dict) -> tuple[np.ndarray, int]:
+    """The utterance's samples as float32 (frames, channels), cut to its segment."""
+    import soundfile as sf
+
+    from .audio import decode
+
+    source = utt["source"]
+    if "command" in source:
+        samples, rate = decode(_source_bytes(utt), "float32")
+        first, last = _frame_range(utt, rate, len(samples))
+        return samples[first:last], rate
+    try:
+        with sf.SoundFile(source["path"]) as f:
+            rate = f.samplerate
+            first, last = _frame_range(utt, rate, f.frames)
+            f.seek(first)
+            samples = f.read(last - first, dtype="float32", always_2d=True)
+    except sf.LibsndfileError as err:
+        raise AudioError(f"soundfile cannot decode {source['path']} ({err})") from err
+    return samples, rate
+
+
+def _frame_range(utt: dict, rate: int, frames: int) -> tuple[int, int]:
+    if utt["start"] is None:
+        return 0, frames
+    first = min(frames, int(round(utt["start"] * rate)))
+    last = frames if utt["end"] is None else min(frames, int(round(utt["end"] * rate)))
+    return first, last
+
+
+def utterance_audio(utt: dict, settings: MakeSettings) -> tuple[str, bytes]:
+    """``(extension, audio bytes)`` of one utterance as it goes into the shard. Raises AudioError."""
+    from .audio import probe, sniff_format
+
+    if settings.audio_format == "keep":
+        data = _source_bytes(utt)
+        fmt = sniff_format(data)
+        if fmt is None:
+            raise AudioError("audio format not recognised from its bytes (not WAV, FLAC, Ogg, MP3, M4A, WMA)")
+        if fmt == "wav":
+            info = probe(data)
+            if info["frames_declared"] > info["frames"]:
+                raise AudioError(f"WAV header promises {info['frames_declared']} frames, the file holds "
+                                 f"{info['frames']} (truncated)")
+        location = utt["source"].get("path") or ""
+        return _keep_extension(location, fmt), data
+    samples, rate = _read_samples(utt)
+    if len(samples) == 0:
+        raise AudioError("no audio frames in the segment")
+    if settings.resample and settings.resample != rate:
+        import soxr
+
+        samples = soxr.resample(samples, rate, settings.resample, quality="HQ")
+        rate = settings.resample
+    from .synth import encode
+
+    return settings.audio_format, encode(to_int16(samples), rate, settings.audio_format, subtype="PCM_16")
+
+
+# ---------------------------------------------------------------- one shard
+
+def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict:
+    """Write one shard (``<key>.txt`` then ``<key>.<audio>`` per utterance) atomically.
+
+    An utterance whose audio cannot be read is skipped and listed; a shard left with no
+    utterance is not written (``status: empty``).
+    """
+    started = time.perf_counter()
+    result: dict = {"output": None, "status": "failed", "error": None, "utterances": 0, "seconds": 0.0,
+                    "tar_bytes": 0, "skipped": []}
+    tmp = partial_path(dst)
+    try:
+        with open(tmp, "wb") as raw:
+            hashing = _HashingFile(raw)
+            out = open_writer(hashing, settings.codec, settings.level)
+            tar = TarWriter(out)
+            for utt in utterances:
+                try:
+                    ext, audio = utterance_audio(utt, settings)
+                except AudioError as err:
+                    result["skipped"].append(finding(utt["key"], "unreadable_audio", err.reason))
+                    continue
+                except OSError as err:
+                    result["skipped"].append(finding(utt["key"], "unreadable_audio",
+                                                     f"cannot read {err.filename or ''} ({err.strerror or err})"))
+                    continue
+                tar.add(f"{utt['key']}.txt", utt["text"].encode("utf-8"))
+                tar.add(f"{utt['key']}.{ext}", audio)
+                result["utterances"] += 1
+                result["seconds"] += utt["seconds"]
+            result["tar_bytes"] = tar.close()
+            out.close()
+            raw.flush()
+            os.fsync(raw.fileno())
+        result["seconds"] = round(result["seconds"], 3)
+        if result["utterances"] == 0:
+            result["status"] = "empty"
+        else:
+            os.replace(tmp, dst)
+            fsync_dir(os.path.dirname(dst))
+            result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
+            result["status"] = "ok"
+    except ShardkitError as err:
+        result["error"] = str(err.located(shard=dst))
+    except OSError as err:
+        result["error"] = f"{dst}: {err.strerror or err}"
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    result["elapsed"] = round(time.perf_counter() - started, 4)
+    return result
+
+
+def _shard_task(args):
+    dst, utterances, settings, fingerprint = args
+    entry = make_shard(dst, utterances, settings)
+    entry["fingerprint"] = fingerprint
+    entry["keys"] = [u["key"] for u in utterances]
+    return entry
+
+
+def _still_valid(entry: dict | None, fingerprint: str) -> bool:
+    if not entry or entry.get("status") != "ok" or entry.get("fingerprint") != fingerprint:
+        return False
+    try:
+        if os.stat(entry["output"]["path"]).st_size != entry["output"]["size"]:
+            return False
+    except OSError:
+        return False
+    return file_sha256(entry["output"]["path"]) == entry["output"]["sha256"]
+
+
+# ---------------------------------------------------------------- the run
+
+@dataclass
+class MakeReport:
+    out_dir: str
+    data_list: str
+    manifest: str
+    shards: list[dict] = field(default_factory=list)
+    findings: list[dict] = field(default_factory=list)
+    warnings: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def skipped_utterances(self) -> list[dict]:
+        return self.findings + [s for e in self.shards for s in e.get("skipped", [])]
+
+    def summary(self) -> dict:
+        listed = [e for e in self.shards if e["status"] in ("ok", "skipped")]
+        counts = {s: sum(1 for e in self.shards if e["status"] == s) for s in ("ok", "skipped", "failed", "empty")}
+        skipped = self.skipped_utterances
+        return {
+            "command": "make",
+            "out_dir": self.out_dir,
+            "data_list": self.data_list,
+            "manifest": self.manifest,
+            "shards": len(listed),
+            "shard_status": counts,
+            "utterances": sum(e["utterances"] for e in listed),
+            "audio_seconds": round(sum(e["seconds"] for e in listed), 3),
+            "bytes_out": sum(e["output"]["size"] for e in listed),
+            "skipped_utterances": len(skipped),
+            "skipped_by_check": {c: sum(1 for s in skipped if s["check"] == c) for c in
+                                 sorted({s["check"] for s in skipped})},
+            "findings": skipped,
+            "warnings": len(self.warnings),
+            "failures": [{"shard": e["planned_path"], "error": e["error"]} for e in self.shards
+                         if e["status"] == "failed"],
+            "seconds": round(self.seconds, 3),
+        }
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.skipped_utterances or any(e["status"] == "failed" for e in self.shards) else 0
+
+
+def load_data_dir(wav_scp: str, text: str, segments: str | None) -> tuple[dict, dict, dict | None]:
+    return (parse_wav_scp(read_table(wav_scp), wav_scp), parse_text(read_table(text), text),
+            parse_segments(read_table(segments), segments) if segments else None)
+
+
+def check_settings(settings: MakeSettings, *, has_segments: bool) -> None:
+    if settings.codec not in CODECS:
+        raise UsageError(f"unknown codec {settings.codec!r}; choose from {', '.join(CODECS)}")
+    if settings.audio_format not in AUDIO_FORMATS:
+        raise UsageError(f"unknown audio format {settings.audio_format!r}; choose from {', '.join(AUDIO_FORMATS)}")
+    if settings.audio_format == "keep" and has_segments:
+        raise UsageError("--audio-format keep copies whole source files, but with --segments each utterance is "
+                         "cut from its recording and must be re-encoded: use --audio-format wav or flac")
+    if settings.audio_format == "keep" and settings.resample:
+        raise UsageError("--audio-format keep copies source bytes untouched, so it cannot --resample: "
+                         "use --audio-format wav or flac")
+    if (settings.shard_duration is None) == (settings.utts_per_shard is None):
+        raise UsageError("give one of --shard-duration and --utts-per-shard")
+
+
+def refuse_pipes(wav: dict[str, WavEntry], wav_scp: str) -> None:
+    pipes = [e for e in wav.values() if e.is_pipe]
+    if pipes:
+        first = pipes[0]
+        raise UsageError(f"line {first.line}: key {first.key!r} is a command pipe ({first.location} |)"
+                         f"{f' and {len(pipes) - 1} more entries are too' if len(pipes) > 1 else ''}; "
+                         f"shardkit make reads audio files only unless --allow-pipes lets it run these commands",
+                         shard=wav_scp)
+
+
+class _SharedPool:
+    """One process pool for probing and writing, started only when a phase has parallel work
+    (starting forkserver workers costs about half a second on a small machine)."""
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self._pool = None
+
+    def get(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            import multiprocessing
+
+            context = multiprocessing.get_context("forkserver")
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=context)
+        return self._pool
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+
+def probe_recordings(entries: list[WavEntry], pool: _SharedPool) -> dict[str, dict]:
+    chunks = [entries[i:i + _PROBE_CHUNK] for i in range(0, len(entries), _PROBE_CHUNK)]
+    if pool.jobs == 1 or len(chunks) == 1:
+        results = [_probe_chunk(c) for c in chunks]
+    else:
+        results = list(pool.get().map(_probe_chunk, chunks))
+    return {e.key: info for chunk, infos in zip(chunks, results) for e, info in zip(chunk, infos)}
+
+
+def run_make(
+    wav_scp: str,
+    text: str,
+    out_dir: str,
+    settings: MakeSettings,
+    *,
+    segments: str | None = None,
+    jobs: int | None = None,
+    overwrite: bool = False,
+    on_plan: Callable[[int], None] | None = None,
+    on_result: Callable[[dict], None] | None = None,
+) -> MakeReport:
+    """Pack a Kaldi data directory into shards under ``out_dir``; see the module docstring."""
+    check_settings(settings, has_segments=segments is not None)
+    wav, texts, segs = load_data_dir(wav_scp, text, segments)
+    if not settings.allow_pipes:
+        refuse_pipes(wav, wav_scp)
+    if not texts:
+        raise UsageError("holds no transcripts", shard=text)
+    out_dir = prepare_out_dir(out_dir)
+    started = time.perf_counter()
+    with _SharedPool(max(1, jobs or os.cpu_count() or 1)) as pool:
+        return _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, overwrite=overwrite,
+                     on_plan=on_plan, on_result=on_result, started=started)
+
+
+def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *, overwrite, on_plan, on_result,
+          started) -> MakeReport:
+    utterances, findings, warnings = match_utterances(wav, texts, segs)
+    needed = list(dict.fromkeys(u["recording"] for u in utterances))
+    # relative paths are relative to where the command runs, as in Kaldi recipes
+    probes = probe_recordings([wav[r] if wav[r].is_pipe else replace(wav[r], location=os.path.abspath(wav[r].location))
+                               for r in needed], pool)
+    utterances, unreadable = attach_durations(utterances, probes)
+    findings += unreadable
+
+    plan = plan_shards([u["seconds"] for u in utterances], shard_duration=settings.shard_duration,
+                       utts_per_shard=settings.utts_per_shard)
+    suffix = ".tar" + CODECS[settings.codec].suffix
+    tasks = []
+    for i, indices in enumerate(plan):
+        members = [utterances[j] for j in indices]
+        dst = os.path.join(out_dir, f"{settings.prefix}{i:09d}{suffix}")
+        tasks.append((dst, members, settings, shard_fingerprint(members, settings)))
+
+    manifest_path = os.path.join(out_dir, MANIFEST)
+    journal = Journal(os.path.join(out_dir, JOURNAL))
+    previous: dict[str, dict] = {}
+    if not overwrite:
+        for entry in (load_json(manifest_path) or {}).get("shards", []) + journal.load():
+            if entry.get("output"):
+                previous[entry["output"]["path"]] = entry
+    for dst, *_ in tasks:  # leftovers of a killed run
+        if os.path.exists(partial_path(dst)):
+            os.unlink(partial_path(dst))
+    if on_plan:
+        on_plan(len(tasks))
+
+    results: dict[int, dict] = {}
+    todo = []
+    for i, task in enumerate(tasks):
+        entry = previous.get(task[0])
+        if not overwrite and _still_valid(entry, task[3]):
+            results[i] = {**entry, "status": "skipped"}
+            if on_result:
+                on_result(results[i])
+        else:
+            todo.append((i, task))
+
+    def finish(i, entry):
+        entry["planned_path"] = tasks[i][0]
+        results[i] = entry
+        journal.append(entry)
+        if on_result:
+            on_result(entry)
+
+    try:
+        if min(pool.jobs, len(todo)) <= 1:
+            for i, task in todo:
+                finish(i, _shard_task(task))
+        else:
+            futures = {pool.get().submit(_shard_task, task): i for i, task in todo}
+            for future in as_completed(futures):
+                finish(futures[future], future.result())
+    finally:
+        journal.close(remove=False)
+
+    ordered = [results[i] for i in range(len(tasks))]
+    for i, entry in enumerate(ordered):
+        entry.setdefault("planned_path", tasks[i][0])
+    report = MakeReport(out_dir=out_dir, data_list=os.path.join(out_dir, "data.list"), manifest=manifest_path,
+                        shards=ordered, findings=findings, warnings=warnings,
+                        seconds=time.perf_counter() - started)
+    atomic_write_lines(report.data_list, [e["output"]["path"] for e in ordered if e["status"] in ("ok", "skipped")])
+    recorded = [{**e, "status": "ok"} if e["status"] == "skipped" else e for e in ordered]
+    atomic_write_json(manifest_path, {
+        "tool": "shardkit", "version": __version__, "command": "make",
+        "inputs": {"wav_scp": os.path.abspath(wav_scp), "text": os.path.abspath(text),
+                   "segments": os.path.abspath(segments) if segments else None},
+        "settings": asdict(settings),
+        "summary": {k: v for k, v in report.summary().items() if k not in ("findings",)},
+        "findings": report.skipped_utterances,
+        "warnings": warnings,
+        "shards": recorded,
+    })
+    journal.close(remove=True)
+    return report
