@@ -183,7 +183,7 @@ def main(args) -> int:
               "rows": figures, "targets": targets}
     for name, f in figures.items():
         print(json.dumps({"row": name, **f}))
-    print(f"\n| row | MB/s of tar | h/s | ± |\n|---|---:|---:|---:|")
+    print("\n| row | MB/s of tar | h/s | ± |\n|---|---:|---:|---:|")
     for name, f in figures.items():
         print(f"| {name} | {f['mb_per_s']:,.0f} | {f['hours_per_s']:.2f} | {f['spread'] * 50:.0f}% |")
     print()

@@ -668,7 +668,7 @@ class _SourceReader:
         self._fds: dict[str, int] = {}
 
     def member(self, shard: str, name: str, offset: int, size: int) -> bytes:
-        from .tario import _octal
+        from .tario import parse_number_field
 
         path = self._read_paths.get(shard, shard)
         fd = self._fds.pop(shard, None)
@@ -690,7 +690,7 @@ class _SourceReader:
         ok = len(data) == size and stored and name.encode("utf-8", "surrogateescape").startswith(stored)
         if ok:
             try:
-                ok = _octal(header[124:136], "size") == size
+                ok = parse_number_field(header[124:136], "size") == size
             except ShardkitError:
                 ok = False
         if not ok:
@@ -743,7 +743,7 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     nothing is written (``status: skipped``).
     """
     from .codecs import open_writer
-    from .convert import _HashingFile, combine_digests, file_sha256, member_digest, partial_path, read_member_digests
+    from .convert import HashingFile, combine_digests, file_sha256, member_digest, partial_path, read_member_digests
     from .manifest import fsync_dir
     from .tario import TarWriter, split_key
 
@@ -764,7 +764,7 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
                 pass
         written = []
         with open(tmp, "wb") as raw:
-            hashing = _HashingFile(raw)
+            hashing = HashingFile(raw)
             out = open_writer(hashing, settings.codec, settings.level)
             tar = TarWriter(out)
             for record, copy in records:

@@ -44,7 +44,7 @@ class ConvertSettings:
                 "flac_level": self.flac_level, "max_member_bytes": self.max_member_bytes}
 
 
-class _HashingFile:
+class HashingFile:
     """Binary output that hashes and counts what passes through it."""
 
     def __init__(self, f):
@@ -151,7 +151,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
         pending_key = None
         samples = 0
         with open(tmp, "wb") as raw:
-            hashing = _HashingFile(raw)
+            hashing = HashingFile(raw)
             out = open_writer(hashing, settings.codec, settings.level)
             tar = TarWriter(out)
 
@@ -454,14 +454,14 @@ def remove_temporary_keys(outputs: list[str]) -> None:
 
     Only the names of these outputs: another job of the array may be publishing its own there now.
     """
-    from .remote import _filesystem
+    from .remote import filesystem
 
     folders: dict[str, set[str]] = {}
     for dst in outputs:
         folder, _, name = dst.rpartition("/")
         folders.setdefault(folder, set()).add(name)
     for folder, names in folders.items():
-        fs, key = _filesystem(folder, None)
+        fs, key = filesystem(folder, None)
         try:
             fs.invalidate_cache(key)
             listed = fs.ls(key, detail=False)

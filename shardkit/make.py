@@ -22,7 +22,7 @@ import numpy as np
 
 from . import __version__
 from .codecs import CODECS, open_writer
-from .convert import _HashingFile, file_sha256, partial_path
+from .convert import HashingFile, file_sha256, partial_path
 from .errors import AudioError, ShardkitError, UsageError
 from .kaldi import Segment, WavEntry, parse_segments, parse_text, parse_wav_scp, read_table, run_pipe
 from .manifest import Journal, atomic_write_json, atomic_write_lines, fsync_dir, load_json, prepare_out_dir
@@ -313,7 +313,7 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
     tmp = partial_path(dst)
     try:
         with open(tmp, "wb") as raw:
-            hashing = _HashingFile(raw)
+            hashing = HashingFile(raw)
             out = open_writer(hashing, settings.codec, settings.level)
             tar = TarWriter(out)
             for utt in utterances:

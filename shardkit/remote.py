@@ -50,7 +50,7 @@ def _fsspec():
     return fsspec
 
 
-def _filesystem(url: str, storage_options: dict | None):
+def filesystem(url: str, storage_options: dict | None):
     fsspec = _fsspec()
     try:
         return fsspec.core.url_to_fs(url, **(storage_options or {}))
@@ -81,7 +81,7 @@ def open_input(path: str, *, storage_options: dict | None = None) -> io.Buffered
             raise ShardkitError("is a directory, not a shard", shard=path) from None
         except OSError as err:
             raise ShardkitError(f"cannot open ({_describe(err)})", shard=path) from None
-    fs, key = _filesystem(path, storage_options)
+    fs, key = filesystem(path, storage_options)
     try:
         raw = fs.open(key, "rb", block_size=_READ_BUFFER)
     except Exception as err:  # drivers raise their own families (botocore, aiohttp, OSError)
@@ -203,7 +203,7 @@ def input_info(path: str, *, storage_options: dict | None = None) -> dict:
         except OSError as err:
             raise ShardkitError(_describe(err), shard=path) from None
         return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    fs, key = _filesystem(path, storage_options)
+    fs, key = filesystem(path, storage_options)
     try:
         info = fs.info(key)
     except Exception as err:
@@ -235,7 +235,7 @@ def publish_output(local_tmp_path: str, dest: str, *, storage_options: dict | No
             raise ShardkitError(f"cannot publish ({_describe(err)})", shard=dest) from err
         fsync_dir(os.path.dirname(os.path.abspath(dest)))
         return
-    fs, key = _filesystem(dest, storage_options)
+    fs, key = filesystem(dest, storage_options)
     folder, name = key.rsplit("/", 1) if "/" in key else ("", key)
     temp_key = f"{folder}/.{name}.{uuid.uuid4().hex}.partial" if folder else f".{name}.{uuid.uuid4().hex}.partial"
     try:

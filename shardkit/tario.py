@@ -63,7 +63,7 @@ class ChunkReader:
         self._buf, self._pos = b"", 0
 
 
-def _octal(field: bytes, what: str) -> int:
+def parse_number_field(field: bytes, what: str) -> int:
     if field[:1] in (b"\x80", b"\xff"):  # GNU base-256 for sizes over 8 GiB
         value = int.from_bytes(field[1:], "big")
         return value - (1 << (8 * len(field) - 8)) if field[:1] == b"\xff" else value
@@ -143,11 +143,11 @@ def iter_tar_members(
             return
         index += 1
         try:
-            stored = _octal(header[148:156], "checksum")
+            stored = parse_number_field(header[148:156], "checksum")
             if stored != sum(header) - sum(header[148:156]) + 256:
                 if stored != _signed_sum(header[:148]) + 256 + _signed_sum(header[156:]):
                     raise TarFormatError("damaged tar header (checksum mismatch)")
-            size = _octal(header[124:136], "size")
+            size = parse_number_field(header[124:136], "size")
         except TarFormatError as err:
             if index == 1:
                 raise TarFormatError("not a tar archive (no valid tar header at the start)", shard=shard) from None

@@ -91,3 +91,37 @@ def executor_options(split_help: str, executor_help: str = "local: processes on 
                             help=executor_help)(f)
 
     return decorate
+
+
+class ShardProgress:
+    """A tqdm bar on stderr, one tick per finished shard: ``on_plan``/``on_result`` for the library.
+
+    ``byte_key`` names a result field of uncompressed bytes to show a MB/s rate; a result whose
+    ``status`` is "failed" has its ``error`` written above the bar.
+    """
+
+    def __init__(self, desc: str, *, quiet: bool = False, byte_key: str | None = None, min_total: int = 1):
+        self.desc, self.quiet, self.byte_key, self.min_total = desc, quiet, byte_key, min_total
+        self.bar = None
+        self.bytes = 0
+
+    def on_plan(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, unit="shard", file=sys.stderr, dynamic_ncols=True, desc=self.desc,
+                        disable=self.quiet or total < self.min_total)
+
+    def on_result(self, entry: dict) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        if self.byte_key:
+            self.bytes += entry.get(self.byte_key) or 0
+            elapsed = self.bar.format_dict["elapsed"] or 1e-9
+            self.bar.set_postfix_str(f"{self.bytes / elapsed / 1e6:.1f} MB/s", refresh=False)
+        if entry.get("status") == "failed" and entry.get("error"):
+            self.bar.write(f"failed: {entry['error']}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -84,9 +84,8 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     from ..balance import parse_corpus_spec, run_balance
     from ..codecs import parse_codec_spec
     from ..errors import UsageError
-    from .plan import format_figures
-
     from ..split import parse_split
+    from .plan import format_figures
 
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, executor_options, jobs_option, json_option
 
 
 @click.command("convert", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -57,8 +57,6 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     """
     import os
 
-    from tqdm import tqdm
-
     from ..codecs import parse_codec_spec
     from ..convert import ConvertSettings, run_convert
     from ..errors import UsageError
@@ -77,27 +75,11 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     if audio == "flac" and name != "none" and not quiet:
         click.echo("note: FLAC members gain ~1% from further compression; --codec none keeps shards plain "
                    "and fastest to read.", err=True)
-    bar = None
-    state = {"bytes": 0}
-
-    def on_plan(total):
-        nonlocal bar
-        bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="convert")
-
-    def on_result(entry):
-        state["bytes"] += entry.get("tar_bytes", 0)
-        if bar is not None:
-            bar.update(1)
-            elapsed = bar.format_dict["elapsed"] or 1e-9
-            bar.set_postfix_str(f"{state['bytes'] / elapsed / 1e6:.1f} MB/s", refresh=False)
-            if entry["status"] == "failed":
-                bar.write(f"failed: {entry['error']}", file=sys.stderr)
-
+    progress = ShardProgress("convert", quiet=quiet, byte_key="tar_bytes")
     report = run_convert(list(shards), out_dir, settings, jobs=jobs, keep_tree=keep_tree, overwrite=overwrite,
-                         on_result=on_result, on_plan=on_plan, executor=executor, ray_address=ray_address,
-                         split=split_slice)
-    if bar is not None:
-        bar.close()
+                         on_result=progress.on_result, on_plan=progress.on_plan, executor=executor,
+                         ray_address=ray_address, split=split_slice)
+    progress.close()
     summary = report.summary()
     if as_json:
         emit_json(summary)

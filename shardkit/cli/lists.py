@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, jobs_option, json_option
 
 
 @click.group("list", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -37,25 +37,13 @@ def check(lists, jobs, max_member_bytes, as_json, quiet):
     a path and shards listed twice are reported as WeNet would meet them. URLs are not checked.
     Exit 1 if any line is bad.
     """
-    from tqdm import tqdm
 
     from ..lists import check_lists
 
-    bar = None
-
-    def on_plan(total):
-        nonlocal bar
-        bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet or total < 2, dynamic_ncols=True,
-                   desc="check")
-
-    def on_result(entry):
-        if bar is not None:
-            bar.update(1)
-
-    report = check_lists(list(lists), jobs=jobs, max_member_bytes=max_member_bytes, on_result=on_result,
-                         on_plan=on_plan)
-    if bar is not None:
-        bar.close()
+    progress = ShardProgress("check", quiet=quiet, min_total=2)
+    report = check_lists(list(lists), jobs=jobs, max_member_bytes=max_member_bytes, on_result=progress.on_result,
+                         on_plan=progress.on_plan)
+    progress.close()
     summary = report.summary()
     if as_json:
         emit_json(summary)

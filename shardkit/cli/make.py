@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, jobs_option, json_option
 
 
 @click.command("make", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -48,7 +48,6 @@ def command(wav_scp, text, segments, out_dir, shard_duration, utts_per_shard, co
     transcripts and unreadable audio are skipped, named in make.json, and make the exit code 1.
     Writes go to a temporary name, are fsynced and renamed; a rerun skips finished shards.
     """
-    from tqdm import tqdm
 
     from ..codecs import parse_codec_spec
     from ..errors import UsageError
@@ -63,22 +62,10 @@ def command(wav_scp, text, segments, out_dir, shard_duration, utts_per_shard, co
         audio_format = "wav" if segments or resample else "keep"
     settings = MakeSettings(codec=codec_name, level=level, audio_format=audio_format, resample=resample,
                             shard_duration=shard_duration, utts_per_shard=utts_per_shard, allow_pipes=allow_pipes)
-    bar = None
-
-    def on_plan(total):
-        nonlocal bar
-        bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="make")
-
-    def on_result(entry):
-        if bar is not None:
-            bar.update(1)
-            if entry["status"] == "failed":
-                bar.write(f"failed: {entry['error']}", file=sys.stderr)
-
+    progress = ShardProgress("make", quiet=quiet)
     report = run_make(wav_scp, text, out_dir, settings, segments=segments, jobs=jobs, overwrite=overwrite,
-                      on_plan=on_plan, on_result=on_result)
-    if bar is not None:
-        bar.close()
+                      on_plan=progress.on_plan, on_result=progress.on_result)
+    progress.close()
     summary = report.summary()
     if as_json:
         emit_json(summary)

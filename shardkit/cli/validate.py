@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
+from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, executor_options, jobs_option, json_option
 
 SHOWN_FINDINGS = 20
 
@@ -56,8 +56,6 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     """
     import os
 
-    from tqdm import tqdm
-
     from ..errors import UsageError
     from ..manifest import atomic_write_json
     from ..split import parse_split, slice_path
@@ -78,20 +76,11 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
                               max_duration=max_duration, max_member_bytes=max_member_bytes,
                               threads=1 if executor == "ray" else max(1, (os.cpu_count() or 1) // jobs_n))
-    bar = None
-
-    def on_plan(total):
-        nonlocal bar
-        bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="validate")
-
-    def on_result(result):
-        if bar is not None:
-            bar.update(1)
-
-    report = run_validate(list(shards), options, jobs=jobs, quarantine_dir=quarantine_dir, on_plan=on_plan,
-                          on_result=on_result, executor=executor, ray_address=ray_address, split=split_slice)
-    if bar is not None:
-        bar.close()
+    progress = ShardProgress("validate", quiet=quiet)
+    report = run_validate(list(shards), options, jobs=jobs, quarantine_dir=quarantine_dir,
+                          on_plan=progress.on_plan, on_result=progress.on_result, executor=executor,
+                          ray_address=ray_address, split=split_slice)
+    progress.close()
     document = report.to_json()
     if report_path is not None:
         atomic_write_json(report_path, document)
