@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import machine_info, make_corpus  # noqa: E402
+from common import emit_results, machine_info, make_corpus  # noqa: E402
 
 
 def tar_bytes(paths):
@@ -149,11 +149,7 @@ def main(argv=None):
             "size_bytes": os.path.getsize(big),
         }
         shutil.rmtree(out + "-big", ignore_errors=True)
-    text = json.dumps(results, indent=2)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    emit_results(results, args.json_out)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import machine_info, make_corpus  # noqa: E402
+from common import emit_results, machine_info, make_corpus  # noqa: E402
 
 
 def shardkit(*args) -> dict:
@@ -157,11 +157,7 @@ def main(argv=None):
     for j in jobs:
         out["validate"][j]["speedup_vs_j1"] = out["validate"][jobs[0]]["seconds"] / out["validate"][j]["seconds"]
     loader_list(zst_list, out["corpus"]["utterances"], out, hours, args)
-    text = json.dumps(out, indent=2)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    emit_results(out, args.json_out)
 
 
 if __name__ == "__main__":

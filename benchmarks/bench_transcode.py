@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import machine_info, make_corpus  # noqa: E402
+from common import emit_results, machine_info, make_corpus  # noqa: E402
 
 
 def convert(paths, out_dir, *args):
@@ -122,11 +122,7 @@ def main(argv=None):
             "flac_in_plain_tar": flac_report["bytes_out"] / tar_bytes,
         },
     }
-    text = json.dumps(result, indent=2)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    emit_results(result, args.json_out)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,12 @@ def make_corpus(out_dir: str, *, total_mb: float, shards: int, codec: str = "bz2
     with open(marker, "w") as f:
         json.dump({"args": [total_mb, shards, codec, level, audio_format], "paths": paths}, f)
     return paths
+
+
+def emit_results(results: dict, json_out: str | None) -> None:
+    """Print the figures as JSON on stdout, and also write them to ``json_out`` when given."""
+    text = json.dumps(results, indent=2)
+    if json_out:
+        with open(json_out, "w") as f:
+            f.write(text + "\n")
+    print(text)

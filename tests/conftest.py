@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import socket
+import tarfile
 
 import pytest
 
@@ -68,3 +70,14 @@ def moto_s3(bucket: str = "corpus"):
         yield s3fs.S3FileSystem(skip_instance_cache=True, **options), options
     finally:
         server.stop()
+
+
+def tar_bytes(members, fmt=tarfile.GNU_FORMAT) -> bytes:
+    """A tar written by the standard library (the reference writer), members as (name, bytes)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

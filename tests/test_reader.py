@@ -3,6 +3,7 @@ import tarfile
 
 import numpy as np
 import pytest
+from conftest import tar_bytes
 
 from shardkit.audio import decode
 from shardkit.errors import AudioError, CorruptStreamError, ShardkitError, TarFormatError, UnsafeMemberError, UsageError
@@ -81,45 +82,35 @@ def test_data_list_path_is_read(make_shards):
     assert len(list(iter_samples(os.path.join(os.path.dirname(paths[0]), "data.list")))) == 14
 
 
-def _tar(members, fmt=tarfile.GNU_FORMAT):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def test_fast_member_parser_hands_unusual_members_to_the_strict_reader():
     wav = encode(speech_like(0.2, 16000, 1), 16000)
     long_key = "corpus/" + "speaker-with-a-very-long-name-" * 4 + "utt1"
     members = [("a/k-1.txt", b"one"), ("a/k-1.wav", wav), (long_key + ".txt", b"two"), (long_key + ".wav", wav),
                ("b/x.y-3.txt", b"three"), ("b/x.y-3.wav", wav)]
     for fmt in (tarfile.GNU_FORMAT, tarfile.PAX_FORMAT):
-        assert list(iter_members_fast(io.BytesIO(_tar(members, fmt)))) == members
+        assert list(iter_members_fast(io.BytesIO(tar_bytes(members, fmt)))) == members
     with pytest.raises(UnsafeMemberError, match="path traversal"):
-        list(iter_members_fast(io.BytesIO(_tar([("ok.txt", b"1"), ("../evil.wav", b"2")]))))
+        list(iter_members_fast(io.BytesIO(tar_bytes([("ok.txt", b"1"), ("../evil.wav", b"2")]))))
     skipped = []
-    got = list(iter_members_fast(io.BytesIO(_tar([("ok.txt", b"1"), ("../evil.wav", b"2"), ("z.txt", b"3")])),
+    got = list(iter_members_fast(io.BytesIO(tar_bytes([("ok.txt", b"1"), ("../evil.wav", b"2"), ("z.txt", b"3")])),
                                  on_error=skipped.append))
     assert got == [("ok.txt", b"1"), ("z.txt", b"3")] and skipped[0].member == "../evil.wav"
 
 
 def test_damaged_header_and_truncation_raise(tmp_path):
-    blob = bytearray(_tar([("a.txt", b"1"), ("a.wav", b"x" * 3000)]))
+    blob = bytearray(tar_bytes([("a.txt", b"1"), ("a.wav", b"x" * 3000)]))
     blob[512 * 2 + 5] ^= 0x55  # the second header's name: its checksum no longer matches
     with pytest.raises(TarFormatError, match=r"damaged tar header #2 \(checksum mismatch"):
         list(iter_members_fast(io.BytesIO(bytes(blob)), shard="s.tar"))
     with pytest.raises(TarFormatError, match="truncated"):
-        list(iter_members_fast(io.BytesIO(_tar([("a.wav", b"x" * 5000)])[:2000])))
+        list(iter_members_fast(io.BytesIO(tar_bytes([("a.wav", b"x" * 5000)])[:2000])))
 
 
 def _zst_shard(tmp_path, members, name="s.tar.zst"):
     import zstandard
 
     path = tmp_path / name
-    path.write_bytes(zstandard.ZstdCompressor(level=3, write_checksum=True).compress(_tar(members)))
+    path.write_bytes(zstandard.ZstdCompressor(level=3, write_checksum=True).compress(tar_bytes(members)))
     return str(path)
 
 
@@ -127,7 +118,7 @@ def test_zstd_truncation_is_caught_even_at_a_member_boundary(tmp_path):
     import zstandard
 
     wav = encode(speech_like(0.5, 16000, 2), 16000)
-    plain = _tar([("k1.txt", b"a"), ("k1.wav", wav), ("k2.txt", b"b"), ("k2.wav", wav)])
+    plain = tar_bytes([("k1.txt", b"a"), ("k1.wav", wav), ("k2.txt", b"b"), ("k2.wav", wav)])
     cut_at_boundary = plain[:plain.index(b"k2.txt") ]  # ends right after member k1.wav: no tar damage
     for blob in (plain[: len(plain) // 2], cut_at_boundary):
         data = zstandard.ZstdCompressor(level=3).compress(blob)

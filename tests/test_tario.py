@@ -3,20 +3,11 @@ import os
 import tarfile
 
 import pytest
+from conftest import tar_bytes
 
 from shardkit.codecs import CODECS, detect_codec, iter_decompressed, open_writer, parse_codec_spec
 from shardkit.errors import CorruptStreamError, TarFormatError, UnsafeMemberError, UsageError
 from shardkit.tario import ChunkReader, TarWriter, group_samples, iter_shard_members, iter_tar_members, split_key
-
-
-def _tar_bytes(members, fmt=tarfile.GNU_FORMAT):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 @pytest.mark.parametrize("codec", list(CODECS))
@@ -51,7 +42,7 @@ def test_reader_matches_tarfile_including_long_names(fmt):
     members = [("a/b-1.txt", b"hello"), ("a/b-1.wav", os.urandom(1025)), (long + ".txt", b""), (long + ".wav", b"x" * 512)]
     if fmt == tarfile.USTAR_FORMAT:
         members = members[:2]
-    blob = _tar_bytes(members, fmt)
+    blob = tar_bytes(members, fmt)
     assert list(iter_tar_members(io.BytesIO(blob))) == members
     assert list(iter_tar_members(ChunkReader(blob[i:i + 333] for i in range(0, len(blob), 333)))) == members
 
@@ -74,7 +65,7 @@ def test_writer_is_deterministic_and_readable_by_tarfile():
 
 @pytest.mark.parametrize("name", ["../evil.wav", "/etc/passwd", "a/../../b.txt"])
 def test_unsafe_names_are_refused(name):
-    blob = _tar_bytes([("ok.txt", b"1"), (name, b"2")])
+    blob = tar_bytes([("ok.txt", b"1"), (name, b"2")])
     with pytest.raises(UnsafeMemberError) as err:
         list(iter_tar_members(io.BytesIO(blob), shard="s.tar"))
     assert name in str(err.value) and "s.tar" in str(err.value)
@@ -99,14 +90,14 @@ def test_links_devices_and_dirs_are_refused_or_skipped_by_policy(kind):
 
 
 def test_damaged_header_and_not_a_tar():
-    blob = bytearray(_tar_bytes([("a.txt", b"1"), ("b.txt", b"2")]))
+    blob = bytearray(tar_bytes([("a.txt", b"1"), ("b.txt", b"2")]))
     blob[1024 + 10] ^= 0xFF  # second header's name: checksum no longer matches
     with pytest.raises(TarFormatError, match="checksum"):
         list(iter_tar_members(io.BytesIO(bytes(blob))))
     with pytest.raises(TarFormatError, match="not a tar"):
         list(iter_tar_members(io.BytesIO(b"hello world" * 100)))
     with pytest.raises(TarFormatError, match="truncated"):
-        list(iter_tar_members(io.BytesIO(_tar_bytes([("a.wav", b"x" * 5000)])[:2000])))
+        list(iter_tar_members(io.BytesIO(tar_bytes([("a.wav", b"x" * 5000)])[:2000])))
 
 
 def test_grouping_follows_wenet_rule():
