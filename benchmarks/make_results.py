@@ -24,8 +24,8 @@ commands to record it are in "Scaling".
 | convert | one job bz2 -> zst:3 >= 1.2x `lbzip2 -dc -n1 \\| zstd -3 -T1` | 1.23x (default threads); 0.80x pinned to 1 thread (limit: indexed_bzip2 alone is 1.06x) | met with default |
 | convert | two jobs on two cores >= 1.7x one job | 1.84x (1.87x in bench_scaling) | met |
 | convert | peak memory < 200 MB converting a 1 GB shard | 42.5 MB | met |
-| transcode | bz2 -> FLAC-in-tar >= 0.8x of bz2 decode + FLAC encode | 0.78x verified (ceiling 0.86x), 0.88x `--no-verify` | not met verified |
-| transcode | WAV tar -> FLAC-in-tar >= 1 h/s per core | 0.36 h/s verified, 0.58 unverified (libsndfile encodes 1.07 h/s) | not met |
+| transcode | bz2 -> FLAC-in-tar >= 0.8x of bz2 decode + FLAC encode | 0.77-0.78x verified (ceiling ~0.85x), 0.88-0.91x `--no-verify` | met unverified only |
+| transcode | WAV tar -> FLAC-in-tar >= 1 h/s per core | 0.36-0.40 h/s verified, 0.58-0.67 unverified (libsndfile encodes 1.04-1.07 h/s) | not met |
 | validate | soundfile on plain WAV >= 10x WeNet-way checks | 42.6x | met |
 | balance | plan 1.3 M utterances < 10 s, < 1 GB | 5.0 s, 441 MB (dry run from index) | met |
 | reader | plain WAV read + decode >= 2 GB/s per core | 2.86 GB/s (8.4x tarfile + soundfile) | met |
