@@ -4,33 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-
-def machine_info() -> dict:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import numpy
-    import soundfile
-    import zstandard
-
-    info = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": numpy.__version__,
-            "soundfile": soundfile.__version__, "libsndfile": soundfile.__libsndfile_version__,
-            "zstandard": zstandard.__version__, "platform": platform.platform()}
-    try:
-        import indexed_bzip2
-
-        info["indexed_bzip2"] = getattr(indexed_bzip2, "__version__", "?")
-    except ImportError:
-        pass
-    return info
+from shardkit.bench import machine_info  # noqa: F401  (one description of the machine for every benchmark)
 
 
 def timed(fn, *, repeat: int = 3, min_seconds: float = 0.0) -> dict:

@@ -507,7 +507,7 @@ def check_index_slices(corpus: str, index_files: Sequence[str]) -> None:
 
 def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> MixColumns:
     """Read each corpus' index files into arrays; one line parsed at a time (the hot loop of a dry run)."""
-    from .index import loads, parse_index_line
+    from .index import loads, open_index, parse_index_line
 
     shards: list[str] = []
     shard_ids: dict[str, int] = {}
@@ -520,11 +520,7 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> 
             file_id = len(files)
             files.append(path)
             offset = 0
-            try:
-                f = open(path, "rb", buffering=1 << 20)
-            except OSError as err:
-                raise UsageError(f"cannot open index ({err.strerror or err})", shard=path) from None
-            with f:
+            with open_index(path) as f:
                 for number, line in enumerate(f, 1):
                     try:
                         record = loads(line)

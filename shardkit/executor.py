@@ -121,24 +121,21 @@ def _hand_back(completions, window: _Window, total: int, ordered: bool, on_resul
     next_index = 0
     with closing(completions):  # an early stop shuts the pool down or cancels the Ray tasks
         for index, result in completions:
-            if not ordered:
+            if ordered:
+                held[index] = result
+                ready = []
+                while next_index in held:
+                    ready.append((next_index, held.pop(next_index)))
+                    next_index += 1
+            else:
+                ready = [(index, result)]
+            for done_index, done in ready:
                 window.outstanding -= 1
-                if isinstance(result, _Raised):
-                    raise result.error
+                if isinstance(done, _Raised):
+                    raise done.error
                 if on_result:
-                    on_result(index, result)
-                yield index, result
-                continue
-            held[index] = result
-            while next_index in held:
-                result = held.pop(next_index)
-                window.outstanding -= 1
-                if isinstance(result, _Raised):
-                    raise result.error
-                if on_result:
-                    on_result(next_index, result)
-                yield next_index, result
-                next_index += 1
+                    on_result(done_index, done)
+                yield done_index, done
     assert not held and (not ordered or next_index == total), "ordered hand-back lost a result"
 
 

@@ -221,15 +221,19 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, 
     return report
 
 
-def iter_index(path: str) -> Iterator[dict]:
-    """Records of an index file, in order; a damaged line is an error naming the file and line."""
+def open_index(path: str):
+    """An index file opened for reading lines as bytes; a failure is a UsageError naming it."""
     from .errors import UsageError
 
     try:
-        f = open(path, "rb", buffering=1 << 20)
+        return open(path, "rb", buffering=1 << 20)
     except OSError as err:
         raise UsageError(f"cannot open index ({err.strerror or err})", shard=path) from None
-    with f:
+
+
+def iter_index(path: str) -> Iterator[dict]:
+    """Records of an index file, in order; a damaged line is an error naming the file and line."""
+    with open_index(path) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

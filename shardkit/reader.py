@@ -290,18 +290,22 @@ def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
     one when several, as in WeNet), any other extension is carried along as bytes. An utterance
     without transcript or audio is an error (WeNet crashes or drops it).
     """
+    def finish(utt: dict, problem: ShardkitError | None) -> dict | None:
+        try:
+            return _finish(utt, problem)
+        except ShardkitError as err:
+            if on_error is None:
+                raise
+            on_error(err)
+            return None
+
     utt: dict | None = None
     problem: ShardkitError | None = None
     for name, data in members:
         key, ext = split_key(name)
         if utt is None or utt["key"] != key:
-            if utt is not None:
-                try:
-                    yield _finish(utt, problem)
-                except ShardkitError as err:
-                    if on_error is None:
-                        raise
-                    on_error(err)
+            if utt is not None and (done := finish(utt, problem)) is not None:
+                yield done
             utt, problem = {"key": key, "shard": shard}, None
         if ext == "txt":
             utt["txt"] = data
@@ -313,13 +317,8 @@ def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
                                     member=name)
         else:
             utt[ext] = bytes(data)
-    if utt is not None:
-        try:
-            yield _finish(utt, problem)
-        except ShardkitError as err:
-            if on_error is None:
-                raise
-            on_error(err)
+    if utt is not None and (done := finish(utt, problem)) is not None:
+        yield done
 
 
 # ---------------------------------------------------------------------------------------------
