@@ -18,7 +18,8 @@ from .codecs import CODECS, open_writer
 from .errors import ShardkitError, UsageError, VerificationError
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
-from .manifest import Journal, atomic_write_json, atomic_write_lines, load_json, prepare_out_dir
+from .lifecycle import (AtomicFile, Journal, OutputLock, atomic_write_json, atomic_write_lines, claim_output,
+                        load_json, os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts)
 from .split import slice_path, slice_record
 from .tario import DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_shard_members, split_key
 
@@ -79,10 +80,10 @@ def read_member_digests(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER
 
 
 def partial_path(dst: str) -> str:
-    """Where ``dst`` is written before it is renamed (or, for a URL, uploaded) into place.
+    """The fixed temporary name earlier versions wrote ``dst`` under (``lifecycle.temp_path`` now
+    gives one unique to each write); ``lifecycle.remove_leftovers`` removes both kinds.
 
-    Beside a local ``dst``; for a URL, a local file named after it in the temporary folder
-    (``TMPDIR``), the same for every run, so a rerun overwrites what a killed one left there.
+    Beside a local ``dst``; for a URL, a local file named after it in the temporary folder.
     """
     from .remote import is_url
 
@@ -138,9 +139,8 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
     result: dict = {"source": {"path": src}, "output": None, "status": "failed", "error": None,
                     "members": 0, "samples": 0, "tar_bytes": 0, "members_digest": None, "lost": None,
                     "transcoded": None}
-    from .remote import is_local, publish_output
+    from .remote import is_local
 
-    tmp = partial_path(dst)
     try:
         result["source"] = _source_info(src)
         if is_local(dst):
@@ -150,8 +150,8 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
         pending: list[tuple[str, bytes]] = []
         pending_key = None
         samples = 0
-        with open(tmp, "wb") as raw:
-            hashing = HashingFile(raw)
+        with AtomicFile(dst) as target:
+            hashing = HashingFile(target.file)
             out = open_writer(hashing, settings.codec, settings.level)
             tar = TarWriter(out)
 
@@ -184,29 +184,28 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                 pending.clear()
             result["tar_bytes"] = tar.close()
             out.close()
-            raw.flush()
-            os.fsync(raw.fileno())
-        result["members"] = len(written)
-        result["samples"] = samples
-        result["members_digest"] = combine_digests(written)
-        if transcode_info:
-            result["transcoded"] = transcode_info
-        if settings.verify:
-            back = read_member_digests(tmp, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
-            if back != written:
-                mismatch = next((a[0] for a, b in zip(written, back) if a != b), None)
-                raise VerificationError(f"written shard does not read back as written "
-                                        f"({len(back)} vs {len(written)} members)", shard=dst, member=mismatch)
-        publish_output(tmp, dst)  # local: rename and fsync the folder; URL: temporary key, then move
+            result["members"] = len(written)
+            result["samples"] = samples
+            result["members_digest"] = combine_digests(written)
+            if transcode_info:
+                result["transcoded"] = transcode_info
+
+            def verify(tmp):
+                back = read_member_digests(tmp, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
+                if back != written:
+                    mismatch = next((a[0] for a, b in zip(written, back) if a != b), None)
+                    raise VerificationError(f"written shard does not read back as written "
+                                            f"({len(back)} vs {len(written)} members)", shard=dst, member=mismatch)
+
+            # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
+            target.commit(verify if settings.verify else None)
         result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
         result["status"] = "salvaged" if result["lost"] else "ok"
     except ShardkitError as err:
         result["error"] = str(err.located(shard=src))
     except OSError as err:
-        result["error"] = f"{src}: {err.strerror or err}" + (f" ({err.filename})" if err.filename else "")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        where = f" ({err.filename})" if err.filename else f" (writing {dst})"
+        result["error"] = f"{src}: {os_reason(err)}{where}"
     result["seconds"] = round(time.perf_counter() - started, 4)
     return result
 
@@ -264,6 +263,7 @@ class ConvertReport:
             "manifest": self.manifest,
             "shards": len(self.shards),
             **counts,
+            "this_run": this_run_counts(self.shards),
             "members": sum(e["members"] for e in self.shards),
             "samples": sum(e["samples"] for e in self.shards),
             "bytes_in": sum(e["source"].get("size") or 0 for e in self.shards),  # None: a pipe
@@ -318,8 +318,7 @@ def run_convert(
     shards = expand_shards(shard_args)
     suffix = ".tar" + CODECS[settings.codec].suffix
     outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree)
-    if any((os.path.abspath(s) if is_local(s) else s) == o for s, o in zip(shards, outputs)):
-        raise UsageError("an output would overwrite its input; choose another OUT_DIR")
+    claim_output(out_dir, list(shard_args) + shards, outputs, what="OUT_DIR")
     if is_url(out_dir):
         # the journal stays on this machine (a store has no fsynced append); a rerun elsewhere
         # resumes from the convert.json the last finished run published
@@ -342,15 +341,34 @@ def run_convert(
         manifest_path, data_list, journal_path = (slice_path(path, *split)
                                                   for path in (manifest_path, data_list, journal_path))
         reports.insert(0, manifest_path)
+    # one run per folder and slice at a time; a URL's folder is locked through its local journal folder
+    lock = OutputLock(os.path.dirname(journal_path), "convert", split).acquire()
+    try:
+        return _convert_claimed(shards, outputs, settings, out_dir=out_dir, reports=reports, journal_path=journal_path,
+                                manifest_path=manifest_path, data_list=data_list, slice_info=slice_info,
+                                overwrite=overwrite, jobs=jobs, executor=executor, ray_address=ray_address,
+                                on_plan=on_plan, on_result=on_result)
+    finally:
+        lock.release()
+        if is_url(out_dir):
+            try:
+                os.rmdir(os.path.dirname(journal_path))
+            except OSError:  # another slice's journal is still there
+                pass
+
+
+def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_path, manifest_path, data_list,
+                     slice_info, overwrite, jobs, executor, ray_address, on_plan, on_result) -> ConvertReport:
+    """The part of ``run_convert`` that runs while this run holds the output folder's lock."""
+    from .remote import is_url
+
     journal = Journal(journal_path)
     previous = {}
     if not overwrite:
         for entry in [e for path in reports for e in (load_report(path) or {}).get("shards", [])] + journal.load():
             if entry.get("output"):
                 previous[entry["output"]["path"]] = entry
-    for dst in outputs:  # leftovers of a killed run
-        if os.path.exists(partial_path(dst)):
-            os.unlink(partial_path(dst))
+    remove_leftovers(outputs)  # temporary files of a killed run (its lock died with it)
     if is_url(out_dir):
         remove_temporary_keys(outputs)
 
@@ -362,13 +380,14 @@ def run_convert(
     for i, (src, dst) in enumerate(zip(shards, outputs)):
         entry = previous.get(dst)
         if not overwrite and entry and entry["source"].get("path") == src and _still_valid(entry, src, dst, settings):
-            results[i] = {**entry, "status": "skipped", "previous_status": entry["status"]}
+            results[i] = {**entry, "status": "skipped", "previous_status": entry["status"], "this_run": "skipped"}
             if on_result:
                 on_result(results[i])
         else:
             todo.append((i, (src, dst, settings)))
 
     def finish(i, entry):
+        entry["this_run"] = this_run(entry["status"])
         results[i] = entry
         journal.append(entry)
         if on_result:
@@ -397,13 +416,9 @@ def run_convert(
         libraries["libsndfile"] = libsndfile_version()
     write_report_file(manifest_path, atomic_write_json, {
         "tool": "shardkit", "version": __version__, "command": "convert", "settings": {**asdict(settings)},
-        "libraries": libraries, "shards": recorded, **({"slice": slice_info} if slice_info else {})})
+        "libraries": libraries, "shards": recorded,
+        **({"slice": slice_info} if slice_info else {})})
     journal.close(remove=True)
-    if is_url(out_dir):
-        try:
-            os.rmdir(os.path.dirname(journal_path))
-        except OSError:  # another slice's journal is still there
-            pass
     return report
 
 
@@ -434,19 +449,8 @@ def load_report(path: str) -> dict | None:
 
 
 def write_report_file(path: str, write: Callable[[str, object], None], payload) -> None:
-    """``write(path, payload)`` atomically; for a URL, to a local file first, then published."""
-    from .remote import is_local, publish_output
-
-    if is_local(path):
-        write(path, payload)
-        return
-    local = partial_path(path)
-    try:
-        write(local, payload)
-        publish_output(local, path)
-    finally:
-        if os.path.exists(local):
-            os.unlink(local)
+    """``write(path, payload)`` with a ``lifecycle.atomic_write_*``: a local path or a URL alike."""
+    write(path, payload)
 
 
 def remove_temporary_keys(outputs: list[str]) -> None:

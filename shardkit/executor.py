@@ -23,6 +23,7 @@ the task's shard, or as ``TaskFailedError`` naming the shard and the exception.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from contextlib import closing
 from typing import Any, Callable, Iterable, Iterator
@@ -157,8 +158,8 @@ def _iter_pool(fn, tasks, jobs: int, window: _Window, retries: int, initializer,
     from concurrent.futures.process import BrokenProcessPool
 
     def new_pool():
-        kwargs = {"initializer": initializer, "initargs": initargs} if initializer is not None else {}
-        return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver"), **kwargs)
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=forkserver_context(), initializer=_pool_worker_init,
+                                   initargs=(os.getpid(), initializer, initargs))
 
     pool = new_pool()
     pending: dict = {}  # future -> task index
@@ -210,6 +211,90 @@ def _iter_pool(fn, tasks, jobs: int, window: _Window, retries: int, initializer,
             pool = new_pool()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+# --- workers that die with their parent --------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+WATCHDOG_SECONDS = 0.5
+
+
+def die_with_parent(signal_number: int | None = None) -> bool:
+    """Ask the kernel to kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``).
+
+    Returns False where there is no such call (not Linux); the caller's watchdog still works.
+    """
+    import signal
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal_number or signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def watch_parent(pid: int, interval: float = WATCHDOG_SECONDS) -> None:
+    """A daemon thread that kills this process (and any child it started in its process group
+    is left to PR_SET_PDEATHSIG) as soon as process ``pid`` is gone."""
+    import signal
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(interval)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os.kill(os.getpid(), signal.SIGKILL)
+            except PermissionError:  # pid reused by another user's process: ours is gone
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="shardkit-parent-watchdog", daemon=True).start()
+
+
+def _pool_worker_init(main_pid: int, initializer, initargs) -> None:
+    """First thing in every pool worker: die with the forkserver (PDEATHSIG) and with the main
+    process (watchdog: the worker's parent is the forkserver, not the main process)."""
+    die_with_parent()
+    if os.getppid() == 1 or not _alive(main_pid):
+        os._exit(1)
+    watch_parent(main_pid)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def forkserver_context():
+    """The forkserver multiprocessing context, whose server process dies with this one.
+
+    The server imports ``shardkit._deathsig`` first, which sets its PR_SET_PDEATHSIG: a kill -9
+    of the main process then ends the forkserver, and with it (PDEATHSIG again) every worker, and
+    the resource tracker, whose last writers they were. A rerun right after finds no one writing.
+    """
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    preload = ["shardkit._deathsig"]
+    try:
+        from multiprocessing import forkserver
+
+        current = list(getattr(forkserver._forkserver, "_preload_modules", []) or [])
+    except (ImportError, AttributeError):
+        current = []
+    if "shardkit._deathsig" not in current:
+        context.set_forkserver_preload(current + preload)
+    return context
 
 
 # --- Ray ---------------------------------------------------------------------------------------

@@ -227,13 +227,15 @@ def publish_output(local_tmp_path: str, dest: str, *, storage_options: dict | No
     if is_pipe(dest):
         raise UsageError("an output cannot be a pipe: command", shard=dest)
     if not is_url(dest):
-        from .manifest import fsync_dir
-
         try:
             os.replace(local_tmp_path, dest)
+            folder = os.open(os.path.dirname(os.path.abspath(dest)), os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
         except OSError as err:
             raise ShardkitError(f"cannot publish ({_describe(err)})", shard=dest) from err
-        fsync_dir(os.path.dirname(os.path.abspath(dest)))
         return
     fs, key = filesystem(dest, storage_options)
     folder, name = key.rsplit("/", 1) if "/" in key else ("", key)

@@ -1,0 +1,530 @@
+"""The run lifecycle every command that writes goes through: claim, lock, atomic write, journal, report.
+
+Layers: shared I/O (codecs, tar, audio, remote) below, one module per command above. A writing
+command does, in this order:
+
+1. ``claim_output(out_dir, inputs, outputs)`` (folders) or ``claim_output_file(path, inputs)``
+   (single files: ``--report``, ``index -o``, ``list ... -o``): real paths are compared, so a
+   symlinked or ``..``-spelled output folder that *is* an input's folder is refused (exit 2,
+   naming both), and so is an output file that is an input file (same real path, or the same
+   inode: a hard link). Outputs beside or below the inputs stay allowed.
+2. ``OutputLock(out_dir, command, split)``: an exclusive ``flock`` on ``OUT_DIR/.shardkit-COMMAND
+   [.slice-I-of-N].lock``, which holds the holder's pid, host and start time. A second run of the
+   same command and slice refuses at once (exit 2) naming them; a lock file left by a dead run
+   (the kernel dropped its lock with the process) is taken over with a note. Worker processes
+   never hold it (the descriptor is close-on-exec and forkserver/Ray workers do not inherit it).
+3. ``AtomicFile(dst)`` / ``atomic_write_*``: a temporary name unique to this write
+   (``.NAME.<random>.partial`` beside ``dst``; for a URL, in ``TMPDIR``), fsync, ``verify(tmp)``
+   before the final name, rename (or publish to the store), fsync the folder. An ``OSError``
+   becomes ``OutputError`` naming the path (ENOSPC, EACCES, EROFS, a vanished folder) and the
+   temporary file is removed. ``remove_leftovers(outputs)`` deletes what killed runs left.
+4. ``Journal``: JSON lines, one per finished task, fsynced; a killed run resumes from it.
+5. Report: each shard entry gets ``this_run``: ``done`` (this run wrote it), ``skipped`` (an
+   earlier run wrote it and it still checks out) or ``failed`` (this run tried and failed);
+   ``this_run_counts`` sums them.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+from typing import Callable, Iterable, Sequence
+
+from .errors import ShardkitError, UsageError
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+PARTIAL_SUFFIX = ".partial"
+RUN_STATES = ("done", "skipped", "failed")
+
+
+class OutputError(UsageError):
+    """An output cannot be written: no space, no permission, read-only, its folder vanished (exit 2)."""
+
+    check = "output"
+
+
+def os_reason(err: OSError) -> str:
+    """The words for an OSError: ``No space left on device``, ``Read-only file system``, ..."""
+    return err.strerror or str(err) or type(err).__name__
+
+
+def output_error(err: OSError, path: str, doing: str = "cannot write") -> OutputError:
+    reason = os_reason(err)
+    if err.errno == errno.ENOENT:
+        reason = "its folder vanished" if not os.path.isdir(os.path.dirname(os.path.abspath(path)) or ".") \
+            else reason
+    out = OutputError(f"{doing} ({reason})", shard=path)
+    out.__cause__ = err
+    return out
+
+
+def note(message: str) -> None:
+    """A one-line notice on stderr (never stdout: --json owns it)."""
+    sys.stderr.write(f"note: {message}\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------------- claim
+
+
+def _local(path: str) -> bool:
+    return "://" not in path and not path.rstrip().endswith("|")
+
+
+def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (), *,
+                 what: str = "the output folder") -> None:
+    """Refuse (UsageError, exit 2) an output folder that is, by real path, the folder of an input,
+    or an output file that is an input file (same real path or the same inode).
+
+    ``inputs`` are shard or list paths (URLs and pipes are skipped); ``outputs`` the planned files.
+    """
+    if not _local(out_dir):
+        return
+    out_real = os.path.realpath(out_dir)
+    inputs = [p for p in inputs if _local(os.fspath(p))]
+    real_inputs: dict[str, str] = {}
+    for path in inputs:
+        real = os.path.realpath(path)
+        real_inputs.setdefault(real, path)
+        folder = os.path.dirname(real)
+        if folder == out_real or os.path.dirname(os.path.abspath(path)) == out_real:
+            raise UsageError(f"{what} {out_dir} is the folder of input {path} (both are {out_real} by real path), "
+                             f"so outputs could overwrite inputs; choose another folder", shard=out_dir)
+    _claim_files(outputs, real_inputs)
+
+
+def claim_output_file(out_path: str, inputs: Iterable[str]) -> None:
+    """Refuse a single output file that is one of ``inputs`` (real path or inode), or a folder."""
+    if not _local(out_path):
+        return
+    if os.path.isdir(out_path):
+        raise UsageError("names a folder; give a file name", shard=out_path)
+    real_inputs = {}
+    for path in inputs:
+        if _local(os.fspath(path)):
+            real_inputs.setdefault(os.path.realpath(path), path)
+    _claim_files([out_path], real_inputs)
+
+
+def _claim_files(outputs: Sequence[str], real_inputs: dict[str, str]) -> None:
+    existing = []
+    for out in outputs:
+        if not _local(out):
+            continue
+        real = os.path.realpath(out)
+        if real in real_inputs:
+            raise UsageError(f"output {out} is input {real_inputs[real]} (real path {real}); writing it would "
+                             f"destroy the input: choose another output", shard=out)
+        try:
+            st = os.stat(out)
+        except OSError:
+            continue
+        existing.append((out, (st.st_dev, st.st_ino)))
+    if not existing:
+        return
+    inodes = {}
+    for real, path in real_inputs.items():
+        try:
+            st = os.stat(real)
+        except OSError:
+            continue
+        inodes.setdefault((st.st_dev, st.st_ino), path)
+    for out, ident in existing:
+        if ident in inodes:
+            raise UsageError(f"output {out} is input {inodes[ident]} (the same file: a hard link); writing it would "
+                             f"destroy the input: choose another output", shard=out)
+
+
+def prepare_out_dir(out_dir: str) -> str:
+    """Create OUT_DIR if needed and prove it is writable; a UsageError says why not."""
+    out_dir = os.path.abspath(out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        probe = os.path.join(out_dir, f".write-probe.{secrets.token_hex(6)}")
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UsageError(f"output folder is not writable ({os_reason(err)})", shard=out_dir) from None
+    return out_dir
+
+
+# --------------------------------------------------------------------------------- lock
+
+_HELD: set[str] = set()  # lock files this process holds: flock would let a second open in-process through
+
+
+def lock_name(command: str, split: tuple[int, int] | None = None) -> str:
+    return f".shardkit-{command}.lock" if split is None else f".shardkit-{command}.slice-{split[0]}-of-{split[1]}.lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class OutputLock:
+    """Exclusive lock on an output folder for one command (and ``--split`` slice); a context manager.
+
+    ``flock`` on a lock file that records pid, host, command and start time. On Linux NFS clients
+    flock is carried as a whole-file POSIX lock (NLM on NFSv3, the protocol's own locks on v4), so
+    runs on different nodes exclude each other; on a mount with ``nolock`` (or ``local_lock``)
+    locks are only seen on one node. Where locking is refused (ENOLCK), the file's pid/host decide:
+    a live holder on this host, or any holder on another host, refuses; a dead one is taken over.
+    """
+
+    def __init__(self, out_dir: str, command: str, split: tuple[int, int] | None = None):
+        self.path = os.path.join(os.path.abspath(out_dir), lock_name(command, split))
+        self.command = command
+        self.split = split
+        self._fd: int | None = None
+        self.took_over: dict | None = None
+
+    def _holder_text(self, holder: dict | None) -> str:
+        if not holder:
+            return "another process (no pid recorded yet)"
+        started = holder.get("started")
+        since = f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}" if started else ""
+        return f"pid {holder.get('pid')} on host {holder.get('host')}{since}"
+
+    @staticmethod
+    def _read(fd: int) -> dict | None:
+        try:
+            os.lseek(fd, 0, os.SEEK_SET)
+            data = os.read(fd, 4096)
+            return json.loads(data) if data.strip() else None
+        except (OSError, ValueError):
+            return None
+
+    def _refuse(self, holder: dict | None) -> UsageError:
+        slice_text = f" (slice {self.split[0]} of {self.split[1]})" if self.split else ""
+        return UsageError(f"another shardkit {self.command} run{slice_text} is writing this folder: "
+                          f"{self._holder_text(holder)} holds {os.path.basename(self.path)}; wait for it to "
+                          f"finish or stop it, then run again", shard=os.path.dirname(self.path))
+
+    def acquire(self) -> "OutputLock":
+        import fcntl
+
+        if self.path in _HELD:
+            raise self._refuse({"pid": os.getpid(), "host": socket.gethostname()})
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~_UMASK)
+            except OSError as err:
+                raise output_error(err, self.path, "cannot create the lock file") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                holder = self._read(fd)
+                os.close(fd)
+                if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise self._refuse(holder) from None
+                if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    self._without_flock(holder)
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~_UMASK)
+                else:
+                    raise output_error(err, self.path, "cannot lock") from None
+            # the previous holder may have removed the file between our open and our lock
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        previous = self._read(fd)
+        if previous:
+            self.took_over = previous
+            note(f"{self.path}: took over a stale lock of {self._holder_text(previous)} "
+                 f"(that run ended without releasing it)")
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
+                  "split": list(self.split) if self.split else None, "started": time.time()}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record, sort_keys=True) + "\n").encode(), 0)
+            os.fsync(fd)
+        except OSError as err:
+            os.close(fd)
+            raise output_error(err, self.path, "cannot write the lock file") from None
+        self._fd = fd
+        _HELD.add(self.path)
+        return self
+
+    def _without_flock(self, holder: dict | None) -> None:
+        if holder and (holder.get("host") != socket.gethostname() or _pid_alive(int(holder.get("pid") or 0))):
+            raise UsageError(f"this filesystem refuses locks and {self._holder_text(holder)} is recorded in "
+                             f"{self.path}; if that run is gone, remove the file and run again",
+                             shard=os.path.dirname(self.path))
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)  # before the unlock, so a waiter that got the old inode retries
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+        _HELD.discard(self.path)
+
+    def __enter__(self) -> "OutputLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+# --------------------------------------------------------------------------------- atomic files
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_path(dst: str) -> str:
+    """A temporary name for ``dst`` unique to this write: ``.NAME.<random>.partial`` beside it
+    (for a URL, in the local temporary folder)."""
+    token = secrets.token_hex(6)
+    if not _local(dst):
+        import hashlib
+        import tempfile
+
+        digest = hashlib.sha256(dst.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), f".shardkit-{digest}-{os.path.basename(dst)}.{token}{PARTIAL_SUFFIX}")
+    return os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.{token}{PARTIAL_SUFFIX}")
+
+
+def remove_leftovers(outputs: Iterable[str]) -> int:
+    """Delete the temporary files killed runs left for ``outputs`` (``.NAME[.<random>].partial``).
+
+    Only names of these outputs, so another slice writing into the same folder is untouched; call
+    it while holding the folder's lock. Returns how many were removed.
+    """
+    import tempfile
+
+    folders: dict[str, set[str]] = {}
+    for dst in outputs:
+        if _local(dst):
+            folders.setdefault(os.path.dirname(os.path.abspath(dst)), set()).add(os.path.basename(dst))
+        else:
+            import hashlib
+
+            digest = hashlib.sha256(dst.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+            folders.setdefault(tempfile.gettempdir(), set()).add(f"shardkit-{digest}-{os.path.basename(dst)}")
+    removed = 0
+    for folder, names in folders.items():
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if not (name.startswith(".") and name.endswith(PARTIAL_SUFFIX)):
+                continue
+            stem = name[1:-len(PARTIAL_SUFFIX)]
+            base, dot, token = stem.rpartition(".")
+            if stem in names or (dot and base in names and all(c in "0123456789abcdef" for c in token)):
+                try:
+                    os.unlink(entry.path)
+                    removed += 1
+                except OSError:
+                    pass
+    return removed
+
+
+class AtomicFile:
+    """Write ``dst`` all or nothing: ``with AtomicFile(dst) as f: ...; f.commit(verify)``.
+
+    ``f.file`` is the open binary temporary file. ``commit(verify=None)`` flushes, fsyncs and
+    closes it, calls ``verify(tmp_path)`` (which raises if the bytes are wrong), then renames it to
+    ``dst`` and fsyncs the folder (a URL: published through fsspec). Leaving the block without
+    ``commit`` (an exception, or on purpose) removes the temporary file. OSErrors while writing
+    are the caller's; ``commit`` raises ``OutputError`` naming ``dst``.
+    """
+
+    def __init__(self, dst: str, *, buffering: int = -1):
+        self.dst = os.fspath(dst)
+        self.tmp = temp_path(self.dst)
+        self._buffering = buffering
+        self.file = None
+        self.committed = False
+
+    def __enter__(self) -> "AtomicFile":
+        try:
+            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666 & ~_UMASK)
+        except OSError as err:
+            raise output_error(err, self.dst) from None
+        self.file = os.fdopen(fd, "wb", buffering=self._buffering)
+        return self
+
+    def write(self, data) -> int:
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def commit(self, verify: Callable[[str], None] | None = None) -> None:
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+        except OSError as err:
+            raise output_error(err, self.dst) from None
+        if verify is not None:
+            verify(self.tmp)
+        if _local(self.dst):
+            try:
+                os.replace(self.tmp, self.dst)
+                fsync_dir(os.path.dirname(os.path.abspath(self.dst)))
+            except OSError as err:
+                raise output_error(err, self.dst) from None
+        else:
+            from .remote import publish_output
+
+            publish_output(self.tmp, self.dst)
+        self.committed = True
+
+    def discard(self) -> None:
+        if self.file is not None and not self.file.closed:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass
+
+    def __exit__(self, *exc) -> None:
+        if not self.committed:
+            self.discard()
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp name, fsync, rename, fsync the folder).
+
+    Any OSError becomes an ``OutputError`` (exit 2) naming ``path``; no temporary file is left.
+    """
+    with AtomicFile(path) as f:
+        try:
+            f.write(data)
+        except OSError as err:
+            raise output_error(err, path) from None
+        f.commit()
+
+
+def atomic_write_json(path: str, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def atomic_write_lines(path: str, lines) -> None:
+    atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode("utf-8"))
+
+
+def write_report_file(path: str, write: Callable[[str, object], None], payload) -> None:
+    """``write(path, payload)`` (an ``atomic_write_*``) for a local path or a URL."""
+    write(path, payload)
+
+
+def load_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError, IsADirectoryError):
+        return None
+
+
+# --------------------------------------------------------------------------------- journal
+
+
+class Journal:
+    """Append-only JSON-lines record of finished tasks, fsynced per line, so a killed run resumes.
+
+    One format for every command: one JSON object per line, the task's report entry. The
+    journals of earlier versions were the same, so their folders resume as they are. A line cut
+    by a kill ends the journal; what is before it is good.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._f = None
+
+    def load(self) -> list[dict]:
+        entries = []
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        entry = json.loads(line)
+                    except json.JSONDecodeError:
+                        break
+                    if isinstance(entry, dict):
+                        entries.append(entry)
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"cannot read the journal of an earlier run ({err}); remove it to start over, "
+                             f"or pass --overwrite", shard=self.path) from None
+        return entries
+
+    def append(self, entry: dict) -> None:
+        try:
+            if self._f is None:
+                self._f = open(self.path, "a", encoding="utf-8")
+            self._f.write(json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as err:
+            raise output_error(err, self.path, "cannot write the journal") from None
+
+    def close(self, *, remove: bool) -> None:
+        if self._f is not None:
+            try:
+                self._f.close()
+            except OSError:
+                pass
+            self._f = None
+        if remove:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                raise output_error(err, self.path, "cannot remove the journal") from None
+
+
+# --------------------------------------------------------------------------------- report
+
+
+def this_run(status: str) -> str:
+    """``done``, ``skipped`` or ``failed`` for a per-shard status of this run (ok/salvaged/empty: done)."""
+    if status == "skipped":
+        return "skipped"
+    if status == "failed":
+        return "failed"
+    return "done"
+
+
+def this_run_counts(entries: Iterable[dict]) -> dict:
+    counts = dict.fromkeys(RUN_STATES, 0)
+    for entry in entries:
+        counts[entry.get("this_run") or this_run(entry.get("status", ""))] += 1
+    return counts
