@@ -95,8 +95,8 @@ def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (
         real_inputs.setdefault(real, path)
         folder = os.path.dirname(real)
         if folder == out_real or os.path.dirname(os.path.abspath(path)) == out_real:
-            raise UsageError(f"{what} {out_dir} is the folder of input {path} (both are {out_real} by real path), "
-                             f"so outputs could overwrite inputs; choose another folder", shard=out_dir)
+            raise UsageError(f"{what} holds input {path} (both are {out_real} by real path), so outputs could "
+                             f"overwrite inputs; choose another folder", shard=out_dir)
     _claim_files(outputs, real_inputs)
 
 
@@ -528,3 +528,68 @@ def this_run_counts(entries: Iterable[dict]) -> dict:
     for entry in entries:
         counts[entry.get("this_run") or this_run(entry.get("status", ""))] += 1
     return counts
+
+
+# --------------------------------------------------------------------------------- verification
+
+
+class DigestingTar:
+    """A ``TarWriter`` that remembers ``(name, sha256 of data)`` of every member it adds, for
+    ``verify_members``; everything else is passed through."""
+
+    def __init__(self, tar):
+        self._tar = tar
+        self.written: list[tuple[str, bytes]] = []
+
+    def add(self, name: str, data: bytes, *args, **kwargs):
+        import hashlib
+
+        result = self._tar.add(name, data, *args, **kwargs)
+        self.written.append((name, hashlib.sha256(data).digest()))
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._tar, name)
+
+
+def verify_members(expected: list[tuple[str, bytes]], *, shard: str, max_member_bytes: int = 1 << 31,
+                   raw_names: bool = False) -> Callable[[str], None]:
+    """A ``verify`` for ``AtomicFile.commit``: the written shard must read back as ``expected``
+    (member names and sha256 digests, in order), else ``VerificationError`` naming ``shard``.
+
+    ``raw_names``: read with the standard library's tar reader, which takes any member name (a
+    quarantine's rejects shard keeps unsafe ones on purpose); else with shardkit's checked reader.
+    """
+
+    def verify(tmp: str) -> None:
+        import hashlib
+
+        from .errors import VerificationError
+        from .tario import iter_shard_members
+
+        if raw_names:
+            back = _raw_member_digests(tmp)
+        else:
+            back = [(name, hashlib.sha256(data).digest())
+                    for name, data in iter_shard_members(tmp, max_member_bytes=max_member_bytes)]
+        if back != expected:
+            mismatch = next((a[0] for a, b in zip(expected, back) if a != b), None)
+            raise VerificationError(f"written shard does not read back as written "
+                                    f"({len(back)} vs {len(expected)} members)", shard=shard, member=mismatch)
+
+    return verify
+
+
+def _raw_member_digests(path: str) -> list[tuple[str, bytes]]:
+    import hashlib
+    import tarfile
+
+    from .tario import open_shard, shard_reader
+
+    out = []
+    with open_shard(path) as f, tarfile.open(fileobj=shard_reader(f, shard=path), mode="r|",
+                                             encoding="utf-8", errors="surrogateescape") as tar:
+        for info in tar:
+            data = tar.extractfile(info).read() if info.isreg() else b""
+            out.append((info.name, hashlib.sha256(data).digest()))
+    return out

@@ -37,7 +37,8 @@ from .codecs import CODECS, detect_codec, open_writer
 from .errors import AudioError, ShardkitError, UsageError
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
-from .manifest import atomic_write_lines, fsync_dir, prepare_out_dir
+from .lifecycle import (AtomicFile, DigestingTar, OutputLock, atomic_write_lines, claim_output, fsync_dir,
+                        prepare_out_dir, remove_leftovers, verify_members)
 from .split import slice_path, slice_record
 from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_tar_members, open_shard, \
     shard_reader, split_key
@@ -385,36 +386,28 @@ class _TapReader:
         return data
 
 
-def _partial(path: str) -> str:
-    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
-
-
 class _ShardOut:
-    """A shard written under a temporary name; ``finish`` fsyncs and renames, or removes if empty."""
+    """A shard written through ``lifecycle.AtomicFile``; ``finish`` verifies, fsyncs and renames,
+    or removes it if empty."""
 
-    def __init__(self, path: str, codec: str):
+    def __init__(self, path: str, codec: str, *, raw_names: bool = False):
         self.path = path
-        self._raw = open(_partial(path), "wb")
-        self._out = open_writer(self._raw, codec, CODECS[codec].default_level)
-        self.tar = TarWriter(self._out)
+        self.raw_names = raw_names
+        self._file = AtomicFile(path).__enter__()
+        self._out = open_writer(self._file.file, codec, CODECS[codec].default_level)
+        self.tar = DigestingTar(TarWriter(self._out))
 
     def finish(self) -> str | None:
         self.tar.close()
         self._out.close()
-        self._raw.flush()
-        os.fsync(self._raw.fileno())
-        self._raw.close()
         if self.tar.members == 0:
-            os.unlink(_partial(self.path))
+            self._file.discard()
             return None
-        os.replace(_partial(self.path), self.path)
+        self._file.commit(verify_members(self.tar.written, shard=self.path, raw_names=self.raw_names))
         return self.path
 
     def abort(self) -> None:
-        if not self._raw.closed:
-            self._raw.close()
-        if os.path.exists(_partial(self.path)):
-            os.unlink(_partial(self.path))
+        self._file.discard()
 
 
 def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], reject_keys: list[str],
@@ -455,7 +448,7 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
 
     try:
         cleaned = _ShardOut(os.path.join(out_dir, stem + suffix), codec)
-        rejects = _ShardOut(os.path.join(out_dir, stem + ".rejects" + suffix), codec)
+        rejects = _ShardOut(os.path.join(out_dir, stem + ".rejects" + suffix), codec, raw_names=True)
         with open_shard(src) as f:
             tap = _TapReader(shard_reader(f, shard=src, threads=options.threads))
             index_of = iter(range(1 << 62))
@@ -617,14 +610,29 @@ def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int |
     if quarantine_dir is not None:
         stems = plan_quarantine(shards, quarantine_dir)  # over the whole list, so slices never collide
         quarantine_dir = os.path.abspath(quarantine_dir)
-        if any(os.path.dirname(os.path.abspath(s)) == quarantine_dir for s in shards):
-            raise UsageError("the quarantine folder holds source shards; choose another folder", shard=quarantine_dir)
+        claim_output(quarantine_dir, list(shard_args) + shards, what="the quarantine folder")
         quarantine_dir = prepare_out_dir(quarantine_dir)
     slice_info = None
     if split is not None:
         slice_info = slice_record(shards, *split)
         shards = shards[slice_info["start"]:slice_info["stop"]]
         stems = stems[slice_info["start"]:slice_info["stop"]] if stems else stems
+    lock = OutputLock(quarantine_dir, "validate", split).acquire() if quarantine_dir is not None else None
+    try:
+        if stems is not None:  # temporary files a killed run left (its lock died with it)
+            remove_leftovers(os.path.join(quarantine_dir, stem + part + ".tar" + codec.suffix) for stem in stems
+                             for part in ("", ".rejects") for codec in CODECS.values())
+        return _validate_claimed(shards, options, stems, slice_info, jobs=jobs, quarantine_dir=quarantine_dir,
+                                 on_plan=on_plan, on_result=on_result, executor=executor, ray_address=ray_address,
+                                 split=split)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _validate_claimed(shards, options, stems, slice_info, *, jobs, quarantine_dir, on_plan, on_result, executor,
+                      ray_address, split) -> ValidateReport:
+    """``run_validate`` once the quarantine folder (if any) is claimed and locked."""
     if on_plan:
         on_plan(len(shards))
     started = time.perf_counter()

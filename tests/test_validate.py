@@ -277,7 +277,9 @@ def test_quarantine_refuses_the_sources_folder(faults):
     paths, _ = faults
     result = CliRunner().invoke(main, ["validate", paths[0], "--quarantine", os.path.dirname(paths[0])])
     assert result.exit_code == 2
-    assert result.output.strip() == (f"Error: {os.path.dirname(paths[0])}: the quarantine folder holds source shards; "
+    folder = os.path.dirname(paths[0])
+    assert result.output.strip() == (f"Error: {folder}: the quarantine folder holds input {paths[0]} (both are "
+                                      f"{os.path.realpath(folder)} by real path), so outputs could overwrite inputs; "
                                       "choose another folder")
 
 

@@ -72,6 +72,9 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
         folder = os.path.dirname(os.path.abspath(report_path))
         if not os.path.isdir(folder):
             raise UsageError("the report's folder does not exist", shard=report_path)
+        from ..lifecycle import claim_output_file
+
+        claim_output_file(report_path, list(shards))
     jobs_n = jobs or os.cpu_count() or 1
     options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
                               max_duration=max_duration, max_member_bytes=max_member_bytes,
