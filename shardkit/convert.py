@@ -425,12 +425,12 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
 # --- URL outputs (any fsspec store) ------------------------------------------------------------
 
 
-def remote_journal_dir(out_url: str) -> str:
-    """This machine's folder for the journal of a run into ``out_url``: the same for every rerun."""
+def remote_journal_dir(out_url: str, command: str = "convert") -> str:
+    """This machine's folder for the journal (and lock) of a run into ``out_url``: the same for every rerun."""
     import tempfile
 
     digest = hashlib.sha256(out_url.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"shardkit-convert-{digest}")
+    return os.path.join(tempfile.gettempdir(), f"shardkit-{command}-{digest}")
 
 
 def load_report(path: str) -> dict | None:

@@ -4,7 +4,10 @@ Four steps: ``match_utterances`` pairs transcripts with audio and lists what can
 (pure); ``probe_recordings`` reads audio headers for durations; ``plan_shards`` cuts the
 utterances, in transcript order, into shards of about equal seconds or of a fixed count (pure);
 ``make_shard`` writes one shard (a task: result dict, never an exception for bad data).
-``run_make`` ties them together like ``convert``: parallel, resumable, every file atomic.
+``run_make`` ties them together like ``convert``: through ``lifecycle`` (output claimed and
+locked, every file written atomically and verified, a journal to resume from) and
+``executor.run_tasks`` (inline, a local pool or Ray; ``--split I/N`` writes slice I of the planned
+shards, joined by ``shardkit merge-reports --command make``); OUT_DIR may be a URL.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
@@ -22,10 +24,14 @@ import numpy as np
 
 from . import __version__
 from .codecs import CODECS, open_writer
-from .convert import HashingFile, file_sha256, partial_path
+from .convert import HashingFile, file_sha256, load_report, output_size, remote_journal_dir
 from .errors import AudioError, ShardkitError, UsageError
+from .executor import run_tasks
 from .kaldi import Segment, WavEntry, parse_segments, parse_text, parse_wav_scp, read_table, run_pipe
-from .manifest import Journal, atomic_write_json, atomic_write_lines, fsync_dir, load_json, prepare_out_dir
+from .lifecycle import (AtomicFile, DigestingTar, Journal, OutputLock, atomic_write_json, atomic_write_lines,
+                        claim_output, os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts,
+                        verify_members)
+from .split import inputs_digest, slice_path, slice_record
 from .tario import AUDIO_EXTENSIONS, TarWriter
 
 MANIFEST = "make.json"
@@ -310,12 +316,11 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
     started = time.perf_counter()
     result: dict = {"output": None, "status": "failed", "error": None, "utterances": 0, "seconds": 0.0,
                     "tar_bytes": 0, "skipped": []}
-    tmp = partial_path(dst)
     try:
-        with open(tmp, "wb") as raw:
-            hashing = HashingFile(raw)
+        with AtomicFile(dst) as target:
+            hashing = HashingFile(target.file)
             out = open_writer(hashing, settings.codec, settings.level)
-            tar = TarWriter(out)
+            tar = DigestingTar(TarWriter(out))
             for utt in utterances:
                 try:
                     ext, audio = utterance_audio(utt, settings)
@@ -332,23 +337,17 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
                 result["seconds"] += utt["seconds"]
             result["tar_bytes"] = tar.close()
             out.close()
-            raw.flush()
-            os.fsync(raw.fileno())
-        result["seconds"] = round(result["seconds"], 3)
-        if result["utterances"] == 0:
-            result["status"] = "empty"
-        else:
-            os.replace(tmp, dst)
-            fsync_dir(os.path.dirname(dst))
-            result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
-            result["status"] = "ok"
+            result["seconds"] = round(result["seconds"], 3)
+            if result["utterances"] == 0:
+                result["status"] = "empty"  # leaving the block unpublished removes the temporary file
+            else:
+                target.commit(verify_members(tar.written, shard=dst))
+                result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
+                result["status"] = "ok"
     except ShardkitError as err:
         result["error"] = str(err.located(shard=dst))
     except OSError as err:
-        result["error"] = f"{dst}: {err.strerror or err}"
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        result["error"] = f"{dst}: {os_reason(err)}" + (f" ({err.filename})" if err.filename else "")
     result["elapsed"] = round(time.perf_counter() - started, 4)
     return result
 
@@ -364,12 +363,12 @@ def _shard_task(args):
 def _still_valid(entry: dict | None, fingerprint: str) -> bool:
     if not entry or entry.get("status") != "ok" or entry.get("fingerprint") != fingerprint:
         return False
-    try:
-        if os.stat(entry["output"]["path"]).st_size != entry["output"]["size"]:
-            return False
-    except OSError:
+    if output_size(entry["output"]["path"]) != entry["output"]["size"]:
         return False
-    return file_sha256(entry["output"]["path"]) == entry["output"]["sha256"]
+    try:
+        return file_sha256(entry["output"]["path"]) == entry["output"]["sha256"]
+    except (OSError, ShardkitError):
+        return False
 
 
 # ---------------------------------------------------------------- the run
@@ -383,6 +382,7 @@ class MakeReport:
     findings: list[dict] = field(default_factory=list)
     warnings: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    slice: dict | None = None  # with --split: the slice of the planned shards this run wrote
 
     @property
     def skipped_utterances(self) -> list[dict]:
@@ -399,6 +399,8 @@ class MakeReport:
             "manifest": self.manifest,
             "shards": len(listed),
             "shard_status": counts,
+            "this_run": this_run_counts(self.shards),
+            **({"slice": self.slice} if self.slice else {}),
             "utterances": sum(e["utterances"] for e in listed),
             "audio_seconds": round(sum(e["seconds"] for e in listed), 3),
             "bytes_out": sum(e["output"]["size"] for e in listed),
@@ -411,6 +413,10 @@ class MakeReport:
                          if e["status"] == "failed"],
             "seconds": round(self.seconds, 3),
         }
+
+    def recorded_summary(self) -> dict:
+        """The summary make.json keeps (findings are listed beside it)."""
+        return {k: v for k, v in self.summary().items() if k not in ("findings", "slice")}
 
     @property
     def exit_code(self) -> int:
@@ -447,36 +453,11 @@ def refuse_pipes(wav: dict[str, WavEntry], wav_scp: str) -> None:
                          shard=wav_scp)
 
 
-class _SharedPool:
-    """One process pool for probing and writing, started only when a phase has parallel work
-    (starting forkserver workers costs about half a second on a small machine)."""
-
-    def __init__(self, jobs: int):
-        self.jobs = jobs
-        self._pool = None
-
-    def get(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            import multiprocessing
-
-            context = multiprocessing.get_context("forkserver")
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=context)
-        return self._pool
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-
-
-def probe_recordings(entries: list[WavEntry], pool: _SharedPool) -> dict[str, dict]:
+def probe_recordings(entries: list[WavEntry], *, jobs: int | None = None, executor: str = "local",
+                     ray_address: str | None = None) -> dict[str, dict]:
     chunks = [entries[i:i + _PROBE_CHUNK] for i in range(0, len(entries), _PROBE_CHUNK)]
-    if pool.jobs == 1 or len(chunks) == 1:
-        results = [_probe_chunk(c) for c in chunks]
-    else:
-        results = list(pool.get().map(_probe_chunk, chunks))
+    results = [infos for _, infos in run_tasks(_probe_chunk, chunks, jobs=jobs, executor=executor,
+                                                ray_address=ray_address, ordered=True)]
     return {e.key: info for chunk, infos in zip(chunks, results) for e, info in zip(chunk, infos)}
 
 
@@ -491,50 +472,97 @@ def run_make(
     overwrite: bool = False,
     on_plan: Callable[[int], None] | None = None,
     on_result: Callable[[dict], None] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    split: tuple[int, int] | None = None,
 ) -> MakeReport:
-    """Pack a Kaldi data directory into shards under ``out_dir``; see the module docstring."""
+    """Pack a Kaldi data directory into shards under ``out_dir`` (a folder or a URL); see the module docstring.
+
+    ``executor``/``ray_address``: where probing and shard writing run (shardkit.executor).
+    ``split=(I, N)``: every slice plans the same shards, then writes only slice I of N of them,
+    reported as make.slice-I-of-N.json and data.slice-I-of-N.list for ``shardkit merge-reports``.
+    """
+    from .remote import is_pipe, is_url
+
     check_settings(settings, has_segments=segments is not None)
+    if is_pipe(out_dir):
+        raise UsageError("OUT_DIR cannot be a pipe: command; give a folder or a URL", shard=out_dir)
     wav, texts, segs = load_data_dir(wav_scp, text, segments)
     if not settings.allow_pipes:
         refuse_pipes(wav, wav_scp)
     if not texts:
         raise UsageError("holds no transcripts", shard=text)
-    out_dir = prepare_out_dir(out_dir)
-    started = time.perf_counter()
-    with _SharedPool(max(1, jobs or os.cpu_count() or 1)) as pool:
-        return _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, overwrite=overwrite,
-                     on_plan=on_plan, on_result=on_result, started=started)
+    inputs = [p for p in (wav_scp, text, segments) if p]
+    inputs += [os.path.abspath(e.location) for e in wav.values() if not e.is_pipe]
+    if is_url(out_dir):
+        out_dir = out_dir.rstrip("/")
+        journal_dir = remote_journal_dir(out_dir, "make")
+        os.makedirs(journal_dir, exist_ok=True)
+    else:
+        claim_output(out_dir, inputs, what="OUT_DIR")
+        out_dir = journal_dir = prepare_out_dir(out_dir)
+    lock = OutputLock(journal_dir, "make", split).acquire()
+    try:
+        started = time.perf_counter()
+        return _make(wav, texts, segs, wav_scp, text, segments, out_dir, journal_dir, settings, inputs,
+                     overwrite=overwrite, on_plan=on_plan, on_result=on_result, started=started, jobs=jobs,
+                     executor=executor, ray_address=ray_address, split=split)
+    finally:
+        lock.release()
+        if journal_dir != out_dir:
+            try:
+                os.rmdir(journal_dir)
+            except OSError:  # another slice's journal is still there
+                pass
 
 
-def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *, overwrite, on_plan, on_result,
-          started) -> MakeReport:
+def _make(wav, texts, segs, wav_scp, text, segments, out_dir, journal_dir, settings, inputs, *, overwrite, on_plan,
+          on_result, started, jobs, executor, ray_address, split) -> MakeReport:
+    from .remote import is_url
+
     utterances, findings, warnings = match_utterances(wav, texts, segs)
     needed = list(dict.fromkeys(u["recording"] for u in utterances))
     # relative paths are relative to where the command runs, as in Kaldi recipes
     probes = probe_recordings([wav[r] if wav[r].is_pipe else replace(wav[r], location=os.path.abspath(wav[r].location))
-                               for r in needed], pool)
+                               for r in needed], jobs=jobs, executor=executor, ray_address=ray_address)
     utterances, unreadable = attach_durations(utterances, probes)
     findings += unreadable
 
     plan = plan_shards([u["seconds"] for u in utterances], shard_duration=settings.shard_duration,
                        utts_per_shard=settings.utts_per_shard)
     suffix = ".tar" + CODECS[settings.codec].suffix
+    join = (lambda name: f"{out_dir}/{name}") if is_url(out_dir) else (lambda name: os.path.join(out_dir, name))
     tasks = []
     for i, indices in enumerate(plan):
         members = [utterances[j] for j in indices]
-        dst = os.path.join(out_dir, f"{settings.prefix}{i:09d}{suffix}")
-        tasks.append((dst, members, settings, shard_fingerprint(members, settings)))
+        tasks.append((join(f"{settings.prefix}{i:09d}{suffix}"), members, settings,
+                      shard_fingerprint(members, settings)))
+    if not is_url(out_dir):
+        claim_output(out_dir, inputs, [t[0] for t in tasks], what="OUT_DIR")
 
-    manifest_path = os.path.join(out_dir, MANIFEST)
-    journal = Journal(os.path.join(out_dir, JOURNAL))
+    manifest_path, data_list = join(MANIFEST), join("data.list")
+    journal_path = os.path.join(journal_dir, JOURNAL)
+    reports = [manifest_path]
+    slice_info = None
+    if split is not None:  # every slice planned the same shards; each writes its own block of them
+        paths = [t[0] for t in tasks]
+        slice_info = slice_record(paths, *split)
+        slice_info["inputs_sha256"] = inputs_digest(paths + [t[3] for t in tasks])
+        tasks = tasks[slice_info["start"]:slice_info["stop"]]
+        manifest_path, data_list, journal_path = (slice_path(p, *split) for p in (manifest_path, data_list,
+                                                                                   journal_path))
+        reports.insert(0, manifest_path)
+    journal = Journal(journal_path)
     previous: dict[str, dict] = {}
     if not overwrite:
-        for entry in (load_json(manifest_path) or {}).get("shards", []) + journal.load():
+        for entry in [e for path in reports for e in (load_report(path) or {}).get("shards", [])] + journal.load():
             if entry.get("output"):
                 previous[entry["output"]["path"]] = entry
-    for dst, *_ in tasks:  # leftovers of a killed run
-        if os.path.exists(partial_path(dst)):
-            os.unlink(partial_path(dst))
+    remove_leftovers(t[0] for t in tasks)  # temporary files of a killed run (its lock died with it)
+    if is_url(out_dir):
+        from .convert import remove_temporary_keys
+
+        remove_temporary_keys([t[0] for t in tasks])
     if on_plan:
         on_plan(len(tasks))
 
@@ -543,7 +571,7 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *,
     for i, task in enumerate(tasks):
         entry = previous.get(task[0])
         if not overwrite and _still_valid(entry, task[3]):
-            results[i] = {**entry, "status": "skipped"}
+            results[i] = {**entry, "status": "skipped", "this_run": "skipped", "planned_path": task[0]}
             if on_result:
                 on_result(results[i])
         else:
@@ -551,28 +579,23 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *,
 
     def finish(i, entry):
         entry["planned_path"] = tasks[i][0]
+        entry["this_run"] = this_run(entry["status"])
         results[i] = entry
         journal.append(entry)
         if on_result:
             on_result(entry)
 
     try:
-        if min(pool.jobs, len(todo)) <= 1:
-            for i, task in todo:
-                finish(i, _shard_task(task))
-        else:
-            futures = {pool.get().submit(_shard_task, task): i for i, task in todo}
-            for future in as_completed(futures):
-                finish(futures[future], future.result())
+        for k, entry in run_tasks(_shard_task, [task for _, task in todo], jobs=jobs, executor=executor,
+                                  ray_address=ray_address):
+            finish(todo[k][0], entry)
     finally:
         journal.close(remove=False)
 
     ordered = [results[i] for i in range(len(tasks))]
-    for i, entry in enumerate(ordered):
-        entry.setdefault("planned_path", tasks[i][0])
-    report = MakeReport(out_dir=out_dir, data_list=os.path.join(out_dir, "data.list"), manifest=manifest_path,
+    report = MakeReport(out_dir=out_dir, data_list=data_list, manifest=manifest_path,
                         shards=ordered, findings=findings, warnings=warnings,
-                        seconds=time.perf_counter() - started)
+                        seconds=time.perf_counter() - started, slice=slice_info)
     atomic_write_lines(report.data_list, [e["output"]["path"] for e in ordered if e["status"] in ("ok", "skipped")])
     recorded = [{**e, "status": "ok"} if e["status"] == "skipped" else e for e in ordered]
     atomic_write_json(manifest_path, {
@@ -580,10 +603,34 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *,
         "inputs": {"wav_scp": os.path.abspath(wav_scp), "text": os.path.abspath(text),
                    "segments": os.path.abspath(segments) if segments else None},
         "settings": asdict(settings),
-        "summary": {k: v for k, v in report.summary().items() if k not in ("findings",)},
+        "summary": report.recorded_summary(),
         "findings": report.skipped_utterances,
         "warnings": warnings,
         "shards": recorded,
+        **({"slice": slice_info} if slice_info else {}),
     })
     journal.close(remove=True)
     return report
+
+
+def merge_slice_reports(docs: list[dict], out_dir: str) -> dict:
+    """The make.json one run over every planned shard would have written, from slice reports in order.
+
+    Every slice found the same pairing findings (each put them before its own shards' skipped
+    utterances); the summary is recomputed over all shards.
+    """
+    first = docs[0]
+    own = sum(len(e.get("skipped") or []) for e in first["shards"])
+    match_findings = first["findings"][:len(first["findings"]) - own]
+    shards = [e for doc in docs for e in doc["shards"]]
+    report = MakeReport(out_dir=out_dir, data_list=os.path.join(out_dir, "data.list"),
+                        manifest=os.path.join(out_dir, MANIFEST),
+                        shards=[{**e, "status": "skipped" if e.get("this_run") == "skipped" else e["status"]}
+                                for e in shards],
+                        findings=match_findings, warnings=first.get("warnings", []),
+                        seconds=sum((doc.get("summary") or {}).get("seconds", 0) for doc in docs))
+    merged = {k: v for k, v in first.items() if k not in ("slice", "shards")}
+    merged["summary"] = report.recorded_summary()
+    merged["findings"] = report.skipped_utterances
+    merged["shards"] = shards
+    return merged

@@ -11,8 +11,8 @@ from shardkit.cli import main
 from shardkit.convert import ConvertSettings, run_convert
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.manifest import atomic_write_json, load_json
-from shardkit.split import (inputs_digest, merge_reports, parse_split, select_slice, slice_bounds, slice_path,
-                            slice_record)
+from shardkit.merge import merge_reports
+from shardkit.split import inputs_digest, parse_split, select_slice, slice_bounds, slice_path, slice_record
 
 
 def run_cli(*args):

@@ -17,10 +17,11 @@ Examples (a Slurm job array of 3, then the merge):
   sbatch --array=1-3 --wrap 'shardkit validate data.list --report /shared/v/validate.json \\
       --quarantine /shared/q --split $SLURM_ARRAY_TASK_ID/3'
   shardkit merge-reports /shared/v --command validate     # also rebuilds /shared/q/rejects.jsonl, data.list
-  shardkit merge-reports /shared/balanced --command balance""")
+  shardkit merge-reports /shared/balanced --command balance
+  shardkit merge-reports /shared/made --command make""")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--command", "report", default="convert", show_default=True,
-              help="Whose slice reports to merge: COMMAND.slice-I-of-N.json (convert, validate, balance; for "
+              help="Whose slice reports to merge: COMMAND.slice-I-of-N.json (convert, validate, balance, make; for "
                    "validate, the stem of the --report FILE the slices were given).")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
@@ -38,7 +39,7 @@ def command(out_dir, report, as_json, quiet):
     data.list; a shard that holds a key of an earlier slice is quarantined again from its source.
     Exit 1 if there is any finding.
     """
-    from ..split import merge_reports
+    from ..merge import merge_reports
 
     summary = merge_reports(out_dir, report)
     if as_json:
