@@ -618,20 +618,18 @@ def _spool_task(args) -> tuple[str, str | None]:
     from .codecs import iter_decompressed
     from .tario import open_shard
 
-    tmp = dst + ".partial"
+    from .lifecycle import AtomicFile
+
     try:
-        with open_shard(src) as f, open(tmp, "wb") as out:
+        with open_shard(src) as f, AtomicFile(dst) as out:
             for chunk in iter_decompressed(f, shard=src):
                 out.write(chunk)
-        os.replace(tmp, dst)
+            out.commit()
         return src, None
     except ShardkitError as err:
         return src, str(err.located(shard=src))
     except OSError as err:
         return src, f"{src}: {err.strerror or err}"
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def spool_path(spool_dir: str, src: str) -> str:
@@ -739,8 +737,8 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     nothing is written (``status: skipped``).
     """
     from .codecs import open_writer
-    from .convert import HashingFile, combine_digests, file_sha256, member_digest, partial_path, read_member_digests
-    from .manifest import fsync_dir
+    from .convert import HashingFile, combine_digests, file_sha256, member_digest
+    from .lifecycle import AtomicFile, os_reason, verify_members
     from .tario import TarWriter, split_key
 
     started = time.perf_counter()
@@ -748,7 +746,6 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     index_files, read_paths = _WORKER["index_files"], _WORKER["read_paths"]
     reader = _SourceReader(read_paths)
     index_fds: dict = {}
-    tmp = partial_path(dst)
     try:
         records = [(_read_index_line(index_fds, index_files[file_id], offset), copy) for file_id, offset, copy in refs]
         entry["spec"] = spec = _shard_spec(records, settings)
@@ -759,8 +756,8 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
             except OSError:
                 pass
         written = []
-        with open(tmp, "wb") as raw:
-            hashing = HashingFile(raw)
+        with AtomicFile(dst) as target:
+            hashing = HashingFile(target.file)
             out = open_writer(hashing, settings.codec, settings.level)
             tar = TarWriter(out)
             for record, copy in records:
@@ -775,24 +772,18 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
                     written.append((out_name, member_digest(out_name, data)))
             entry["tar_bytes"] = tar.close()
             out.close()
-            raw.flush()
-            os.fsync(raw.fileno())
-        if settings.verify and read_member_digests(tmp) != written:
-            raise ShardkitError("written shard does not read back as written", shard=dst)
-        os.replace(tmp, dst)
-        fsync_dir(os.path.dirname(dst))
+            # fsync, read back (unless --no-verify), rename, fsync the folder
+            target.commit(verify_members(written, shard=dst) if settings.verify else None)
         entry.update(status="ok", size=hashing.size, sha256=hashing.sha256.hexdigest(), members=len(written),
                      members_digest=combine_digests(written))
     except ShardkitError as err:
         entry["error"] = str(err)
     except OSError as err:
-        entry["error"] = f"{dst}: {err.strerror or err}" + (f" ({err.filename})" if err.filename else "")
+        entry["error"] = f"{dst}: {os_reason(err)}" + (f" ({err.filename})" if err.filename else "")
     finally:
         reader.close()
         for f in index_fds.values():
             f.close()
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     entry["seconds_taken"] = round(time.perf_counter() - started, 4)
     return entry
 
@@ -850,7 +841,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     import tempfile
 
     from . import __version__
-    from .manifest import Journal, atomic_write_json, atomic_write_lines, load_json, prepare_out_dir
+    from .lifecycle import (Journal, OutputLock, atomic_write_json, atomic_write_lines, claim_output, load_json,
+                            prepare_out_dir, remove_leftovers, this_run)
     from .partition import plan_figures
 
     started = time.perf_counter()
@@ -863,12 +855,18 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     if split is not None and dry_run:
         raise UsageError("--split writes a slice of the shards and --dry-run writes none; plan without --split")
     names = [c.name for c in corpora]
-    with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch:
+    from contextlib import ExitStack
+
+    with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
+        lock = None
         if dry_run:
             work_dir = scratch
         else:
+            claim_output(out_dir, [s for c in corpora for s in c.sources], what="OUT_DIR")
             out_dir = prepare_out_dir(out_dir)
             work_dir = os.path.join(out_dir, WORK_DIR)
+            lock = OutputLock(out_dir, "balance", split).acquire()
+            stack.callback(lock.release)
         index_files = resolve_index_files(corpora, os.path.join(work_dir, "index"), jobs=jobs,
                                           on_index=lambda *a: event("indexed", *a),
                                           on_corpus=lambda *a: event("indexing", *a), executor=executor,
@@ -896,10 +894,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                                 f"the mean (tolerance {plan.tolerance:.3f} s); ask for longer or fewer shards")
 
         inputs = set(mix.shards) | set(mix.index_files) | {os.path.abspath(s) for c in corpora for s in c.sources}
-        inside = next((p for p in sorted(inputs) if os.path.dirname(p) == out_dir), None)
-        if inside:
-            raise UsageError(f"OUT_DIR holds an input ({inside}); outputs could overwrite it: choose another OUT_DIR")
         paths = output_paths(out_dir, plan.num_shards, codec)
+        claim_output(out_dir, sorted(inputs), paths, what="OUT_DIR")
         settings = WriteSettings(codec=codec, level=level, verify=verify)
         chosen = range(plan.num_shards)
         slice_info = None
@@ -945,6 +941,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             for entry in [e for path in reports for e in (load_json(path) or {}).get("shards", [])] + journal.load():
                 if entry.get("path"):
                     previous[entry["path"]] = entry
+        remove_leftovers(paths[s] for s in chosen)  # temporary files of a killed run (its lock died with it)
         tasks = []
         for s in chosen:
             dst = paths[s]
@@ -981,6 +978,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                                elapsed=time.perf_counter() - started, slice=slice_info)
         for row in report.shards:
             row["status_this_run"] = entries[row["path"]]["status"]
+            row["this_run"] = this_run(row["status_this_run"])
         atomic_write_lines(data_list, [r["path"] for r in table if r["status"] == "ok"])
         atomic_write_json(manifest_path, {
             **({"slice": slice_info} if slice_info else {}),

@@ -169,10 +169,10 @@ def _generate_shard(args) -> dict:
     return _write_pair(wav_path, flac_path, corpus_utterances(spec, seed=seed))
 
 
-def _pool(jobs: int):
-    import multiprocessing
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    from .executor import local_pool
 
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver"))
+    return local_pool(jobs)
 
 
 def generate_corpus(work: str, settings: BenchSettings, jobs: int) -> dict:
@@ -831,7 +831,7 @@ def plot(report: dict) -> bytes:
 
 def write_outputs(report: BenchReport, out_dir: str) -> dict:
     """OUT_DIR/bench.json, bench.md and bench.png (each written atomically); returns their paths."""
-    from .manifest import atomic_write_bytes, atomic_write_json, prepare_out_dir
+    from .lifecycle import atomic_write_bytes, atomic_write_json, prepare_out_dir
 
     out_dir = prepare_out_dir(out_dir)
     data = report.to_json()

@@ -297,6 +297,15 @@ def forkserver_context():
     return context
 
 
+def local_pool(jobs: int):
+    """A forkserver ``ProcessPoolExecutor`` whose workers die with this process (for the few
+    commands that drive a pool themselves rather than through ``run_tasks``)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=forkserver_context(), initializer=_pool_worker_init,
+                               initargs=(os.getpid(), None, ()))
+
+
 # --- Ray ---------------------------------------------------------------------------------------
 
 _WORKER_INIT_TOKEN: str | None = None

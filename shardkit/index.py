@@ -177,10 +177,9 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, 
     files, concatenated in slice order, are byte for byte the index of the whole list (and
     ``balance`` takes them as they are, comma-separated, as one corpus).
     """
-    import tempfile
     import time
 
-    from .manifest import fsync_dir
+    from .lifecycle import AtomicFile, claim_output_file, output_error
 
     started = time.perf_counter()
     if split is not None:
@@ -190,11 +189,14 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, 
         out_path = slice_path(out_path, *split)
     out_path = os.path.abspath(out_path)
     folder = os.path.dirname(out_path)
-    os.makedirs(folder, exist_ok=True)
-    report = IndexReport(path=None)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out_path)}.", suffix=".partial", dir=folder)
+    claim_output_file(out_path, shards)
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as out:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise output_error(err, out_path, "cannot create its folder") from None
+    report = IndexReport(path=None)
+    with AtomicFile(out_path, buffering=1 << 20) as out:
+        try:
             for shard, records, error in iter_indexed_shards(shards, corpus, jobs=jobs,
                                                              max_member_bytes=max_member_bytes,
                                                              executor=executor, ray_address=ray_address):
@@ -208,15 +210,11 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, 
                     report.bytes += sum(r["bytes"] for r in records)
                 if on_shard:
                     on_shard(shard, len(records or ()), error)
-            out.flush()
-            os.fsync(out.fileno())
-        if not report.failures:
-            os.replace(tmp, out_path)
-            fsync_dir(folder)
+        except OSError as err:
+            raise output_error(err, out_path) from None
+        if not report.failures:  # else leaving the block removes the temporary file
+            out.commit()
             report.path = out_path
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     report.elapsed = time.perf_counter() - started
     return report
 

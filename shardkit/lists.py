@@ -167,10 +167,11 @@ def check_lists(
         for index in todo:
             finish(index, check_shard(entries[index]["path"], max_member_bytes, threads))
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import as_completed
 
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver")) as pool:
+        from .executor import local_pool
+
+        with local_pool(jobs) as pool:
             futures = {pool.submit(check_shard, entries[i]["path"], max_member_bytes, threads): i for i in todo}
             for future in as_completed(futures):
                 finish(futures[future], future.result())
@@ -256,7 +257,7 @@ def rewrite_list(list_path: str, out_path: str, *, suffix: str, new_dir: str | N
         shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
         raise ShardkitError(f"{len(problems)} of {sum(l.is_entry for l in lines)} rewritten lines are not "
                             f"ready ({shown}); nothing written (use --no-check to write anyway)", shard=list_path)
-    from .manifest import atomic_write_lines
+    from .lifecycle import atomic_write_lines
 
     atomic_write_lines(out_path, out_lines)
     return {"list": list_path, "out": os.path.abspath(out_path), "lines": len(lines),
@@ -306,7 +307,7 @@ def concat_lists(list_paths: list[str], out_path: str, *, shuffle: bool = False,
         per_list.append({"list": list_path, "lines": len(entries)})
     if shuffle:
         random.Random(seed).shuffle(out_lines)
-    from .manifest import atomic_write_lines
+    from .lifecycle import atomic_write_lines
 
     atomic_write_lines(out_path, out_lines)
     return {"out": os.path.abspath(out_path), "lines": len(out_lines), "lists": per_list,
@@ -320,3 +321,6 @@ def _refuse_overwriting_inputs(out_path: str, list_paths: list[str]) -> None:
             raise UsageError("the output would overwrite an input list; choose another -o", shard=list_path)
     if os.path.isdir(out_path):
         raise UsageError("-o names a folder; give a file name such as data.list", shard=out_path)
+    from .lifecycle import claim_output_file
+
+    claim_output_file(out_path, list_paths)  # a hard link to an input list is that list too

@@ -133,7 +133,7 @@ def enable_zstd(target: str | None = None, *, verify: bool = True) -> dict:
     Returns ``{"action": "native" | "written" | "unchanged", "pth", "python", "backports_zstd",
     "probe"}``. Raises ShardkitError if backports.zstd is missing or the file cannot be written.
     """
-    from .manifest import atomic_write_bytes
+    from .lifecycle import atomic_write_bytes
 
     result = {"python": python_version(), "executable": sys.executable, "pth": pth_path(target),
               "backports_zstd": None, "probe": None}

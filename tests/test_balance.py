@@ -300,6 +300,7 @@ def test_out_dir_holding_the_sources_is_refused(tmp_path):
     result = CliRunner().invoke(main, ["balance", "--corpus", f"a={tmp_path}", "--world-size", "1", "--num-workers",
                                        "1", "--num-shards", "2", "--codec", "none", "-o", str(tmp_path), "-q"])
     assert result.exit_code == 2
-    assert result.output.splitlines()[-1] == (f"Error: OUT_DIR holds an input ({shards[0]}); outputs could overwrite "
-                                              f"it: choose another OUT_DIR")
+    assert result.output.splitlines()[-1] == (f"Error: {tmp_path}: OUT_DIR holds input {shards[0]} (both are "
+                                              f"{os.path.realpath(tmp_path)} by real path), so outputs could "
+                                              f"overwrite inputs; choose another folder")
     assert {p: open(p, "rb").read() for p in shards} == before
