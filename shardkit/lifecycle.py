@@ -256,6 +256,10 @@ class OutputLock:
             os.pwrite(fd, (json.dumps(record, sort_keys=True) + "\n").encode(), 0)
             os.fsync(fd)
         except OSError as err:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
             os.close(fd)
             raise output_error(err, self.path, "cannot write the lock file") from None
         self._fd = fd
