@@ -862,7 +862,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         if dry_run:
             work_dir = scratch
         else:
-            claim_output(out_dir, [s for c in corpora for s in c.sources], what="OUT_DIR")
+            claim_output(out_dir, [s for c in corpora for s in c.sources if os.path.isfile(s)], what="OUT_DIR")
             out_dir = prepare_out_dir(out_dir)
             work_dir = os.path.join(out_dir, WORK_DIR)
             lock = OutputLock(out_dir, "balance", split).acquire()
@@ -893,7 +893,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             raise ShardkitError(f"cannot balance within tolerance: the worst shard is {plan.max_deviation:.3f} s off "
                                 f"the mean (tolerance {plan.tolerance:.3f} s); ask for longer or fewer shards")
 
-        inputs = set(mix.shards) | set(mix.index_files) | {os.path.abspath(s) for c in corpora for s in c.sources}
+        inputs = set(mix.shards) | set(mix.index_files) | {os.path.abspath(s) for c in corpora for s in c.sources
+                                                             if os.path.isfile(s)}
         paths = output_paths(out_dir, plan.num_shards, codec)
         claim_output(out_dir, sorted(inputs), paths, what="OUT_DIR")
         settings = WriteSettings(codec=codec, level=level, verify=verify)

@@ -318,7 +318,7 @@ def run_convert(
     shards = expand_shards(shard_args)
     suffix = ".tar" + CODECS[settings.codec].suffix
     outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree)
-    claim_output(out_dir, list(shard_args) + shards, outputs, what="OUT_DIR")
+    claim_output(out_dir, shards + [a for a in shard_args if os.path.isfile(a)], outputs, what="OUT_DIR")
     if is_url(out_dir):
         # the journal stays on this machine (a store has no fsynced append); a rerun elsewhere
         # resumes from the convert.json the last finished run published

@@ -283,17 +283,23 @@ def forkserver_context():
     the resource tracker, whose last writers they were. A rerun right after finds no one writing.
     """
     import multiprocessing
+    import threading
 
     context = multiprocessing.get_context("forkserver")
-    preload = ["shardkit._deathsig"]
+    module = "shardkit._deathsig"
     try:
         from multiprocessing import forkserver
 
         current = list(getattr(forkserver._forkserver, "_preload_modules", []) or [])
     except (ImportError, AttributeError):
         current = []
-    if "shardkit._deathsig" not in current:
-        context.set_forkserver_preload(current + preload)
+    # PR_SET_PDEATHSIG follows the parent *thread*: a server started from a thread that ends
+    # would die with it, so only a server started from the main thread asks for it
+    wanted = threading.current_thread() is threading.main_thread()
+    if wanted and module not in current:
+        context.set_forkserver_preload(current + [module])
+    elif not wanted and module in current:
+        context.set_forkserver_preload([m for m in current if m != module])
     return context
 
 

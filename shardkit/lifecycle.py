@@ -75,29 +75,33 @@ def note(message: str) -> None:
 
 
 def _local(path: str) -> bool:
-    return "://" not in path and not path.rstrip().endswith("|")
+    return "://" not in path and not path.startswith("pipe:") and not path.rstrip().endswith("|")
 
 
 def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (), *,
                  what: str = "the output folder") -> None:
     """Refuse (UsageError, exit 2) an output folder that is, by real path, the folder of an input,
-    or an output file that is an input file (same real path or the same inode).
+    or an output file that is an input file (the same inode: a hard link, or a symlink to it).
 
-    ``inputs`` are shard or list paths (URLs and pipes are skipped); ``outputs`` the planned files.
+    ``inputs`` are shard or list files (URLs and pipes are skipped); ``outputs`` the planned files.
+    Costs one ``realpath`` per distinct input folder and one ``stat`` per planned output (and, only
+    when some output already exists, one per input).
     """
     if not _local(out_dir):
         return
     out_real = os.path.realpath(out_dir)
-    inputs = [p for p in inputs if _local(os.fspath(p))]
-    real_inputs: dict[str, str] = {}
+    inputs = [os.fspath(p) for p in inputs]
+    inputs = [p for p in inputs if _local(p)]
+    real_folders: dict[str, str] = {}
     for path in inputs:
-        real = os.path.realpath(path)
-        real_inputs.setdefault(real, path)
-        folder = os.path.dirname(real)
-        if folder == out_real or os.path.dirname(os.path.abspath(path)) == out_real:
+        parent = os.path.dirname(os.path.abspath(path))
+        real = real_folders.get(parent)
+        if real is None:
+            real = real_folders[parent] = os.path.realpath(parent)
+        if real == out_real:
             raise UsageError(f"{what} holds input {path} (both are {out_real} by real path), so outputs could "
                              f"overwrite inputs; choose another folder", shard=out_dir)
-    _claim_files(outputs, real_inputs)
+    _claim_files(outputs, inputs)
 
 
 def claim_output_file(out_path: str, inputs: Iterable[str]) -> None:
@@ -106,22 +110,20 @@ def claim_output_file(out_path: str, inputs: Iterable[str]) -> None:
         return
     if os.path.isdir(out_path):
         raise UsageError("names a folder; give a file name", shard=out_path)
-    real_inputs = {}
+    inputs = [p for p in map(os.fspath, inputs) if _local(p)]
+    real = os.path.realpath(out_path)
     for path in inputs:
-        if _local(os.fspath(path)):
-            real_inputs.setdefault(os.path.realpath(path), path)
-    _claim_files([out_path], real_inputs)
+        if os.path.realpath(path) == real:
+            raise UsageError(f"output {out_path} is input {path} (real path {real}); writing it would "
+                             f"destroy the input: choose another output", shard=out_path)
+    _claim_files([out_path], inputs)
 
 
-def _claim_files(outputs: Sequence[str], real_inputs: dict[str, str]) -> None:
+def _claim_files(outputs: Sequence[str], inputs: Sequence[str]) -> None:
     existing = []
     for out in outputs:
         if not _local(out):
             continue
-        real = os.path.realpath(out)
-        if real in real_inputs:
-            raise UsageError(f"output {out} is input {real_inputs[real]} (real path {real}); writing it would "
-                             f"destroy the input: choose another output", shard=out)
         try:
             st = os.stat(out)
         except OSError:
@@ -130,16 +132,17 @@ def _claim_files(outputs: Sequence[str], real_inputs: dict[str, str]) -> None:
     if not existing:
         return
     inodes = {}
-    for real, path in real_inputs.items():
+    for path in inputs:
         try:
-            st = os.stat(real)
+            st = os.stat(path)
         except OSError:
             continue
         inodes.setdefault((st.st_dev, st.st_ino), path)
     for out, ident in existing:
         if ident in inodes:
-            raise UsageError(f"output {out} is input {inodes[ident]} (the same file: a hard link); writing it would "
-                             f"destroy the input: choose another output", shard=out)
+            how = "a symbolic link to it" if os.path.islink(out) else "the same file: a hard link"
+            raise UsageError(f"output {out} is input {inodes[ident]} ({how}); writing it would destroy the input: "
+                             f"choose another output", shard=out)
 
 
 def prepare_out_dir(out_dir: str) -> str:
@@ -387,9 +390,14 @@ class AtomicFile:
         try:
             self.file.flush()
             os.fsync(self.file.fileno())
+            written, stored = self.file.tell(), os.fstat(self.file.fileno()).st_size
             self.file.close()
         except OSError as err:
             raise output_error(err, self.dst) from None
+        if written != stored:
+            from .errors import VerificationError
+
+            raise VerificationError(f"{stored} bytes on disk after writing {written}", shard=self.dst)
         if verify is not None:
             verify(self.tmp)
         if _local(self.dst):

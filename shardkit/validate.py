@@ -610,7 +610,8 @@ def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int |
     if quarantine_dir is not None:
         stems = plan_quarantine(shards, quarantine_dir)  # over the whole list, so slices never collide
         quarantine_dir = os.path.abspath(quarantine_dir)
-        claim_output(quarantine_dir, list(shard_args) + shards, what="the quarantine folder")
+        claim_output(quarantine_dir, shards + [a for a in shard_args if os.path.isfile(a)],
+                     what="the quarantine folder")
         quarantine_dir = prepare_out_dir(quarantine_dir)
     slice_info = None
     if split is not None:

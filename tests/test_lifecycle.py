@@ -94,6 +94,16 @@ def test_outputs_below_or_beside_the_inputs_stay_allowed(make_shards, tmp_path):
     assert {k: v for k, v in after.items() if k in before} == before
 
 
+def test_a_folder_argument_may_sit_inside_the_output_folder(make_shards, tmp_path):
+    sources = make_shards("none")
+    folder = os.path.dirname(sources[0])
+    parent = os.path.dirname(folder)
+    result = run_cli("convert", folder, "-o", parent, "-q", "--codec", "zst")
+    assert result.exit_code == 0, result.output
+    for name in (os.path.basename(s) + ".zst" for s in sources):
+        assert os.path.exists(os.path.join(parent, name))
+
+
 def test_an_output_that_is_a_hard_link_to_an_input_is_refused(make_shards, tmp_path):
     sources = make_shards("none")
     folder = os.path.dirname(sources[0])
