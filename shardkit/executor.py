@@ -9,6 +9,9 @@ command assembles the same report and manifest, so every executor writes the sam
 - ``local``: ``jobs == 1`` runs inline; otherwise a forkserver process pool. A worker process that
   dies (killed, out of memory) breaks the whole pool; a new pool reruns the tasks that were in it,
   one at a time, so that the one that dies again is known, and retries it up to ``retries`` times.
+  Workers die with the main process: each sets ``PR_SET_PDEATHSIG`` (its parent is the
+  forkserver, which sets it too) and watches the main process's pid, so a ``kill -9`` of a run
+  leaves no worker writing and no forkserver or resource tracker behind.
 - ``ray``: one Ray task per item, ``max_retries=retries`` (Ray re-runs a task whose worker or node
   died; a task that raises is not retried). Connects to ``ray_address`` (default ``auto``: the
   cluster named by ``RAY_ADDRESS`` or started with ``ray start`` on this node), or starts a local
