@@ -10,6 +10,8 @@ fresh process with that tree first on ``sys.path`` (imports not timed):
   - ``tiny``: ``run_convert`` (the whole command: claim, lock, journal, atomic verified writes,
     reports) of --tiny-shards plain-tar shards of ~25 KB each, -j1: per-shard overhead;
   - ``convert``: ``run_convert`` bz2 -> zst:3 of a small corpus (--corpus-mb, --shards), -j1.
+Wall time and CPU time (user + system of the process) are both kept: on a loaded machine the
+CPU time moves far less with other people's work.
 Every run checks that all shards converted and that both trees wrote the same bytes. Prints one
 JSON line per measurement, then medians and after/before ratios.
 """
@@ -62,14 +64,16 @@ def worker(args) -> dict:
     with open(args.sources) as f:
         sources = f.read().split()
     shutil.rmtree(args.out, ignore_errors=True)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), os.times()
     report = run_convert(sources, args.out, ConvertSettings(codec="zst", level=3, threads=1), jobs=1)
     seconds = time.perf_counter() - t
+    cpu_s = sum(os.times()[:2]) - sum(cpu[:2])  # user + system: what load from others changes least
     assert all(e["status"] == "ok" for e in report.shards), [e["error"] for e in report.shards]
     import hashlib
 
     digest = hashlib.sha256(b"".join(bytes.fromhex(e["output"]["sha256"]) for e in report.shards)).hexdigest()
-    return {"seconds": seconds, "ms_per_shard": seconds / len(sources) * 1000, "outputs_sha256": digest,
+    return {"seconds": seconds, "cpu_s": cpu_s, "ms_per_shard": seconds / len(sources) * 1000,
+            "cpu_ms_per_shard": cpu_s / len(sources) * 1000, "outputs_sha256": digest,
             "tar_mb_per_s": sum(e["tar_bytes"] for e in report.shards) / seconds / 1e6}
 
 
@@ -129,10 +133,13 @@ def main(args):
 
     print(f"\nmedians of {args.repeat} interleaved turns; ratio = after / before\n")
     print("| measurement | before | after | ratio |")
+    paired = {}
     print("|---|---:|---:|---:|")
     for mode, key, unit in (("pool", "fixed_ms", "ms"), ("pool", "marginal_ms", "ms per task"),
                             ("tiny", "ms_per_shard", f"ms per shard ({args.tiny_shards} tiny shards, run_convert -j1)"),
+                            ("tiny", "cpu_ms_per_shard", "CPU ms per shard"),
                             ("convert", "seconds", f"s ({args.shards} bz2 shards -> zst:3, -j1)"),
+                            ("convert", "cpu_s", "CPU s"),
                             ("convert", "tar_mb_per_s", "MB/s of tar")):
         b, a = med(mode, "before", key), med(mode, "after", key)
         print(f"| {mode}: {unit} ({key}) | {b:.3f} | {a:.3f} | {a / b:.3f} |")
