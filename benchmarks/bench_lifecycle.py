@@ -133,7 +133,6 @@ def main(args):
 
     print(f"\nmedians of {args.repeat} interleaved turns; ratio = after / before\n")
     print("| measurement | before | after | ratio |")
-    paired = {}
     print("|---|---:|---:|---:|")
     for mode, key, unit in (("pool", "fixed_ms", "ms"), ("pool", "marginal_ms", "ms per task"),
                             ("tiny", "ms_per_shard", f"ms per shard ({args.tiny_shards} tiny shards, run_convert -j1)"),
