@@ -816,7 +816,9 @@ class BalanceReport:
         return {"command": "balance", "dry_run": self.dry_run, "out_dir": self.out_dir,
                 "data_list": self._named("data.list"), "manifest": self._named(MANIFEST),
                 **({"slice": self.slice} if self.slice else {}),
-                **self.plan.summary(), "written": counts, "failures": self.failures,
+                **self.plan.summary(), "written": counts,
+                "this_run": {"done": counts["ok"], "skipped": counts["skipped"], "failed": counts["failed"]},
+                "failures": self.failures,
                 "plan": self.figures, "repeated_copies": len(self.repeats),
                 "elapsed_seconds": round(self.elapsed, 3)}
 

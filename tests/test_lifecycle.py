@@ -362,6 +362,8 @@ def test_read_only_outputs_give_one_line_errors(make_shards, read_only):
                    read_only / "out" / "i.jsonl", "Read-only file system")
     one_line_error(run_cli("list", "concat", listing, "-o", read_only / "out" / "all.list"),
                    read_only / "out" / "all.list", "Read-only file system")
+    one_line_error(run_cli("list", "rewrite", listing, "-o", read_only / "out" / "new.list", "--suffix", ".tar.bz2"),
+                   read_only / "out" / "new.list", "Read-only file system")
     for args in (["convert", *sources, "-o", read_only / "out"],
                  ["validate", *sources, "--quarantine", read_only / "out"]):
         one_line_error(run_cli(*args, "-q"), read_only / "out", "Read-only file system")
