@@ -84,8 +84,8 @@ def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (
     or an output file that is an input file (the same inode: a hard link, or a symlink to it).
 
     ``inputs`` are shard or list files (URLs and pipes are skipped); ``outputs`` the planned files.
-    Costs one ``realpath`` per distinct input folder and one ``stat`` per planned output (and, only
-    when some output already exists, one per input).
+    Costs one ``realpath`` per distinct input folder and one ``lstat`` per planned output (and, only
+    when an output is a symlink or has several links, one ``stat`` per input).
     """
     if not _local(out_dir):
         return
@@ -120,11 +120,18 @@ def claim_output_file(out_path: str, inputs: Iterable[str]) -> None:
 
 
 def _claim_files(outputs: Sequence[str], inputs: Sequence[str]) -> None:
+    import stat
+
+    # only an existing output that is a symlink, or a file with more than one link, can be an input
+    # under another name: the inputs are stat'ed only if there is one (rare, so resumes stay cheap)
     existing = []
     for out in outputs:
         if not _local(out):
             continue
         try:
+            st = os.lstat(out)
+            if not stat.S_ISLNK(st.st_mode) and st.st_nlink < 2:
+                continue
             st = os.stat(out)
         except OSError:
             continue

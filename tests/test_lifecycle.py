@@ -135,6 +135,11 @@ def test_claim_functions_directly(tmp_path):
         claim_output_file(str(tmp_path / "alias.tar"), [str(src / "a.tar")])
     with pytest.raises(UsageError, match="names a folder"):
         claim_output_file(str(src), [])
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(src / "a.tar", out / "a.tar")  # a planned output that is a symlink to an input
+    with pytest.raises(UsageError, match="a symbolic link to it"):
+        claim_output(str(out), [str(src / "a.tar")], [str(out / "a.tar")])
 
 
 # --------------------------------------------------------------------------------------- locks
