@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Callable, Iterable, Sequence
 
-from .errors import ShardkitError, UsageError
+from .errors import UsageError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -456,11 +456,6 @@ def atomic_write_json(path: str, obj) -> None:
 
 def atomic_write_lines(path: str, lines) -> None:
     atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode("utf-8"))
-
-
-def write_report_file(path: str, write: Callable[[str, object], None], payload) -> None:
-    """``write(path, payload)`` (an ``atomic_write_*``) for a local path or a URL."""
-    write(path, payload)
 
 
 def load_json(path: str) -> dict | None:
