@@ -29,7 +29,10 @@ Examples:
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every written shard back and compare member names and digests; with --audio, also "
                    "decode every transcoded member and compare its samples with the source's.")
-@click.option("--keep-tree", is_flag=True, help="Mirror input folders under OUT_DIR (inputs sharing a stem).")
+@click.option("--keep-tree/--flat", "keep_tree", default=None,
+              help="Outputs mirror the input folders below their common parent (--keep-tree), or all go "
+                   "directly in OUT_DIR (--flat; two inputs with one file name are then an error) "
+                   "[default: mirror only when input file names repeat].")
 @click.option("--overwrite", is_flag=True, help="Redo every shard, even those a previous run finished.")
 @click.option("--salvage", is_flag=True,
               help="For a damaged source, keep every complete utterance before the damage.")
