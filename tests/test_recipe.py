@@ -157,3 +157,32 @@ def test_stage_1_stops_when_make_skips_utterances(tmp_path):
         "run.sh: stage 1 stopped: fix the data dir of aishell, or rerun with --allow_rejects true")
     made = load(tmp_path / "exp" / "shards" / "source" / "aishell" / "make.json")
     assert made["findings"] == [{"key": "aishell/lost", "check": "no_audio", "reason": "in text but not in wav.scp"}]
+
+
+@pytest.mark.parametrize("utts_per_shard,world_size,equal", [(7, 2, True), (5, 3, False)])
+def test_loader_check_without_torch_reads_in_worker_processes(make_shards, utts_per_shard, world_size, equal):
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    shards = make_shards("zst", utts_per_shard=utts_per_shard)
+    data_list = os.path.join(os.path.dirname(shards[0]), "data.list")
+    result = CliRunner().invoke(main, ["loader-check", data_list, "--world-size", str(world_size), "--num-workers",
+                                       "2", "--batch-size", "2", "--engine", "shardkit", "--json"])
+    assert result.exit_code == (0 if equal else 1), result.output
+    report = json.loads(result.stdout)
+    assert report["engine"] == "shardkit"
+    assert report["utterances"] == report["distinct_keys"] == 14
+    assert sorted(r["utterances"] for r in report["ranks"]) == ([7, 7] if equal else [4, 5, 5])
+    if has_torch():  # the same counts as the DataLoader
+        torch_report = json.loads(CliRunner().invoke(main, [
+            "loader-check", data_list, "--world-size", str(world_size), "--num-workers", "2", "--batch-size", "2",
+            "--engine", "torch", "--json"]).stdout)
+        assert [(r["utterances"], r["batches"]) for r in torch_report["ranks"]] == \
+            [(r["utterances"], r["batches"]) for r in report["ranks"]]
+
+
+def has_torch():
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
