@@ -89,8 +89,9 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     if not quiet:
         click.echo(f"converted {summary['ok']}, skipped {summary['skipped']} (already done), "
                    f"salvaged {summary['salvaged']}, failed {summary['failed']} of {summary['shards']} shards; "
-                   f"{summary['tar_bytes_converted'] / 1e6:.1f} MB of tar in {summary['seconds']:.1f} s; "
-                   f"list: {summary['data_list']}", err=True)
+                   + (f"{summary['tar_bytes_converted'] / 1e6:.1f} MB of tar in {summary['seconds']:.1f} s; "
+                      if summary["ok"] or summary["salvaged"] else "")
+                   + f"list: {summary['data_list']}", err=True)
         if "audio" in summary:
             audio_summary = summary["audio"]
             reasons = ", ".join(f"{n} {why}" for why, n in sorted(audio_summary["kept_by_reason"].items()))
