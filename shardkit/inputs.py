@@ -53,7 +53,7 @@ def expand_shards(args: list[str] | tuple[str, ...]) -> list[str]:
             if not found:
                 raise UsageError(f"folder holds no shards (looked for {', '.join(SHARD_PATTERNS[:4])}, ...)", shard=arg)
             shards.extend(os.path.abspath(p) for p in found)
-        elif is_list_file(arg):
+        elif is_list_file(arg) and (os.path.exists(arg) or not _GLOB_CHARS & set(arg)):
             shards.extend(read_list(arg))
         elif os.path.exists(arg):
             shards.append(os.path.abspath(arg))

@@ -110,3 +110,11 @@ def test_validate_quarantine_mirrors_folders_when_names_repeat(two_corpora, tmp_
     listed = read_list(str(q / "data.list"))
     assert listed == a + b  # the duplicate-only shard kept nothing
     assert len(keys(q / "data.list")) == len(set(keys(q / "data.list")))
+
+
+def test_a_glob_over_several_corpora_lists_reads_every_list(two_corpora, tmp_path):
+    from shardkit.inputs import expand_shards
+
+    a, b, _ = two_corpora
+    pattern = os.path.join(os.path.dirname(os.path.dirname(a[0])), "corpus-?0", "data.list")  # not pytest's *current links
+    assert expand_shards([pattern]) == a + b
