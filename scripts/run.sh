@@ -173,7 +173,9 @@ if [ -z "$gpus_per_node" ]; then
   if [ "$gpus_seen" -ge 1 ] 2>/dev/null; then
     gpus_per_node=$gpus_seen; gpus_from="the GPUs torch sees"
   else
-    gpus_per_node=1; gpus_from="torch sees no GPU here: 1 assumed; set --gpus_per_node for the training nodes"
+    gpus_per_node=1
+    if [ "$has_torch" = true ]; then gpus_from="torch sees no GPU here"; else gpus_from="torch is not installed here"; fi
+    gpus_from="$gpus_from: 1 GPU per node assumed; set --gpus_per_node for the training nodes"
   fi
 else
   gpus_from="--gpus_per_node"
