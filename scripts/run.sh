@@ -44,21 +44,21 @@ jobs=$(nproc 2>/dev/null || echo 2)  # parallel processes
 options="stage stop_stage workdir world_size num_workers gpus_per_node codec audio allow_rejects demo_minutes
          demo_faults source_codec utts_per_shard shard_duration sample_rate batch_size bench_formats bench_audio
          bench_workers bench_seconds with_torch train_python seed jobs"
-declare -A defaults=()
-for o in $options; do defaults[$o]=${!o}; done
+for o in $options; do printf -v "default_$o" '%s' "${!o}"; done  # for --help, before any option changes them
 usage() {
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   echo
   echo "Options (--name value or --name=value; default in brackets):"
-  local o comment
+  local o comment default
   for o in $(echo $options | sed 's/ audio / audio corpus /'); do
     comment=$(grep -m1 "^$o=" "$0" | sed 's/^[^#]*# *//')
+    default=default_$o; default=${!default:-}
     if [ "$o" = corpus ]; then
       printf '  --%-16s %s\n' "corpus N=PATH" "$comment"
-    elif [ -z "${defaults[$o]}" ]; then
+    elif [ -z "$default" ]; then
       printf '  --%-16s %s\n' "$o" "$comment"
     else
-      printf '  --%-16s %s [%s]\n' "$o" "$comment" "${defaults[$o]}"
+      printf '  --%-16s %s [%s]\n' "$o" "$comment" "$default"
     fi
   done
 }
