@@ -4,26 +4,29 @@
 #
 #   bash scripts/run.sh                                   # the demo: 3 synthetic corpora, W=2 ranks x K=2 workers
 #   bash scripts/run.sh --stage 2 --stop_stage 2          # redo only the dataset preparation
-#   bash scripts/run.sh --workdir exp/mix --world_size 8 --num_workers 4 \
+#   bash scripts/run.sh --workdir exp/mix --world_size 8 --num_workers 4 --gpus_per_node 8 \
 #       --corpus aishell=/data/aishell/data.list --corpus libri=/data/kaldi/train_960
 #
 # Stages: 0 demo data (only without --corpus), 1 make shards from Kaldi dirs, 2 convert -> validate
-# -> balance -> plan, 3 bench, 4 loader check, 5 summary. Everything is written under --workdir.
+# -> balance -> plan, 3 bench on the training list, 4 loader check, 5 summary. Everything is written
+# under --workdir.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# ------------------------------------------------------------------ options (--name value)
-stage=0
-stop_stage=5
-workdir=exp/demo
-world_size=2          # simulated ranks (GPUs)
-num_workers=2         # DataLoader workers per rank
-codec=zst             # codec of the prepared shards: zst (fastest to read) or none (plain tar, any WeNet)
+# ------------------------------------------------------------------ options (--name value or --name=value)
+stage=0               # first stage to run (0-5)
+stop_stage=5          # last stage to run (0-5)
+workdir=exp/demo      # where everything is written
+world_size=2          # W: ranks (GPUs, all nodes together) the list is balanced for
+num_workers=2         # K: DataLoader workers per rank (train.py --num_workers)
+gpus_per_node=        # GPUs per node, for the loader advice [default: the GPUs torch sees, else 1]
+codec=none            # training shards: none (plain tar, any WeNet reads it) or zst (WeNet needs the zstd hook)
+audio=keep            # their audio members: keep (as the sources have them), flac (lossless, smaller), wav
 corpus=()             # NAME=PATH, repeatable: a Kaldi data dir (wav.scp, text[, segments]) or shards
-allow_rejects=false   # go on with the clean utterances when validation finds problems
+allow_rejects=false   # true: go on with the clean utterances when validation finds problems
 demo_minutes=15       # minutes of demo audio in all three corpora
-demo_faults=false     # plant an 8 kHz and a stereo utterance in the demo, for validate to find
+demo_faults=false     # true: plant an 8 kHz and a stereo utterance in the demo, for validate to find
 source_codec=         # stage 1's codec [default: bz2 for the demo, like the users' shards; else --codec]
 utts_per_shard=       # stage 1's utterances per shard [default: 20 for the demo; else 1000, WeNet's]
 shard_duration=       # seconds per balanced shard [default: balance decides]
@@ -31,38 +34,85 @@ sample_rate=16000     # what validate expects
 batch_size=8          # loader check: utterances per batch
 bench_formats=none,bz2,zst:3  # bench: shard compressions to compare
 bench_audio=wav,flac  # bench: audio members to compare
-bench_workers=0,2     # bench: DataLoader num_workers values ('' skips the loader rows)
+bench_workers=0,2     # bench: DataLoader num_workers values ('' skips the loader rows; needs torch)
 bench_seconds=0.3     # bench: minimum seconds per measurement
-seed=0
-jobs=$(nproc 2>/dev/null || echo 2)
+with_torch=false      # true: the recipe's .venv gets torch + torchaudio (CUDA build, ~6 GB) for the torch checks
+train_python=         # the Python that runs WeNet's train.py [default: the recipe's]: the zstd hook is checked there
+seed=0                # shuffle and demo seed
+jobs=$(nproc 2>/dev/null || echo 2)  # parallel processes
 
-options="stage stop_stage workdir world_size num_workers codec allow_rejects demo_minutes demo_faults source_codec
-         utts_per_shard shard_duration sample_rate batch_size bench_formats bench_audio bench_workers bench_seconds
-         seed jobs"
+options="stage stop_stage workdir world_size num_workers gpus_per_node codec audio allow_rejects demo_minutes
+         demo_faults source_codec utts_per_shard shard_duration sample_rate batch_size bench_formats bench_audio
+         bench_workers bench_seconds with_torch train_python seed jobs"
+for o in $options; do printf -v "default_$o" '%s' "${!o}"; done  # for --help, before any option changes them
 usage() {
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   echo
-  echo "Options (--name value; the defaults as set in this script):"
-  sed -n '/^stage=0/,/^jobs=/p' "$0" | sed 's/^/  --/'
+  echo "Options (--name value or --name=value; default in brackets):"
+  local o comment default
+  for o in $(echo $options | sed 's/ audio / audio corpus /'); do
+    comment=$(grep -m1 "^$o=" "$0" | sed 's/^[^#]*# *//')
+    default=default_$o; default=${!default:-}
+    if [ "$o" = corpus ]; then
+      printf '  --%-16s %s\n' "corpus N=PATH" "$comment"
+    elif [ -z "$default" ]; then
+      printf '  --%-16s %s\n' "$o" "$comment"
+    else
+      printf '  --%-16s %s [%s]\n' "$o" "$comment" "$default"
+    fi
+  done
+}
+usage_error() {  # a usage error: exit 2, before anything is set up
+  { echo "run.sh: $*"; echo; usage; } >&2
+  exit 2
 }
 
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
+    --*=*) opt=${1%%=*}; value=${1#*=}; shift ;;
     --*)
-      name=${1#--}
-      name=${name//-/_}
-      if [ $# -lt 2 ]; then echo "run.sh: option $1 needs a value" >&2; exit 2; fi
-      if [ "$name" = corpus ]; then
-        corpus+=("$2")
-      elif [[ " $(echo $options) " == *" $name "* ]]; then
-        printf -v "$name" '%s' "$2"
-      else
-        echo "run.sh: unknown option $1 (see --help)" >&2; exit 2
-      fi
-      shift 2 ;;
-    *) echo "run.sh: unexpected argument $1 (options are --name value; see --help)" >&2; exit 2 ;;
+      opt=$1
+      [ $# -ge 2 ] || usage_error "option $1 needs a value"
+      value=$2; shift 2 ;;
+    *) usage_error "unexpected argument $1 (options are --name value or --name=value)" ;;
   esac
+  name=${opt#--}
+  name=${name//-/_}
+  if [ "$name" = corpus ]; then
+    corpus+=("$value")
+  elif [[ " $(echo $options) " == *" $name "* ]]; then
+    printf -v "$name" '%s' "$value"
+  else
+    usage_error "unknown option $opt"
+  fi
+done
+
+# every value is checked before anything is set up
+is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
+for o in stage stop_stage; do
+  { is_int "${!o}" && [ "${!o}" -le 5 ]; } || usage_error "--$o must be a stage from 0 to 5 (got '${!o}')"
+done
+[ "$stage" -le "$stop_stage" ] || usage_error "--stage $stage comes after --stop_stage $stop_stage: nothing to run"
+for o in world_size batch_size jobs; do
+  { is_int "${!o}" && [ "${!o}" -ge 1 ]; } || usage_error "--$o must be an integer >= 1 (got '${!o}')"
+done
+is_int "$num_workers" || usage_error "--num_workers must be an integer >= 0 (got '$num_workers')"
+[[ $seed =~ ^-?[0-9]+$ ]] || usage_error "--seed must be an integer (got '$seed')"
+if [ -n "$gpus_per_node" ]; then
+  { is_int "$gpus_per_node" && [ "$gpus_per_node" -ge 1 ]; } ||
+    usage_error "--gpus_per_node must be an integer >= 1 (got '$gpus_per_node')"
+fi
+case $codec in none|zst) ;; *) usage_error "--codec must be none or zst (got '$codec')" ;; esac
+case $audio in keep|wav|flac) ;; *) usage_error "--audio must be keep, wav or flac (got '$audio')" ;; esac
+for o in allow_rejects demo_faults with_torch; do
+  case ${!o} in true|false) ;; *) usage_error "--$o must be true or false (got '${!o}')" ;; esac
+done
+for c in ${corpus[@]+"${corpus[@]}"}; do
+  [[ $c =~ ^[A-Za-z0-9_.-]+=.+ ]] || usage_error "--corpus wants NAME=PATH, got '$c'"
+  if [ ! -e "${c#*=}" ] && ! compgen -G "${c#*=}" >/dev/null; then
+    usage_error "--corpus $c: no such file, folder or glob match"
+  fi
 done
 
 if [ ${#corpus[@]} -eq 0 ]; then  # the demo
@@ -87,18 +137,27 @@ final_rc=0
 
 # ------------------------------------------------------------------ python with shardkit
 # A fresh machine gets its own venv; an installed shardkit (or the repo's .venv) is used as it is.
+# torch (the registry serves Linux torch only as the CUDA build, ~6 GB) comes only with --with_torch true.
+extras=bench
+needs='import shardkit'
+if [ "$with_torch" = true ]; then extras=bench,torch; needs='import shardkit, torch'; fi
 if [ -n "${SHARDKIT_PYTHON:-}" ]; then
   python=$SHARDKIT_PYTHON
-elif [ -x "$root/.venv/bin/python" ] && "$root/.venv/bin/python" -c 'import shardkit' 2>/dev/null; then
+elif [ -x "$root/.venv/bin/python" ] && "$root/.venv/bin/python" -c "$needs" 2>/dev/null; then
   python=$root/.venv/bin/python
-elif command -v python3 >/dev/null && python3 -c 'import shardkit, torch' 2>/dev/null; then
+elif command -v python3 >/dev/null && python3 -c "$needs" 2>/dev/null; then
   python=python3
 else
-  echo "run.sh: shardkit is not installed; setting up $root/.venv (torch included, a few minutes)" >&2
-  python3 -m venv "$root/.venv"
+  if [ "$with_torch" = true ]; then
+    echo "run.sh: setting up $root/.venv: shardkit[$extras] with torch (several GB, a few minutes)" >&2
+  else
+    echo "run.sh: setting up $root/.venv: shardkit[$extras], no torch (~250 MB, under a minute;" \
+         "--with_torch true adds torch)" >&2
+  fi
+  [ -x "$root/.venv/bin/python" ] || python3 -m venv "$root/.venv"
   "$root/.venv/bin/python" -m pip install -q --disable-pip-version-check -U pip
   "$root/.venv/bin/python" -m pip install -q --disable-pip-version-check -c "$root/scripts/constraints.txt" \
-    -e "$root[all]"
+    -e "$root[$extras]"
   python=$root/.venv/bin/python
 fi
 shardkit() { "$python" -m shardkit "$@"; }
@@ -106,16 +165,26 @@ has_command() { shardkit "$1" --help >/dev/null 2>&1; }
 json_field() {  # print a Python expression of the JSON document d in file $1
   "$python" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
 }
+has_torch=false
+"$python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null && has_torch=true
+if [ -z "$gpus_per_node" ]; then
+  gpus_seen=0
+  [ "$has_torch" = true ] && gpus_seen=$("$python" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if [ "$gpus_seen" -ge 1 ] 2>/dev/null; then
+    gpus_per_node=$gpus_seen; gpus_from="the GPUs torch sees"
+  else
+    gpus_per_node=1
+    if [ "$has_torch" = true ]; then gpus_from="torch sees no GPU here"; else gpus_from="torch is not installed here"; fi
+    gpus_from="$gpus_from: 1 GPU per node assumed; set --gpus_per_node for the training nodes"
+  fi
+else
+  gpus_from="--gpus_per_node"
+fi
+train_python=${train_python:-$python}
 
 # corpora.txt (NAME=PATH per line) carries the corpus set from stage to stage
 corpora_file=$workdir/corpora.txt
 if [ ${#corpus[@]} -gt 0 ]; then
-  for c in "${corpus[@]}"; do
-    if [[ ! $c =~ ^[A-Za-z0-9_.-]+=.+ ]]; then echo "run.sh: --corpus wants NAME=PATH, got '$c'" >&2; exit 2; fi
-    if [ ! -e "${c#*=}" ] && ! compgen -G "${c#*=}" >/dev/null; then
-      echo "run.sh: --corpus $c: no such file, folder or glob match" >&2; exit 2
-    fi
-  done
   printf '%s\n' "${corpus[@]}" > "$corpora_file"
 fi
 require_corpora() {  # called outside $(...), so that its exit ends the script
@@ -132,6 +201,27 @@ source_shards() {
   if is_kaldi_dir "$path"; then echo "$workdir/shards/source/$1/data.list"; else echo "$path"; fi
 }
 prepared_list() { echo "$workdir/quarantine/$1/data.list"; }
+format_dir=$codec; [ "$audio" = keep ] || format_dir=$codec-$audio  # shards/<format_dir>/NAME: convert's output
+show_findings() {  # the findings table of the validate reports of corpora "$@" (first ones, a count, the reports)
+  "$python" - "$reports" "$@" <<'PY' >&2
+import json, os, sys
+reports, names, shown = sys.argv[1], sys.argv[2:], 12
+rows, paths = [], []
+for name in names:
+    path = os.path.join(reports, f"validate_{name}.json")
+    paths.append(path)
+    with open(path, encoding="utf-8") as f:
+        rows += [(name, x["shard"], x["key"] or "-", x["check"], x["message"]) for x in json.load(f)["findings"]]
+print(f"  {len(rows)} findings (shard, key, check):")
+width = [max(len(r[i]) for r in rows[:shown]) for i in range(4)]
+print(f"    {'corpus':<{width[0]}}  {'shard':<{width[1]}}  {'key':<{width[2]}}  {'check':<{width[3]}}  reason")
+for r in rows[:shown]:
+    print(f"    {r[0]:<{width[0]}}  {r[1]:<{width[1]}}  {r[2]:<{width[2]}}  {r[3]:<{width[3]}}  {r[4]}")
+if len(rows) > shown:
+    print(f"    ... and {len(rows) - shown} more")
+print("  every finding: " + ", ".join(paths))
+PY
+}
 
 # ------------------------------------------------------------------ stages
 if run_stage 0; then
@@ -174,20 +264,21 @@ fi
 
 if run_stage 2; then
   require_corpora
-  stage_banner 2 "dataset prep: convert ($codec) -> validate (quarantine) ->" \
-    "balance (W=$world_size x K=$num_workers) -> plan"
+  stage_banner 2 "dataset prep: convert ($codec, audio $audio) -> validate (quarantine) ->" \
+    "balance (W=$world_size ranks x K=$num_workers workers) -> plan"
   rejected=()
   balance_args=()
   before_lists=()
   for name in $(corpus_names); do
     src=$(source_shards "$name")
-    converted=$workdir/shards/$codec/$name/data.list
-    if is_kaldi_dir "$(corpus_path "$name")" && [ "$source_codec" = "$codec" ]; then
+    converted=$workdir/shards/$format_dir/$name/data.list
+    if is_kaldi_dir "$(corpus_path "$name")" && [ "$source_codec" = "$codec" ] && [ "$audio" = keep ]; then
       echo "  $name: convert: stage 1 wrote $codec shards already" >&2
       converted=$src
     else
-      echo "  $name: convert $src -> $workdir/shards/$codec/$name" >&2
-      shardkit convert "$src" -o "$workdir/shards/$codec/$name" --codec "$codec" -j "$jobs" -q --json \
+      echo "  $name: convert $src -> $workdir/shards/$format_dir/$name" >&2
+      shardkit convert "$src" -o "$workdir/shards/$format_dir/$name" --codec "$codec" --audio "$audio" -j "$jobs" \
+        -q --json \
         > "$reports/convert_$name.json" ||
         die "stage 2: convert failed on shards of $name; see $reports/convert_$name.json"
     fi
@@ -204,6 +295,7 @@ if run_stage 2; then
     balance_args+=(--corpus "$name=$(prepared_list "$name")")
   done
   if [ ${#rejected[@]} -gt 0 ]; then
+    show_findings "${rejected[@]}"
     if [ "$allow_rejects" != true ]; then
       echo "run.sh: stage 2 stopped: validation found problems in ${rejected[*]} (reports in $reports);" \
            "fix the data, or rerun with --stage 2 --allow_rejects true to train on the clean utterances only" >&2
@@ -232,9 +324,10 @@ if run_stage 2; then
       -q --json > "$reports/plan_before.json"
     shardkit plan "$workdir/data/train/data.list" --world-size "$world_size" --num-workers "$num_workers" \
       --seed "$seed" -q --json > "$reports/plan_after.json"
-    echo "  seconds per rank, max/min over $(json_field "$reports/plan_after.json" 'len(d["epochs"])') shuffled" \
-         "epochs: $(json_field "$reports/plan_before.json" 'd["worst_rank_spread"]') before," \
-         "$(json_field "$reports/plan_after.json" 'd["worst_rank_spread"]') after balancing" >&2
+    echo "  rank balance (W=$world_size ranks x K=$num_workers loader workers per rank), seconds of audio per rank," \
+         "worst max/min ratio over $(json_field "$reports/plan_after.json" 'len(d["epochs"])') shuffled epochs:" \
+         "$(json_field "$reports/plan_before.json" '"%.3g" % d["worst_rank_spread"]') before balancing," \
+         "$(json_field "$reports/plan_after.json" '"%.3g" % d["worst_rank_spread"]') after (1 = equal)" >&2
   else
     echo "  plan skipped: this shardkit has no 'plan' command" >&2
   fi
@@ -243,13 +336,22 @@ fi
 
 if run_stage 3; then
   require_corpora
-  stage_banner 3 "bench: decode throughput of $bench_formats x $bench_audio on the corpora (quick settings)"
+  stage_banner 3 "bench: decode throughput of $bench_formats x $bench_audio on the training list (quick settings)"
+  train_list=$workdir/data/train/data.list
   if has_command bench; then
-    bench_inputs=()
-    for name in $(corpus_names); do bench_inputs+=("$(source_shards "$name")"); done
-    shardkit bench "${bench_inputs[@]}" -o "$workdir/bench" --formats "$bench_formats" --audio "$bench_audio" \
-      --workers "$bench_workers" --mp-context fork --min-seconds "$bench_seconds" --repeat 1 \
-      --work-dir "$workdir" -j "$jobs" -q --json > "$reports/bench.json"
+    [ -s "$train_list" ] || die "stage 3: no $train_list yet: run stage 2 first"
+    bench_extra=()
+    if [ "$has_torch" != true ]; then
+      echo "  torch is not installed (--with_torch true adds it): no WeNet-style torchaudio row," \
+           "no DataLoader rows" >&2
+      bench_extra=(--reference '' --workers '')
+    else
+      bench_extra=(--workers "$bench_workers" --mp-context fork)
+    fi
+    shardkit bench "$train_list" -o "$workdir/bench" --formats "$bench_formats" --audio "$bench_audio" \
+      "${bench_extra[@]}" --min-seconds "$bench_seconds" --repeat 1 --gpus-per-node "$gpus_per_node" \
+      --work-dir "$workdir" -j "$jobs" -q --json > "$reports/bench.json" ||
+      die "stage 3: bench failed on $train_list (exit $?)"
     echo "  table: $workdir/bench/bench.md, chart: $workdir/bench/bench.png" >&2
   else
     echo "  bench skipped: this shardkit has no 'bench' command" >&2
@@ -257,30 +359,34 @@ if run_stage 3; then
 fi
 
 if run_stage 4; then
-  stage_banner 4 "loader check: each of W=$world_size ranks reads data/train with K=$num_workers workers" \
-    "(torch dataset)"
-  if "$python" -c 'import importlib.util as u, sys
-sys.exit(not (u.find_spec("torch") and u.find_spec("shardkit.dataset")))'; then
-    [ -s "$workdir/data/train/data.list" ] || die "stage 4: no $workdir/data/train/data.list yet: run stage 2 first"
-    shardkit loader-check "$workdir/data/train/data.list" --world-size "$world_size" --num-workers "$num_workers" \
-      --batch-size "$batch_size" --seed "$seed" --json > "$reports/loader_check.json" || {
-        echo "run.sh: stage 4: ranks read different numbers of utterances or batches (see" \
-             "$reports/loader_check.json); the summary follows, the exit code will be 1" >&2
-        final_rc=1
-      }
+  if [ "$has_torch" = true ]; then
+    how="a torch DataLoader over shardkit's dataset"
   else
-    echo "  loader check skipped: shardkit's torch dataset (shardkit.dataset, torch) cannot be imported" >&2
+    how="shardkit's reader in K worker processes per rank (torch is not installed; --with_torch true adds it)"
   fi
+  stage_banner 4 "loader check: each of W=$world_size ranks reads data/train with K=$num_workers workers: $how"
+  [ -s "$workdir/data/train/data.list" ] || die "stage 4: no $workdir/data/train/data.list yet: run stage 2 first"
+  shardkit loader-check "$workdir/data/train/data.list" --world-size "$world_size" --num-workers "$num_workers" \
+    --batch-size "$batch_size" --seed "$seed" --json > "$reports/loader_check.json" || {
+      echo "run.sh: stage 4: ranks read different numbers of utterances or batches (see" \
+           "$reports/loader_check.json); the summary follows, the exit code will be 1" >&2
+      final_rc=1
+    }
 fi
 
 if run_stage 5; then
   require_corpora
   stage_banner 5 "summary"
-  "$python" - "$workdir" <<'EOF'
+  "$python" - "$workdir" "$codec" "$audio" "$world_size" "$num_workers" "$gpus_per_node" "$gpus_from" \
+    "$train_python" <<'EOF'
 # Gathers the stage reports into reports/summary.json and reports/summary.md (printed too).
-import json, os, sys
+import json, os, subprocess, sys
 
-workdir = sys.argv[1]
+from shardkit.advice import format_evidence, format_label, loader_advice, training_decode_rate
+
+workdir, codec, audio = sys.argv[1:4]
+world_size, num_workers, gpus_per_node = (int(x) for x in sys.argv[4:7])
+gpus_from, train_python = sys.argv[7:9]
 reports = os.path.join(workdir, "reports")
 
 
@@ -292,16 +398,42 @@ def load(path):
         return None
 
 
-def list_bytes(path):
+def read_list(path):
     try:
         with open(path, encoding="utf-8") as f:
-            return sum(os.path.getsize(line.strip()) for line in f if line.strip())
+            return [line.strip() for line in f if line.strip()]
+    except OSError:
+        return []
+
+
+def list_bytes(path):
+    try:
+        return sum(os.path.getsize(p) for p in read_list(path)) if read_list(path) else None
     except OSError:
         return None
 
 
+def g(x):  # 2-3 significant digits
+    return "-" if x is None else f"{x:.3g}"
+
+
 def rank_seconds(plan):
     return [r["seconds"] for r in plan["epochs"][0]["ranks"]] if plan else None
+
+
+def zstd_hook(python, shard):
+    """Whether WeNet's call, tarfile.open(fileobj=f, mode="r:*"), reads a .tar.zst shard in that Python."""
+    probe = ("import sys, tarfile\n"
+             "with open(sys.argv[1], 'rb') as f, tarfile.open(fileobj=f, mode='r:*') as t: t.next()")
+    try:
+        ok = subprocess.run([python, "-c", probe, shard], capture_output=True, timeout=120).returncode == 0
+        has_shardkit = subprocess.run([python, "-c", "import shardkit"], capture_output=True,
+                                      timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return {"python": python, "reads_zstd": False, "command": None, "error": f"cannot run {python}"}
+    command = None if ok else ((f"{python} -m pip install shardkit && " if not has_shardkit else "")
+                               + f"{python} -m shardkit wenet enable-zstd")
+    return {"python": python, "reads_zstd": ok, "command": command}
 
 
 names = [line.split("=", 1)[0] for line in open(os.path.join(workdir, "corpora.txt"), encoding="utf-8") if "=" in line]
@@ -318,24 +450,38 @@ for name in names:
                      "findings": totals.get("findings"), "findings_by_check": totals.get("by_check")}
 before, after = load("plan_before.json"), load("plan_after.json")
 bench, loader = load("bench.json"), load("loader_check.json")
-bench_rows = bench and [{"format": r["format"], "audio": r["audio"], "size_ratio": r["size_ratio"],
+bench_rows = bench and [{"format": r["format"], "codec": r["codec"], "audio": r["audio"], "size_ratio": r["size_ratio"],
                          "hours_per_s": r["decode"]["shardkit"]["hours_per_s"],
                          "wenet_style_hours_per_s": (r.get("reference") or {}).get("hours_per_s")}
                         for r in bench["formats"]]
+try:
+    cores = len(os.sched_getaffinity(0))
+except AttributeError:
+    cores = os.cpu_count() or 1
+decode_rate, measured_on = training_decode_rate(bench_rows or [], codec, audio)
+advice = loader_advice(cores=cores, gpus_per_node=gpus_per_node, decode_hours_per_s=decode_rate,
+                       num_workers_used=num_workers, measured_on=measured_on)
+shards = read_list(train_list)
+hook = zstd_hook(train_python, shards[0]) if codec == "zst" and shards else None
 summary = {
     "workdir": workdir,
     "corpora": corpora,
+    "format": {"codec": codec, "audio": audio, "label": format_label(codec, audio),
+               "needs_zstd_hook": codec == "zst", "zstd_hook": hook},
     "bytes_source": sum(c["bytes_source"] or 0 for c in corpora.values()),
     "bytes_converted": sum(c["bytes_converted"] or 0 for c in corpora.values()),
     "bytes_balanced": list_bytes(train_list),
     "hours": round(sum(c["hours"] or 0 for c in corpora.values()), 4),
     "findings": sum(c["findings"] or 0 for c in corpora.values()),
+    "world_size": world_size, "num_workers": num_workers,
     "rank_seconds_before": rank_seconds(before),
     "rank_seconds_after": rank_seconds(after),
     "rank_spread_before": before and before["worst_rank_spread"],
     "rank_spread_after": after and after["worst_rank_spread"],
     "bench": bench_rows,
-    "loader_check": loader and {k: loader[k] for k in ("ok", "equal_utterances", "equal_batches", "ranks")},
+    "loader_check": loader and {k: loader.get(k) for k in ("ok", "engine", "equal_utterances", "equal_batches",
+                                                           "ranks")},
+    "loader_advice": {**advice, "gpus_per_node_from": gpus_from},
     "where": {"train_list": train_list, "reports": reports,
               "balance_report": os.path.join(workdir, "data", "train", "balance.json"),
               "quarantine": os.path.join(workdir, "quarantine"),
@@ -350,26 +496,32 @@ lines = ["# shardkit recipe summary", "",
          f"- validation findings: {summary['findings']}"
          + "".join(f"; {n}: {c['findings']}" for n, c in corpora.items() if c["findings"])]
 if before and after:
-    lines.append(f"- seconds of audio per rank in epoch 0: before {rank_seconds(before)}, after balancing "
-                 f"{rank_seconds(after)}; max/min over {len(after['epochs'])} shuffled epochs: before "
-                 f"{before['worst_rank_spread']}, after {after['worst_rank_spread']}")
+    secs = lambda plan: "[" + ", ".join(f"{s:.0f}" for s in rank_seconds(plan)) + "]"
+    lines.append(f"- rank balance for W={world_size} ranks (GPUs) x K={num_workers} loader workers per rank: seconds "
+                 f"of audio per rank in epoch 0: {secs(before)} before balancing, {secs(after)} after; worst "
+                 f"max/min ratio over {len(after['epochs'])} shuffled epochs: {g(before['worst_rank_spread'])} "
+                 f"before, {g(after['worst_rank_spread'])} after (1 = every rank reads the same)")
 if loader:
-    lines.append("- loader check: " + ", ".join(f"rank {r['rank']} {r['utterances']} utts / {r['batches']} batches"
-                                                for r in loader["ranks"])
-                 + (" (all equal)" if loader["ok"] else " (UNEQUAL)"))
-if bench:
-    lines.append("- decode throughput, hours of audio per second on one core "
-                 "(shardkit reader; WeNet's way where measured):")
-    for row in bench["formats"]:
-        wenet = f", WeNet-style {row['reference']['hours_per_s']}" if row.get("reference") else ""
-        lines.append(f"  - {row['format']} {row['audio']}: {row['decode']['shardkit']['hours_per_s']} h/s{wenet} "
-                     f"(size x{row['size_ratio']})")
-    rec = bench["recommendation"]
-    lines.append(f"- bench recommends {rec['format']} shards with {rec['audio']} members, "
-                 f"num_workers={rec['num_workers']}")
+    lines.append(f"- loader check ({loader.get('engine', 'torch')} engine): "
+                 + ", ".join(f"rank {r['rank']} {r['utterances']} utts / {r['batches']} batches"
+                             for r in loader["ranks"]) + (" (all equal)" if loader["ok"] else " (UNEQUAL)"))
+lines.append(f"- training list format: {format_label(codec, audio)}: "
+             + ("WeNet reads it with no hook" if codec == "none" else
+                "WeNet on Python < 3.14 reads it only with shardkit's zstd hook"))
+if bench_rows:
+    lines.append("  measured on a sample of the training list (stage 3; size vs the plain WAV tar, read + decode "
+                 "h of audio/s on one core):")
+    lines += [f"  - {line}" for line in format_evidence(bench_rows, codec, audio)]
+if hook:
+    if hook["reads_zstd"]:
+        lines.append(f"- zstd hook: {hook['python']} reads these .tar.zst shards with WeNet's tarfile call")
+    else:
+        lines.append(f"- zstd hook: NOT active in {hook['python']} (the training environment; --train_python "
+                     f"picks another): WeNet would skip every shard. Run there: `{hook['command']}`")
+lines.append(f"- loader advice ({gpus_from}): {advice['text']}")
 lines += ["", f"- training list: {train_list}", f"- reports: {reports} (summary.json, validate_*.json, plan_*.json)",
           f"- balance report: {summary['where']['balance_report']}", f"- quarantine: {summary['where']['quarantine']}",
-          f"- bench chart: {summary['where']['bench_chart']}"]
+          f"- bench table and chart: {summary['where']['bench_table']}, {summary['where']['bench_chart']}"]
 with open(os.path.join(reports, "summary.json"), "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=2, sort_keys=True)
 with open(os.path.join(reports, "summary.md"), "w", encoding="utf-8") as f:

@@ -983,13 +983,15 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             row["status_this_run"] = entries[row["path"]]["status"]
             row["this_run"] = this_run(row["status_this_run"])
         atomic_write_lines(data_list, [r["path"] for r in table if r["status"] == "ok"])
+        removed = not failures and split is None  # then OUT_DIR/.balance goes, with the indexes built there
+        recorded_sources = {name: recorded_index_files(entry, work_dir, removed) for name, entry in sources.items()}
         atomic_write_json(manifest_path, {
             **({"slice": slice_info} if slice_info else {}),
             "tool": "shardkit", "version": __version__, "command": "balance",
             "settings": {"world_size": world_size, "num_workers": num_workers, "shard_duration": shard_duration,
                          "num_shards": num_shards, "codec": codec, "level": level, "remainder": remainder,
                          "seed": seed},
-            "summary": plan.summary(), "sources": sources, "shards": [
+            "summary": plan.summary(), "sources": recorded_sources, "shards": [
                 {k: v for k, v in row.items() if k != "status_this_run"} for row in table],
             "plan": figures, "repeat_key_format": "{key}" + REPEAT_SUFFIX, "repeats": repeats})
         if not failures:
@@ -999,6 +1001,16 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             # a slice leaves the shared indexes to the other slices (merge-reports removes them)
             shutil.rmtree(work_dir if split is None else spool_dir, ignore_errors=True)
         return report
+
+
+def recorded_index_files(entry: dict, work_dir: str, removed: bool) -> dict:
+    """A corpus's ``sources`` record for balance.json (pure): index files built in ``work_dir`` are
+    named only while they exist; once the run removes the folder, ``built_index`` says so instead."""
+    inside = [p for p in entry["index_files"] if os.path.dirname(os.path.dirname(p)) == work_dir]
+    if not (removed and inside):
+        return entry
+    return {**entry, "index_files": [p for p in entry["index_files"] if p not in inside],
+            "built_index": f"indexed in {os.path.join(work_dir, 'index')} during the run and removed with it"}
 
 
 def plan_digest(plan: BalancePlan) -> str:

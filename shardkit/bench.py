@@ -760,8 +760,39 @@ def format_tables(report: dict) -> str:
             lines.append(f"| {r['workers']} | {r['mp_context']} | {r['startup_s']:.3f} | "
                          f"{_fmt(r['utterances_per_s'], 0)} {_spread(r)} | {_fmt(r['hours_per_s'], 3)} | "
                          f"{_fmt(r['steady_hours_per_s'], 3)} |")
+        note = loader_panel_note(report)
+        if note:
+            lines += ["", f"Note: {note}."]
     lines += ["", "## Recommendation", "", recommendation_text(report["recommendation"]), ""]
     return "\n".join(lines)
+
+
+MIN_LOADER_PASS_S = 2.0  # a pass shorter than this is mostly worker start-up: workers cannot show a speed-up
+
+
+def loader_panel_note(report: dict) -> str | None:
+    """Why the workers figures cannot be read as a speed-up, when the corpus is too small (pure), else None.
+
+    Too small: one pass in the main process takes under ``MIN_LOADER_PASS_S``, or the corpus has
+    fewer than two shards per worker (WeNet's split gives each worker whole shards).
+    """
+    rows = report.get("loader") or []
+    started = [r["workers"] for r in rows if r["workers"] > 0]
+    if not started:
+        return None
+    main = [r for r in rows if r["workers"] == 0]
+    shards, most = report["corpus"]["shards"], max(started)
+    short = main and main[0]["median_s"] < MIN_LOADER_PASS_S
+    if not short and shards >= 2 * most:
+        return None
+    why = []
+    if short:
+        why.append(f"one pass takes {main[0]['median_s']:.2g} s in the main process, less than starting workers costs")
+    if shards < 2 * most:
+        why.append(f"{shards} shards for up to {most} workers (each worker reads whole shards)")
+    return ("corpus too small to measure what workers gain: " + "; ".join(why)
+            + f". Give bench a corpus of at least {2 * most} shards and {MIN_LOADER_PASS_S:.0f} s of decoding "
+            "(--corpus-mb, or more --max-bytes of your shards) to see it")
 
 
 def recommendation_text(rec: dict) -> str:
@@ -822,6 +853,12 @@ def plot(report: dict) -> bytes:
         ax2.set_ylabel("hours of audio per second")
         ax2.set_title(f"DataLoader over ShardDataset ({report['loader'][0]['format']})")
         ax2.legend(fontsize=8)
+        note = loader_panel_note(report)
+        if note:
+            import textwrap
+
+            ax2.text(0.5, 0.5, textwrap.fill(note, 60), transform=ax2.transAxes, ha="center", va="center",
+                     fontsize=8, color="darkred", bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "darkred"})
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

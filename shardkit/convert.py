@@ -297,7 +297,7 @@ def run_convert(
     settings: ConvertSettings,
     *,
     jobs: int | None = None,
-    keep_tree: bool = False,
+    keep_tree: bool | None = None,
     overwrite: bool = False,
     on_result: Callable[[dict], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
@@ -309,7 +309,8 @@ def run_convert(
 
     ``executor``/``ray_address``: where tasks run (shardkit.executor). ``split=(I, N)``: only the
     I-th of N contiguous slices of the input list, reported as convert.slice-I-of-N.json and
-    data.slice-I-of-N.list for ``shardkit merge-reports``.
+    data.slice-I-of-N.list for ``shardkit merge-reports``. ``keep_tree``: the output layout, see
+    :func:`shardkit.inputs.plan_output_paths` (None: mirror the input folders when file names repeat).
     """
     from .remote import is_local, is_pipe, is_url
 

@@ -53,7 +53,7 @@ def expand_shards(args: list[str] | tuple[str, ...]) -> list[str]:
             if not found:
                 raise UsageError(f"folder holds no shards (looked for {', '.join(SHARD_PATTERNS[:4])}, ...)", shard=arg)
             shards.extend(os.path.abspath(p) for p in found)
-        elif is_list_file(arg):
+        elif is_list_file(arg) and (os.path.exists(arg) or not _GLOB_CHARS & set(arg)):
             shards.extend(read_list(arg))
         elif os.path.exists(arg):
             shards.append(os.path.abspath(arg))
@@ -85,43 +85,65 @@ def shard_stem(path: str) -> str:
     return name
 
 
-def plan_output_paths(shards: list[str], out_dir: str, suffix: str, *, keep_tree: bool = False) -> list[str]:
-    """Output path per input shard: ``OUT_DIR/<stem><suffix>``; pure (no I/O).
+def plan_output_paths(shards: list[str], out_dir: str, suffix: str, *, keep_tree: bool | None = None) -> list[str]:
+    """Output path per input shard (pure: no I/O); one rule for every command that writes one
+    output per input shard (convert, validate --quarantine).
 
-    Two inputs that would land on the same output are a UsageError naming both, unless
-    ``keep_tree`` mirrors the inputs' folders (relative to their common folder) under OUT_DIR.
-    An OUT_DIR URL (``s3://bucket/prefix``) gives URLs under it, joined with ``/``.
+    ``keep_tree=None`` (the default) decides from the names: when every input has its own file
+    name the outputs are ``OUT_DIR/<stem><suffix>``; when two inputs share one (every WeNet corpus
+    names its shards ``shards_000000000.tar``, ...), *all* outputs mirror the inputs' folders
+    below their common parent folder: ``OUT_DIR/<folder relative to it>/<stem><suffix>``.
+    ``keep_tree=True`` (``--keep-tree``) always mirrors; ``keep_tree=False`` (``--flat``) never
+    does, and two inputs landing on one output are then a UsageError naming both. A shard given
+    twice is always a UsageError. An OUT_DIR URL (``s3://bucket/prefix``) gives URLs under it,
+    joined with ``/``.
     """
+    if keep_tree is None:
+        flat = _outputs(shards, out_dir, suffix, tree=False)
+        if len(set(flat)) == len(flat):
+            return flat
+        _refuse_repeated_shards(shards)
+        return _refuse_collisions(shards, _outputs(shards, out_dir, suffix, tree=True), keep_tree)
+    return _refuse_collisions(shards, _outputs(shards, out_dir, suffix, tree=keep_tree), keep_tree)
+
+
+def _outputs(shards: list[str], out_dir: str, suffix: str, *, tree: bool) -> list[str]:
     if "://" in out_dir:  # a URL: no abspath, and '/' joins on every platform
         base = out_dir.rstrip("/")
-        common = _common_folder(shards) if keep_tree else None
+        common = _common_folder(shards) if tree else None
         outputs = []
         for s in shards:
-            rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if keep_tree else "."
+            rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if tree else "."
             outputs.append(posixpath.join(base, shard_stem(s) + suffix) if rel == "."
                            else posixpath.join(base, rel, shard_stem(s) + suffix))
-        return _refuse_collisions(shards, outputs)
+        return outputs
     out_dir = os.path.abspath(out_dir)
-    if keep_tree:
+    if tree:
         common = _common_folder(shards)
-        outputs = [os.path.join(out_dir, os.path.relpath(os.path.dirname(s), common), shard_stem(s) + suffix)
-                   for s in shards]
-        outputs = [os.path.normpath(p) for p in outputs]
-    else:
-        outputs = [os.path.join(out_dir, shard_stem(s) + suffix) for s in shards]
-    return _refuse_collisions(shards, outputs)
+        return [os.path.normpath(os.path.join(out_dir, os.path.relpath(os.path.dirname(s), common),
+                                              shard_stem(s) + suffix)) for s in shards]
+    return [os.path.join(out_dir, shard_stem(s) + suffix) for s in shards]
 
 
 def _common_folder(shards: list[str]) -> str:
     return os.path.commonpath([os.path.dirname(s) for s in shards]) if len(shards) > 1 else os.path.dirname(shards[0])
 
 
-def _refuse_collisions(shards: list[str], outputs: list[str]) -> list[str]:
+def _refuse_repeated_shards(shards: list[str]) -> None:
+    seen: set[str] = set()
+    for shard in shards:
+        if shard in seen:
+            raise UsageError("shard given twice (both would write the same output)", shard=shard)
+        seen.add(shard)
+
+
+def _refuse_collisions(shards: list[str], outputs: list[str], keep_tree: bool | None) -> list[str]:
     seen: dict[str, str] = {}
     for shard, out in zip(shards, outputs):
         if out in seen:
             if seen[out] == shard:
                 raise UsageError(f"shard given twice (both would write {out})", shard=shard)
-            raise UsageError(f"{seen[out]} and {shard} would both write {out}; rename one or use --keep-tree")
+            hint = "; drop --flat to mirror their folders" if keep_tree is False else ""
+            raise UsageError(f"{seen[out]} and {shard} would both write {out}{hint}")
         seen[out] = shard
     return outputs

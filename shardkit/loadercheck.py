@@ -6,9 +6,61 @@ by rank and worker as WeNet does) and batches utterances statically. The check p
 rank sees the same number of utterances and of batches: then no rank waits for another at the
 end of an epoch (the hang of uneven DDP ranks). Audio is decoded in the workers as in training;
 only counts and seconds travel back.
+
+Without torch (the recipe's default install leaves it out) the ``shardkit`` engine does the same
+with shardkit's own reader: ``num_workers`` worker processes per rank, each reading the lines that
+WeNet's split gives (rank, worker) and batching its own stream statically, as a DataLoader over an
+IterableDataset does (``batch_size`` per batch, the last one short).
 """
 
 from __future__ import annotations
+
+import math
+
+ENGINES = ("auto", "torch", "shardkit")
+
+
+def has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def _read_consumer(args) -> dict:
+    """What one (rank, worker) consumer reads and batches: the shardkit engine's worker (a process)."""
+    shards, rank, worker, world_size, workers, batch_size, seed, epoch = args
+    from .partition import lines_for
+    from .reader import iter_samples
+
+    paths = [shards[i] for i in lines_for(rank, worker, len(shards), world_size, workers, (seed, epoch))]
+    utterances, seconds, keys = 0, 0.0, []
+    for sample in iter_samples(paths):
+        utterances += 1
+        seconds += len(sample["audio"]) / sample["sample_rate"]
+        keys.append(sample["key"])
+    return {"utterances": utterances, "batches": math.ceil(utterances / batch_size), "seconds": seconds,
+            "keys": keys}
+
+
+def read_rank_shardkit(data_list: str, *, rank: int, world_size: int, num_workers: int, batch_size: int,
+                       seed: int = 0, epoch: int = 0) -> dict:
+    """``read_rank`` without torch: the rank's ``num_workers`` consumers in as many processes (0: here)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .inputs import expand_shards
+
+    shards = expand_shards([data_list])
+    workers = max(1, num_workers)
+    tasks = [(shards, rank, w, world_size, workers, batch_size, seed, epoch) for w in range(workers)]
+    if num_workers == 0:
+        parts = [_read_consumer(tasks[0])]
+    else:
+        with ProcessPoolExecutor(max_workers=num_workers, mp_context=multiprocessing.get_context("forkserver")) as pool:
+            parts = list(pool.map(_read_consumer, tasks))
+    return {"rank": rank, "utterances": sum(p["utterances"] for p in parts),
+            "batches": sum(p["batches"] for p in parts), "seconds": round(sum(p["seconds"] for p in parts), 3),
+            "keys": [k for p in parts for k in p["keys"]]}
 
 
 def _batch_figures(batch: list[dict]) -> tuple[int, float, list[str]]:
@@ -55,10 +107,23 @@ def compare_ranks(ranks: list[dict]) -> dict:
 
 
 def run_loader_check(data_list: str, *, world_size: int, num_workers: int, batch_size: int, seed: int = 0,
-                     epoch: int = 0) -> dict:
-    ranks = [read_rank(data_list, rank=r, world_size=world_size, num_workers=num_workers, batch_size=batch_size,
-                       seed=seed, epoch=epoch) for r in range(world_size)]
+                     epoch: int = 0, engine: str = "auto") -> dict:
+    """Every rank's reading of one epoch, compared. ``engine``: torch (a DataLoader over shardkit's
+    dataset), shardkit (shardkit's reader in worker processes), auto (torch when installed)."""
+    from .errors import UsageError
+
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if engine == "auto":
+        engine = "torch" if has_torch() else "shardkit"
+    if engine == "torch" and not has_torch():
+        raise UsageError("the torch engine needs torch (pip install 'shardkit[torch]'); --engine shardkit "
+                         "reads with shardkit's own reader")
+    read = read_rank if engine == "torch" else read_rank_shardkit
+    ranks = [read(data_list, rank=r, world_size=world_size, num_workers=num_workers, batch_size=batch_size,
+                  seed=seed, epoch=epoch) for r in range(world_size)]
     verdict = compare_ranks(ranks)
-    return {"command": "loader-check", "data_list": data_list, "world_size": world_size, "num_workers": num_workers,
+    return {"command": "loader-check", "engine": engine, "data_list": data_list, "world_size": world_size,
+            "num_workers": num_workers,
             "batch_size": batch_size, "seed": seed, "epoch": epoch, **verdict,
             "ranks": [{k: v for k, v in r.items() if k != "keys"} for r in ranks]}

@@ -98,6 +98,13 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
     else:
         merged = {key: value for key, value in first.items() if key not in ("slice", entries_key)}
         merged[entries_key] = entries
+    problems = [entry for entry in entries if isinstance(entry, dict)
+                and (entry.get("status") in FAILED_STATUSES or entry.get("findings"))]
+    if kind == "balance" and not problems and isinstance(merged.get("sources"), dict):
+        from .balance import WORK_DIR, recorded_index_files  # the indexes go below: the report must not name them
+
+        merged["sources"] = {name: recorded_index_files(entry, os.path.join(out_dir, WORK_DIR), True)
+                             for name, entry in merged["sources"].items()}
     data_list = None
     if all(have_lists):
         lines = []
@@ -113,8 +120,6 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
         status = entry.get("status") if isinstance(entry, dict) else None
         if status is not None:
             statuses[status] = statuses.get(status, 0) + 1
-    problems = [entry for entry in entries if isinstance(entry, dict)
-                and (entry.get("status") in FAILED_STATUSES or entry.get("findings"))]
     if kind == "balance" and not problems:  # what a single run removes once every shard is written
         import shutil
 

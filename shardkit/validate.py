@@ -6,7 +6,8 @@ exceptions. ``run_validate`` spreads shards over processes or a Ray cluster (``s
 adds the cross-shard duplicate-key check in the parent (in shard order, so the first occurrence is
 the one kept), and with a quarantine folder writes, per shard with findings:
 
-- ``DIR/<stem>.tar[.ext]``: the good utterances, member bytes untouched, in source order, same codec;
+- ``DIR/<stem>.tar[.ext]`` (``DIR/<folder>/<stem>...`` when shard file names repeat across folders, see
+  ``plan_quarantine``): the good utterances, member bytes untouched, in source order, same codec;
 - ``DIR/<stem>.rejects.tar[.ext]``: every other member, bytes untouched (unsafe names included:
   never extract it);
 - and once for the run ``DIR/rejects.jsonl`` (one line per rejected member, with its reasons) and
@@ -447,6 +448,7 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
         counts["rejected"] += 1
 
     try:
+        os.makedirs(os.path.dirname(os.path.join(out_dir, stem)), exist_ok=True)
         cleaned = _ShardOut(os.path.join(out_dir, stem + suffix), codec)
         rejects = _ShardOut(os.path.join(out_dir, stem + ".rejects" + suffix), codec, raw_names=True)
         with open_shard(src) as f:
@@ -487,7 +489,7 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
                                                f"and is not in either output"], False)
         result = {"shard": src, "cleaned": cleaned.finish(), "rejects": rejects.finish(),
                   "kept_members": counts["kept"], "rejected_members": counts["rejected"], "lines": lines}
-        fsync_dir(out_dir)
+        fsync_dir(os.path.dirname(os.path.join(out_dir, stem)))
         return result
     except BaseException as err:
         for out in (cleaned, rejects):
@@ -581,9 +583,11 @@ class DuplicateKeys:
         return repeated
 
 
-def plan_quarantine(shards: list[str], out_dir: str) -> list[str]:
-    """Output stem per shard in ``out_dir`` (pure). Refuses stems that collide."""
-    return [os.path.basename(p) for p in plan_output_paths(shards, out_dir, "")]
+def plan_quarantine(shards: list[str], out_dir: str, keep_tree: bool | None = None) -> list[str]:
+    """Output stem per shard, relative to ``out_dir`` (pure): ``<stem>``, or ``<folder>/<stem>`` when
+    the outputs mirror the input folders (see :func:`shardkit.inputs.plan_output_paths`)."""
+    out_dir = os.path.abspath(out_dir)
+    return [os.path.relpath(p, out_dir) for p in plan_output_paths(shards, out_dir, "", keep_tree=keep_tree)]
 
 
 def quarantine_names(quarantine_dir: str, split: tuple[int, int] | None) -> tuple[str, str]:
@@ -595,21 +599,25 @@ def quarantine_names(quarantine_dir: str, split: tuple[int, int] | None) -> tupl
 def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int | None = None,
                  quarantine_dir: str | None = None, on_plan: Callable[[int], None] | None = None,
                  on_result: Callable[[dict], None] | None = None, executor: str = "local",
-                 ray_address: str | None = None, split: tuple[int, int] | None = None) -> ValidateReport:
+                 ray_address: str | None = None, split: tuple[int, int] | None = None,
+                 keep_tree: bool | None = None) -> ValidateReport:
     """Validate every shard named by ``shard_args``; see the module docstring.
 
     ``on_result`` sees each shard's result in shard order, cross-shard duplicates included.
     ``executor``/``ray_address``: where the per-shard tasks run (shardkit.executor). ``split=(I, N)``:
     only slice I of N of the list; the report carries a ``slice`` record and what
     ``shardkit merge-reports`` needs to redo the duplicate check across slices, and quarantine
-    writes ``rejects.slice-I-of-N.jsonl`` and ``data.slice-I-of-N.list``.
+    writes ``rejects.slice-I-of-N.jsonl`` and ``data.slice-I-of-N.list``. ``keep_tree``: the layout of the
+    quarantine outputs (see :func:`plan_quarantine`; None: mirror the input folders when file names repeat).
     """
     check_options(options)
     shards = expand_shards(shard_args)
     stems = None
     if quarantine_dir is not None:
-        stems = plan_quarantine(shards, quarantine_dir)  # over the whole list, so slices never collide
+        stems = plan_quarantine(shards, quarantine_dir, keep_tree)  # over the whole list: slices never collide
         quarantine_dir = os.path.abspath(quarantine_dir)
+        if any(os.path.abspath(s).startswith(quarantine_dir + os.sep) for s in shards if "://" not in s):
+            raise UsageError("the quarantine folder holds source shards; choose another folder", shard=quarantine_dir)
         claim_output(quarantine_dir, shards + [a for a in shard_args if os.path.isfile(a)],
                      what="the quarantine folder")
         quarantine_dir = prepare_out_dir(quarantine_dir)
@@ -669,7 +677,7 @@ def _validate_claimed(shards, options, stems, slice_info, *, jobs, quarantine_di
         outcome = {todo[j]: r for j, r in run_tasks(_quarantine_task, tasks, jobs=jobs, executor=executor,
                                                      ray_address=ray_address)}
         report.quarantine = write_quarantine_lists(quarantine_dir, shards, results, [outcome[i] for i in todo],
-                                                   split=split)
+                                                   split=split, keep_tree=keep_tree)
     for r in results:
         if not (slice_info and quarantine_dir is not None):
             r.pop("rejected", None)
@@ -678,7 +686,7 @@ def _validate_claimed(shards, options, stems, slice_info, *, jobs, quarantine_di
 
 
 def write_quarantine_lists(quarantine_dir: str, shards: list[str], results: list[dict], outcomes: list[dict],
-                           *, split: tuple[int, int] | None = None) -> dict:
+                           *, split: tuple[int, int] | None = None, keep_tree: bool | None = None) -> dict:
     """Write rejects.jsonl and data.list for ``outcomes`` (quarantine results, in shard order); the summary."""
     rejects_path, list_path = quarantine_names(quarantine_dir, split)
     atomic_write_lines(rejects_path, [_json_line(line) for out in outcomes for line in out["lines"]])
@@ -691,7 +699,7 @@ def write_quarantine_lists(quarantine_dir: str, shards: list[str], results: list
         elif not r["findings"]:
             data_list.append(src)
     atomic_write_lines(list_path, data_list)
-    return {"dir": quarantine_dir, "data_list": list_path, "rejects_jsonl": rejects_path,
+    return {"dir": quarantine_dir, "data_list": list_path, "rejects_jsonl": rejects_path, "keep_tree": keep_tree,
             "shards": [{k: v for k, v in out.items() if k != "lines"} for out in outcomes],
             "kept_members": sum(out["kept_members"] for out in outcomes),
             "rejected_members": sum(out["rejected_members"] for out in outcomes)}
@@ -735,7 +743,8 @@ def merge_slice_reports(docs: list[dict]) -> dict:
                                 f"({', '.join(sorted(str(f) for f in folders))}); rerun the odd ones")
         quarantine_dir = quarantines[0]["dir"]
         paths = [s["shard"] for s in shards]
-        stems = plan_quarantine(paths, quarantine_dir)
+        keep_tree = quarantines[0].get("keep_tree") if quarantines[0] else None
+        stems = plan_quarantine(paths, quarantine_dir, keep_tree)
         outcomes: dict[str, dict] = {}
         for q in quarantines:
             lines: dict[str, list] = {}
@@ -756,7 +765,7 @@ def merge_slice_reports(docs: list[dict]) -> dict:
                 os.unlink(before["cleaned"])  # every utterance it kept is a duplicate now
             outcomes[shard["shard"]] = redone
         report.quarantine = write_quarantine_lists(quarantine_dir, paths, shards,
-                                                   [outcomes[p] for p in paths if p in outcomes])
+                                                   [outcomes[p] for p in paths if p in outcomes], keep_tree=keep_tree)
     for shard in shards:
         shard.pop("rejected", None)
     return report.to_json()

@@ -231,9 +231,9 @@ def test_usage_errors_exit_2(make_shards, tmp_path):
     other.mkdir()
     twin = other / os.path.basename(sources[0])
     twin.write_bytes(open(sources[0], "rb").read())
-    result = run_cli("convert", sources[0], str(twin), "-o", tmp_path / "o")
+    result = run_cli("convert", sources[0], str(twin), "-o", tmp_path / "o", "--flat")
     assert result.exit_code == 2 and "would both write" in result.stderr
-    result = run_cli("convert", sources[0], str(twin), "-o", tmp_path / "tree", "--keep-tree", "-q")
+    result = run_cli("convert", sources[0], str(twin), "-o", tmp_path / "tree", "-q")  # names repeat: mirrored
     assert result.exit_code == 0 and len(listed(tmp_path / "tree")) == 2
 
 

@@ -52,7 +52,7 @@ def test_check_cli_prints_a_row_per_line_and_a_summary(make_shards):
     listed = list_of(paths)
     result = invoke("list", "check", listed, "-j", 1)
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == [
+    assert result.stdout.splitlines() == ["LIST:LINE\tstatus    comp members   utts  path\tproblems"] + [
         f"{listed}:{i + 1}\tok        zst  {m:>7} {u:>6}  {p}" for i, (p, (m, u)) in enumerate(zip(paths, EXPECTED_COUNTS))]
     assert "3 ok, 0 bad, 0 unchecked of 3 lines; 14 utterances in 28 members" in result.stderr
     assert "note: 3 zst shards: on Python < 3.14 WeNet reads them only with the hook" in result.stderr

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -52,6 +54,12 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
     stopped = recipe(work, *TINY, "--demo_faults", "true")
     assert stopped.returncode == 1, stopped.stderr
     assert "run.sh: stage 2 stopped: validation found problems in aishell" in stopped.stderr
+    # the stop shows what failed: shard, key, check, and where every finding is
+    table = stopped.stderr[stopped.stderr.index("  2 findings (shard, key, check):"):]
+    shard = work / "shards" / "none" / "aishell" / "shards_000000000.tar"
+    assert re.search(rf"aishell  {shard}  aishell/S0000-U000000  sample_rate  sample rate 8000 Hz", table)
+    assert re.search(rf"aishell  {shard}  aishell/S0000-U000001  channels +2 channels, expected 1", table)
+    assert f"every finding: {work / 'reports' / 'validate_aishell.json'}" in table
     assert not (work / "data" / "train" / "data.list").exists()
     # stage 1 packed every utterance of the demo (the faults are legal audio; validate is what objects)
     demo = {line.split("=")[0] for line in (work / "corpora.txt").read_text().splitlines()}
@@ -61,9 +69,13 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
     findings = load(work / "reports" / "validate_aishell.json")["findings"]
     assert {f["key"] for f in findings} == {"aishell/S0000-U000000", "aishell/S0000-U000001"}
 
-    resumed = recipe(work, *TINY, "--stage", "2", "--allow_rejects", "true")
+    # the rerun the message suggests; with DataLoader rows in the bench when torch is here (a stereo
+    # utterance among mono ones crashed the collate when the bench read the unvalidated sources)
+    resumed = recipe(work, *TINY, "--bench_workers", "0,1", "--stage", "2", "--allow_rejects", "true")
     assert resumed.returncode == 0, resumed.stderr
+    assert "Traceback" not in resumed.stderr
     train = work / "data" / "train" / "data.list"
+    assert all(p.endswith(".tar") for p in read_list(str(train)))  # plain tar: WeNet reads it with no hook
     keys = keys_of(train)
     assert "aishell/S0000-U000000" not in keys and "aishell/S0000-U000001" not in keys
     expected = sum(m["utterances"] for m in made.values()) - 2
@@ -73,7 +85,16 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
     assert summary["findings"] == 2
     assert summary["where"]["train_list"] == str(train)
     assert summary["hours"] > 0.01 and summary["bytes_source"] > 0 and summary["bytes_balanced"] > 0
-    assert (work / "reports" / "summary.md").read_text().startswith("# shardkit recipe summary")
+    assert summary["format"] == {"codec": "none", "audio": "keep", "label": "plain tar, members as the sources had them",
+                                 "needs_zstd_hook": False, "zstd_hook": None}
+    advice = summary["loader_advice"]
+    assert advice["cores"] == len(os.sched_getaffinity(0)) and advice["num_workers_used"] == 1
+    text = (work / "reports" / "summary.md").read_text()
+    assert text.startswith("# shardkit recipe summary")
+    assert "- training list format: plain tar, members as the sources had them: WeNet reads it with no hook" in text
+    assert re.search(r"rank balance for W=2 ranks \(GPUs\) x K=1 loader workers per rank: seconds of audio per rank "
+                     r"in epoch 0: \[\d+, \d+\] before balancing, \[\d+, \d+\] after; worst max/min ratio over "
+                     r"3 shuffled epochs: \d\.\d+ before, \d\.\d+ after", text)
     if has_command("plan") and has_command("balance"):
         after = load(work / "reports" / "plan_after.json")
         before = load(work / "reports" / "plan_before.json")
@@ -82,14 +103,94 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
         assert after["worst_rank_spread"] < before["worst_rank_spread"]
         assert load(work / "data" / "train" / "balance.json")["summary"]["balanced"]
     check = load(work / "reports" / "loader_check.json")
+    assert check["data_list"] == str(train)  # the loader check read the training list
     assert check["ok"] and check["equal_batches"] and len({r["utterances"] for r in check["ranks"]}) == 1
     assert check["distinct_keys"] == len(set(keys_with_repeats(train)))
     assert summary["loader_check"]["ok"]
     if has_command("bench"):
         bench = load(work / "reports" / "bench.json")
+        assert bench["corpus"]["sampled_from"] == len(read_list(str(train)))  # the bench read the training list
         assert {(r["format"], r["audio"]) for r in bench["formats"]} == {("none", "wav"), ("zst:3", "wav")}
         assert [(r["format"], r["audio"]) for r in summary["bench"]] == [("none", "wav"), ("zst:3", "wav")]
         assert os.path.exists(summary["where"]["bench_chart"])
+        if has_torch():
+            assert [r["workers"] for r in bench["loader"]] == [0, 1]
+        assert "none WAV: size 1.00 of the WAV tar" in text and "<- this list" in text
+
+
+@pytest.mark.slow
+def test_zst_list_summary_checks_the_hook_in_the_training_python(tmp_path):
+    import venv
+
+    bare = tmp_path / "bare"  # a training environment without the hook (and without shardkit)
+    venv.create(bare, with_pip=False)
+    bare_python = bare / "bin" / "python"
+    work = tmp_path / "exp"
+    result = recipe(work, *TINY, "--codec", "zst", "--stage", "0", "--train_python", str(bare_python))
+    assert result.returncode == 0, result.stderr
+    summary = load(work / "reports" / "summary.json")
+    hook = summary["format"]["zstd_hook"]
+    import sys as _sys
+
+    if _sys.version_info >= (3, 14):
+        assert hook["reads_zstd"]
+        return
+    assert not hook["reads_zstd"]
+    # "PY -m pip install shardkit && " comes first where shardkit cannot be imported (PYTHONPATH may reach it)
+    assert hook["command"].endswith(f"{bare_python} -m shardkit wenet enable-zstd")
+    assert f"Run there: `{hook['command']}`" in (work / "reports" / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_one_corpus_of_several_folders_with_the_same_shard_names(tmp_path):
+    """Every WeNet corpus names its shards shards_000000000.tar, ...: a glob over several corpora's lists."""
+    first = tmp_path / "first"
+    made = recipe(first, *TINY, "--stop_stage", "1", "--demo_faults", "true")
+    assert made.returncode == 0, made.stderr
+    names = {os.path.basename(p) for p in glob.glob(str(first / "shards" / "source" / "*" / "*.tar.bz2"))}
+    assert "shards_000000000.tar.bz2" in names  # every corpus has one
+    work = tmp_path / "mix"
+    result = recipe(work, *TINY, "--corpus", f"all={first}/shards/source/*/data.list", "--allow_rejects", "true")
+    assert result.returncode == 0, result.stderr
+    converted = read_list(str(work / "shards" / "none" / "all" / "data.list"))
+    assert sorted(os.path.relpath(p, work / "shards" / "none" / "all") for p in converted) == sorted(
+        os.path.relpath(p, first / "shards" / "source")[:-len(".bz2")]
+        for p in glob.glob(str(first / "shards" / "source" / "*" / "*.tar.bz2")))
+    # the shard with findings is quarantined into its own corpus's folder
+    assert (work / "quarantine" / "all" / "aishell" / "shards_000000000.tar").exists()
+    keys = keys_of(work / "data" / "train" / "data.list")
+    made_utts = sum(load(first / "reports" / f"make_{n}.json")["utterances"]
+                    for n in ("aishell", "librispeech", "accented"))
+    assert len(set(keys)) == made_utts - 2
+    assert load(work / "reports" / "loader_check.json")["ok"]
+
+
+def test_options_take_both_forms_and_usage_errors_come_before_any_set_up(tmp_path):
+    repo = tmp_path / "repo"  # a copy of the script, so that a set-up would show as repo/.venv
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "scripts", "run.sh"), repo / "scripts" / "run.sh")
+    bare_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for args, message in [(["--stage", "9"], "run.sh: --stage must be a stage from 0 to 5 (got '9')"),
+                          (["--stage=7"], "run.sh: --stage must be a stage from 0 to 5 (got '7')"),
+                          (["--stop_stage=1", "--stage", "3"], "run.sh: --stage 3 comes after --stop_stage 1: "
+                                                               "nothing to run"),
+                          (["--wrold_size", "2"], "run.sh: unknown option --wrold_size"),
+                          (["--codec=gz"], "run.sh: --codec must be none or zst (got 'gz')"),
+                          (["--world_size"], "run.sh: option --world_size needs a value"),
+                          (["--corpus", "nopath"], "run.sh: --corpus wants NAME=PATH, got 'nopath'")]:
+        result = subprocess.run(["bash", str(repo / "scripts" / "run.sh"), "--workdir", str(tmp_path / "w"), *args],
+                                env=bare_env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.splitlines()[0] == message
+        assert "Options (--name value or --name=value" in result.stderr  # the usage follows
+        assert not (repo / ".venv").exists() and not (tmp_path / "w").exists()
+    helped = recipe(tmp_path, "--help")
+    assert helped.returncode == 0 and "--world_size" in helped.stdout and "--stage=" not in helped.stdout
+    assert re.search(r"--stage +first stage to run \(0-5\) \[0\]", helped.stdout)
+    both = recipe(tmp_path / "forms", "--stage=0", "--stop_stage", "0", "--demo_minutes=0.2", "--seed", "1")
+    assert both.returncode == 0, both.stderr
+    assert "==== stage 0: demo data" in both.stderr and "==== stage 1" not in both.stderr
+    assert len((tmp_path / "forms" / "corpora.txt").read_text().splitlines()) == 3
 
 
 def test_corpora_given_as_shards_and_kaldi_dir(tmp_path, make_shards):
@@ -112,17 +213,6 @@ def test_corpora_given_as_shards_and_kaldi_dir(tmp_path, make_shards):
     keys = keys_of(work / "data" / "train" / "data.list")
     assert len(set(keys)) == 6 + 4 + 4 + 3  # SMALL_CORPORA and the Kaldi dir, every utterance
     assert all(p.endswith(".tar") for p in read_list(str(work / "data" / "train" / "data.list")))
-
-
-def test_bad_options_are_usage_errors(tmp_path):
-    unknown = recipe(tmp_path, "--wrold_size", "2")
-    assert unknown.returncode == 2
-    assert unknown.stderr.strip() == "run.sh: unknown option --wrold_size (see --help)"
-    corpus = recipe(tmp_path, "--corpus", "nopath")
-    assert corpus.returncode == 2
-    assert corpus.stderr.strip() == "run.sh: --corpus wants NAME=PATH, got 'nopath'"
-    helped = recipe(tmp_path, "--help")
-    assert helped.returncode == 0 and "--world_size" in helped.stdout
 
 
 @pytest.mark.torch
@@ -157,3 +247,32 @@ def test_stage_1_stops_when_make_skips_utterances(tmp_path):
         "run.sh: stage 1 stopped: fix the data dir of aishell, or rerun with --allow_rejects true")
     made = load(tmp_path / "exp" / "shards" / "source" / "aishell" / "make.json")
     assert made["findings"] == [{"key": "aishell/lost", "check": "no_audio", "reason": "in text but not in wav.scp"}]
+
+
+@pytest.mark.parametrize("utts_per_shard,world_size,equal", [(7, 2, True), (5, 3, False)])
+def test_loader_check_without_torch_reads_in_worker_processes(make_shards, utts_per_shard, world_size, equal):
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    shards = make_shards("zst", utts_per_shard=utts_per_shard)
+    data_list = os.path.join(os.path.dirname(shards[0]), "data.list")
+    result = CliRunner().invoke(main, ["loader-check", data_list, "--world-size", str(world_size), "--num-workers",
+                                       "2", "--batch-size", "2", "--engine", "shardkit", "--json"])
+    assert result.exit_code == (0 if equal else 1), result.output
+    report = json.loads(result.stdout)
+    assert report["engine"] == "shardkit"
+    assert report["utterances"] == report["distinct_keys"] == 14
+    assert sorted(r["utterances"] for r in report["ranks"]) == ([7, 7] if equal else [4, 5, 5])
+    if has_torch():  # the same counts as the DataLoader
+        torch_report = json.loads(CliRunner().invoke(main, [
+            "loader-check", data_list, "--world-size", str(world_size), "--num-workers", "2", "--batch-size", "2",
+            "--engine", "torch", "--json"]).stdout)
+        assert [(r["utterances"], r["batches"]) for r in torch_report["ranks"]] == \
+            [(r["utterances"], r["batches"]) for r in report["ranks"]]
+
+
+def has_torch():
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None

@@ -96,7 +96,8 @@ def executor_options(split_help: str, executor_help: str = "local: processes on 
 class ShardProgress:
     """A tqdm bar on stderr, one tick per finished shard: ``on_plan``/``on_result`` for the library.
 
-    ``byte_key`` names a result field of uncompressed bytes to show a MB/s rate; a result whose
+    ``byte_key`` names a result field of uncompressed bytes to show a MB/s rate (shards whose ``status``
+    is "skipped", done by an earlier run, count no bytes: no rate for a rerun that did nothing); a result whose
     ``status`` is "failed" has its ``error`` written above the bar.
     """
 
@@ -115,7 +116,7 @@ class ShardProgress:
         if self.bar is None:
             return
         self.bar.update(1)
-        if self.byte_key:
+        if self.byte_key and entry.get("status") != "skipped":  # a skipped shard moved no bytes
             self.bytes += entry.get(self.byte_key) or 0
             elapsed = self.bar.format_dict["elapsed"] or 1e-9
             self.bar.set_postfix_str(f"{self.bytes / elapsed / 1e6:.1f} MB/s", refresh=False)

@@ -29,7 +29,10 @@ Examples:
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every written shard back and compare member names and digests; with --audio, also "
                    "decode every transcoded member and compare its samples with the source's.")
-@click.option("--keep-tree", is_flag=True, help="Mirror input folders under OUT_DIR (inputs sharing a stem).")
+@click.option("--keep-tree/--flat", "keep_tree", default=None,
+              help="Outputs mirror the input folders below their common parent (--keep-tree), or all go "
+                   "directly in OUT_DIR (--flat; two inputs with one file name are then an error) "
+                   "[default: mirror only when input file names repeat].")
 @click.option("--overwrite", is_flag=True, help="Redo every shard, even those a previous run finished.")
 @click.option("--salvage", is_flag=True,
               help="For a damaged source, keep every complete utterance before the damage.")
@@ -86,8 +89,9 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     if not quiet:
         click.echo(f"converted {summary['ok']}, skipped {summary['skipped']} (already done), "
                    f"salvaged {summary['salvaged']}, failed {summary['failed']} of {summary['shards']} shards; "
-                   f"{summary['tar_bytes_converted'] / 1e6:.1f} MB of tar in {summary['seconds']:.1f} s; "
-                   f"list: {summary['data_list']}", err=True)
+                   + (f"{summary['tar_bytes_converted'] / 1e6:.1f} MB of tar in {summary['seconds']:.1f} s; "
+                      if summary["ok"] or summary["salvaged"] else "")
+                   + f"list: {summary['data_list']}", err=True)
         if "audio" in summary:
             audio_summary = summary["audio"]
             reasons = ", ".join(f"{n} {why}" for why, n in sorted(audio_summary["kept_by_reason"].items()))

@@ -31,8 +31,8 @@ Examples:
 def check(lists, jobs, max_member_bytes, as_json, quiet):
     """Read every shard named by LISTS through: does each line exist and hold a readable shard?
 
-    Prints one row per line on stdout (LIST:LINE, status, compression by magic bytes, members,
-    utterances, path, problems), then a summary on stderr. A line is bad when its file is missing
+    Prints a header and one row per line on stdout (LIST:LINE, status, compression by magic bytes,
+    members, utterances, path, problems), then a summary on stderr. A line is bad when its file is missing
     or is not a complete, readable tar; blank and comment lines, relative paths, whitespace around
     a path and shards listed twice are reported as WeNet would meet them. URLs are not checked.
     Exit 1 if any line is bad.
@@ -48,6 +48,8 @@ def check(lists, jobs, max_member_bytes, as_json, quiet):
     if as_json:
         emit_json(summary)
     elif not quiet:
+        if summary["entries"]:
+            click.echo(f"{'LIST:LINE'}\t{'status':<9} {'comp':<4} {'members':>7} {'utts':>6}  path\tproblems")
         for e in summary["entries"]:
             notes = ([e["error"]] if e["error"] else []) + e["warnings"]
             counts = f"{e['members']:>7} {e['utterances']:>6}" if e["status"] == "ok" else f"{'-':>7} {'-':>6}"

@@ -38,12 +38,16 @@ Examples:
 @click.option("--quarantine", "quarantine_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="For each shard with findings write DIR/<stem>.tar[.ext] (good utterances) and "
                    "DIR/<stem>.rejects.tar[.ext] (the rest, untouched), plus DIR/rejects.jsonl and DIR/data.list.")
+@click.option("--keep-tree/--flat", "keep_tree", default=None,
+              help="Quarantine outputs mirror the input folders below their common parent (--keep-tree), or all "
+                   "go directly in DIR (--flat; two inputs with one file name are then an error) "
+                   "[default: mirror only when input file names repeat].")
 @click.option("--max-member-bytes", type=click.IntRange(min=1), default=2 << 30, show_default=True,
               help="Report members larger than this instead of reading them (memory stays bounded).")
 @executor_options("Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes " "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, backend, jobs, sample_rate, channels, min_duration, max_duration, report_path, as_json,
-            quarantine_dir, max_member_bytes, executor, ray_address, split, quiet):
+            quarantine_dir, keep_tree, max_member_bytes, executor, ray_address, split, quiet):
     """Check that every utterance in SHARDS will reach training intact, and report each one that won't.
 
     SHARDS are shard files (plain, gz, bz2, xz, zst), folders of shards, glob patterns or WeNet
@@ -82,7 +86,7 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     progress = ShardProgress("validate", quiet=quiet)
     report = run_validate(list(shards), options, jobs=jobs, quarantine_dir=quarantine_dir,
                           on_plan=progress.on_plan, on_result=progress.on_result, executor=executor,
-                          ray_address=ray_address, split=split_slice)
+                          ray_address=ray_address, split=split_slice, keep_tree=keep_tree)
     progress.close()
     document = report.to_json()
     if report_path is not None:
