@@ -14,7 +14,7 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
@@ -210,7 +210,8 @@ def plan_shards(durations: list[float], *, shard_duration: float | None = None,
 def shard_fingerprint(utterances: list[dict], settings: MakeSettings) -> str:
     """What a shard's bytes depend on: its utterances (text, source identity, cut) and the output settings."""
     content = {"settings": settings.output_affecting(),
-               "utterances": [[u["key"], u["text"], u["source"], u["start"], u["end"]] for u in utterances]}
+               "utterances": [[u["key"], u["text"], u["source"], u["start"], u["end"]]
+                              + ([u["channel"]] if u.get("channel") is not None else []) for u in utterances]}
     return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
@@ -236,6 +237,10 @@ def _source_bytes(utt: dict) -> bytes:
     source = utt["source"]
     if "command" in source:
         return run_pipe(source["command"], key=utt["key"])
+    if "path" not in source:  # a URL, a tar member, a Parquet row: see shardkit.sources.fetch
+        from .sources.fetch import source_bytes
+
+        return source_bytes(source)
     with open(source["path"], "rb") as f:
         return f.read()
 
@@ -247,7 +252,7 @@ def _read_samples(utt: dict) -> tuple[np.ndarray, int]:
     from .audio import decode
 
     source = utt["source"]
-    if "command" in source:
+    if "path" not in source:
         samples, rate = decode(_source_bytes(utt), "float32")
         first, last = _frame_range(utt, rate, len(samples))
         return samples[first:last], rate
@@ -284,9 +289,14 @@ def utterance_audio(utt: dict, settings: MakeSettings) -> tuple[str, bytes]:
             if info["frames_declared"] > info["frames"]:
                 raise AudioError(f"WAV header promises {info['frames_declared']} frames, the file holds "
                                  f"{info['frames']} (truncated)")
-        location = utt["source"].get("path") or ""
+        location = utt["source"].get("path") or utt["source"].get("name") or ""
         return _keep_extension(location, fmt), data
     samples, rate = _read_samples(utt)
+    channel = utt.get("channel")
+    if channel is not None:
+        if channel >= samples.shape[1]:
+            raise AudioError(f"no channel {channel}: the audio has {samples.shape[1]}")
+        samples = samples[:, channel:channel + 1]
     if len(samples) == 0:
         raise AudioError("no audio frames in the segment")
     if settings.resample and settings.resample != rate:
@@ -518,12 +528,22 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *,
 
     plan = plan_shards([u["seconds"] for u in utterances], shard_duration=settings.shard_duration,
                        utts_per_shard=settings.utts_per_shard)
+    inputs = {"wav_scp": os.path.abspath(wav_scp), "text": os.path.abspath(text),
+              "segments": os.path.abspath(segments) if segments else None}
+    return write_shards(len(plan), lambda i: [utterances[j] for j in plan[i]], findings, warnings, inputs, out_dir,
+                        settings, pool, overwrite=overwrite, on_plan=on_plan, on_result=on_result, started=started)
+
+
+def write_shards(count: int, shard_utterances: Callable[[int], list[dict]], findings: list[dict],
+                 warnings: list[dict], inputs: dict, out_dir: str, settings: MakeSettings, pool: _SharedPool, *,
+                 overwrite: bool, on_plan, on_result, started: float, extra: dict | None = None) -> MakeReport:
+    """Write the planned shards (``shard_utterances(i)``: the utterance dicts of shard ``i``, built when
+    needed so that only the shards in flight are held), then data.list and make.json."""
     suffix = ".tar" + CODECS[settings.codec].suffix
     tasks = []
-    for i, indices in enumerate(plan):
-        members = [utterances[j] for j in indices]
+    for i in range(count):
         dst = os.path.join(out_dir, f"{settings.prefix}{i:09d}{suffix}")
-        tasks.append((dst, members, settings, shard_fingerprint(members, settings)))
+        tasks.append((dst, None, settings, shard_fingerprint(shard_utterances(i), settings)))
 
     manifest_path = os.path.join(out_dir, MANIFEST)
     journal = Journal(os.path.join(out_dir, JOURNAL))
@@ -556,14 +576,28 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *,
         if on_result:
             on_result(entry)
 
+    def with_members(i, task):
+        return (task[0], shard_utterances(i), *task[2:])
+
     try:
         if min(pool.jobs, len(todo)) <= 1:
             for i, task in todo:
-                finish(i, _shard_task(task))
+                finish(i, _shard_task(with_members(i, task)))
         else:
-            futures = {pool.get().submit(_shard_task, task): i for i, task in todo}
-            for future in as_completed(futures):
-                finish(futures[future], future.result())
+            pending = iter(todo)
+            futures = {}
+            for i, task in pending:  # a bounded window: members of the shards in flight only
+                futures[pool.get().submit(_shard_task, with_members(i, task))] = i
+                if len(futures) >= 2 * pool.jobs:
+                    break
+            while futures:
+                done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finish(futures.pop(future), future.result())
+                for i, task in pending:
+                    futures[pool.get().submit(_shard_task, with_members(i, task))] = i
+                    if len(futures) >= 2 * pool.jobs:
+                        break
     finally:
         journal.close(remove=False)
 
@@ -577,9 +611,9 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *,
     recorded = [{**e, "status": "ok"} if e["status"] == "skipped" else e for e in ordered]
     atomic_write_json(manifest_path, {
         "tool": "shardkit", "version": __version__, "command": "make",
-        "inputs": {"wav_scp": os.path.abspath(wav_scp), "text": os.path.abspath(text),
-                   "segments": os.path.abspath(segments) if segments else None},
+        "inputs": inputs,
         "settings": asdict(settings),
+        **(extra or {}),
         "summary": {k: v for k, v in report.summary().items() if k not in ("findings",)},
         "findings": report.skipped_utterances,
         "warnings": warnings,
