@@ -182,13 +182,20 @@ def plan_shards(durations: list[float], *, shard_duration: float | None = None,
     multiple of ``total / n``, so all shards hold about equal seconds (never a small leftover);
     a shard may exceed ``shard_duration`` by less than one utterance.
     """
+    cuts = plan_cuts(durations, shard_duration=shard_duration, utts_per_shard=utts_per_shard)
+    return [list(range(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def plan_cuts(durations, *, shard_duration: float | None = None, utts_per_shard: int | None = None) -> list[int]:
+    """``plan_shards`` as boundaries: shard ``k`` holds utterances ``cuts[k]:cuts[k + 1]`` (no list per
+    utterance, for large manifests); ``[]`` when there is no utterance."""
     count = len(durations)
     if count == 0:
         return []
     if utts_per_shard is not None:
         if utts_per_shard < 1:
             raise ValueError("utts_per_shard must be at least 1")
-        return [list(range(i, min(i + utts_per_shard, count))) for i in range(0, count, utts_per_shard)]
+        return list(range(0, count, utts_per_shard)) + [count]
     if shard_duration is None or shard_duration <= 0:
         raise ValueError("shard_duration must be positive")
     running = np.cumsum(np.asarray(durations, dtype=np.float64))
@@ -204,7 +211,7 @@ def plan_shards(durations: list[float], *, shard_duration: float | None = None,
         cut = min(max(cut + 1, cuts[-1] + 1), count - (shards - k))
         cuts.append(cut)
     cuts.append(count)
-    return [list(range(a, b)) for a, b in zip(cuts, cuts[1:])]
+    return cuts
 
 
 def shard_fingerprint(utterances: list[dict], settings: MakeSettings) -> str:
@@ -525,13 +532,37 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, settings, pool, *,
                                for r in needed], pool)
     utterances, unreadable = attach_durations(utterances, probes)
     findings += unreadable
+    utterances, key_map, repeated = map_member_keys(utterances)
+    findings += repeated
 
     plan = plan_shards([u["seconds"] for u in utterances], shard_duration=settings.shard_duration,
                        utts_per_shard=settings.utts_per_shard)
     inputs = {"wav_scp": os.path.abspath(wav_scp), "text": os.path.abspath(text),
               "segments": os.path.abspath(segments) if segments else None}
     return write_shards(len(plan), lambda i: [utterances[j] for j in plan[i]], findings, warnings, inputs, out_dir,
-                        settings, pool, overwrite=overwrite, on_plan=on_plan, on_result=on_result, started=started)
+                        settings, pool, overwrite=overwrite, on_plan=on_plan, on_result=on_result, started=started,
+                        extra={"key_map": key_map})
+
+
+def map_member_keys(utterances: list[dict]) -> tuple[list[dict], dict[str, str], list[dict]]:
+    """Keys with a '.' (or other characters a tar name or WeNet cannot carry) become their
+    ``sources.member_key``; returns the utterances, ``{original: mapped}`` and a finding for each
+    key that maps onto one already used."""
+    from .sources import member_key
+
+    key_map: dict[str, str] = {}
+    kept, repeated, seen = [], [], {u["key"] for u in utterances}
+    for utt in utterances:
+        mapped = member_key(utt["key"])
+        if mapped != utt["key"]:
+            if mapped in seen:
+                repeated.append(finding(utt["key"], "duplicate_key", f"its member key {mapped!r} is already used"))
+                continue
+            seen.add(mapped)
+            key_map[utt["key"]] = mapped
+            utt = {**utt, "key": mapped}
+        kept.append(utt)
+    return kept, key_map, repeated
 
 
 def write_shards(count: int, shard_utterances: Callable[[int], list[dict]], findings: list[dict],
