@@ -60,7 +60,11 @@ class Catalog:
     """The entries of a source as columns (see ``sources.Entry`` for the meaning of each)."""
 
     def __init__(self):
-        self.keys, self.texts, self.audio = StringColumn(), StringColumn(), StringColumn()
+        self.keys, self.texts = StringColumn(), StringColumn()
+        # audio locations, a run of entries in one file (segments of a recording) stored once
+        self.audio_names = StringColumn()
+        self.audio_id = array("q")
+        self._last_audio: str | None = None
         self.containers: list[str] = []
         self._container_ids: dict[str, int] = {}
         self.container = array("i")
@@ -76,7 +80,10 @@ class Catalog:
     def add(self, e: Entry) -> None:
         self.keys.append(e.key)
         self.texts.append(e.text)
-        self.audio.append(e.audio)
+        if e.audio != self._last_audio:
+            self.audio_names.append(e.audio)
+            self._last_audio = e.audio
+        self.audio_id.append(len(self.audio_names) - 1)
         if e.container is None:
             self.container.append(-1)
         else:
@@ -95,9 +102,12 @@ class Catalog:
         self.rate.append(e.rate)
         self.channels.append(e.channels)
 
+    def audio(self, i: int) -> str:
+        return self.audio_names[self.audio_id[i]]
+
     def nbytes(self) -> int:
-        return (self.keys.nbytes() + self.texts.nbytes() + self.audio.nbytes()
-                + sum(a.itemsize * len(a) for a in (self.container, self.pos, self.size, self.start, self.duration,
+        return (self.keys.nbytes() + self.texts.nbytes() + self.audio_names.nbytes()
+                + sum(a.itemsize * len(a) for a in (self.audio_id, self.container, self.pos, self.size, self.start, self.duration,
                                                      self.total, self.segment, self.channel, self.channels, self.rate)))
 
 
@@ -129,6 +139,7 @@ def probe_audio(location: str) -> tuple | str:
     from its header, or the reason it cannot be read."""
     import soundfile as sf
 
+    from .audio import parse_wav_header
     from .sources._probe import probe_bytes
 
     try:
@@ -143,25 +154,30 @@ def probe_audio(location: str) -> tuple | str:
                 data = _url_bytes(location)
             facts = probe_bytes(data)
             return facts if isinstance(facts, str) else (*facts, len(data), 0)
-        st = os.stat(location)
+        with open(location, "rb") as f:
+            st = os.fstat(f.fileno())
+            head = f.read(1 << 16)
+        if head[:4] == b"RIFF" and head[8:12] == b"WAVE":  # PCM WAV: our own header parser, ~30x faster
+            try:
+                wav = parse_wav_header(head)
+            except ShardkitError:
+                wav = None
+            unknown_size = wav is not None and wav.frames_declared * wav.block_align == len(head) - wav.data_offset
+            if wav is not None and not (unknown_size and st.st_size > len(head)):
+                present = (st.st_size - wav.data_offset) // wav.block_align
+                if wav.frames_declared > present:
+                    return f"{location}: WAV header promises {wav.frames_declared} frames, the file holds " \
+                           f"{present} (truncated)"
+                if wav.frames_declared <= 0:
+                    return f"{location} holds no audio (0 frames)"
+                return (wav.frames_declared / wav.sample_rate, wav.sample_rate, wav.channels, st.st_size,
+                        st.st_mtime_ns)
         try:
             info = sf.info(location)
         except Exception as err:  # libsndfile reports every failure as one generic error
             return f"cannot read the audio header of {location} ({err})"
         if info.samplerate <= 0 or info.frames <= 0:
             return f"{location} holds no audio ({info.frames} frames)"
-        if location.lower().endswith(".wav") or info.format == "WAV":
-            with open(location, "rb") as f:  # a truncated WAV: header frames beyond the bytes
-                from .audio import parse_wav_header
-
-                try:
-                    head = parse_wav_header(f.read(1 << 16))
-                    present = (st.st_size - head.data_offset) // head.block_align
-                    if head.frames_declared > present:
-                        return (f"{location}: WAV header promises {head.frames_declared} frames, the file holds "
-                                f"{present} (truncated)")
-                except ShardkitError:
-                    pass
         return info.frames / info.samplerate, info.samplerate, info.channels, st.st_size, st.st_mtime_ns
     except ShardkitError as err:
         return err.reason
@@ -186,11 +202,12 @@ def probe_files(catalog: Catalog, pool: _SharedPool, on_probe: Callable[[int], N
     def chunks():
         for a in range(0, len(todo), _PROBE_CHUNK):
             idx = todo[a:a + _PROBE_CHUNK]
-            unique, owner = [], []
+            unique, owner, last = [], [], -1
             for i in idx:
-                loc = catalog.audio[int(i)]
-                if not unique or unique[-1] != loc:
-                    unique.append(loc)
+                aid = catalog.audio_id[int(i)]
+                if not unique or last != aid:
+                    unique.append(catalog.audio_names[aid])
+                    last = aid
                 owner.append(len(unique) - 1)
             yield idx, unique, owner
 
@@ -319,7 +336,7 @@ class ShardBuilder:
 
     def source(self, i: int) -> dict:
         c = self.catalog
-        audio = c.audio[i]
+        audio = c.audio(i)
         cid = c.container[i]
         if cid < 0:
             if audio.startswith("pipe:"):
