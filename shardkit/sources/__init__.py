@@ -14,7 +14,6 @@ identifies itself.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import re
 from typing import Iterator, NamedTuple
@@ -89,14 +88,14 @@ class SourceOptions(NamedTuple):
     allow_pipes: bool = False
 
 
-def open_text(path: str):
-    """A manifest for reading as UTF-8 text lines, gzip-compressed or not; errors are UsageErrors."""
+def open_binary(path: str):
+    """A manifest for reading lines as bytes, gzip-compressed or not; errors are UsageErrors."""
     try:
         with open(path, "rb") as f:
             magic = f.read(2)
         if magic == b"\x1f\x8b":
-            return gzip.open(path, "rt", encoding="utf-8")
-        return open(path, encoding="utf-8")
+            return gzip.open(path, "rb")
+        return open(path, "rb", buffering=1 << 20)
     except FileNotFoundError:
         raise UsageError("no such file", shard=path) from None
     except IsADirectoryError:
@@ -107,22 +106,22 @@ def open_text(path: str):
 
 def json_lines(path: str) -> Iterator[tuple[int, dict | None, str]]:
     """``(line number, object or None, error)`` for each non-blank line of a JSON-lines manifest."""
-    with open_text(path) as f:
+    import orjson
+
+    with open_binary(path) as f:
         try:
             for number, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as err:
-                    yield number, None, f"line {number} is not JSON ({err.msg})"
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError as err:
+                    yield number, None, f"line {number} is not JSON ({str(err).split(':')[0]})"
                     continue
                 if not isinstance(obj, dict):
                     yield number, None, f"line {number} is not a JSON object"
                     continue
                 yield number, obj, ""
-        except UnicodeDecodeError as err:
-            raise UsageError(f"not UTF-8 text ({err.reason})", shard=path) from None
         except (OSError, EOFError) as err:
             raise UsageError(f"cannot read ({err})", shard=path) from None
 

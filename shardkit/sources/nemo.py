@@ -26,6 +26,7 @@ def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
     text_field = options.text_field or "text"
     for path in paths:
         base = os.path.dirname(os.path.abspath(path))
+        last_raw = last_resolved = None
         for number, obj, error in json_lines(path):
             where = f"{path}:{number}"
             if obj is None:
@@ -35,8 +36,13 @@ def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
             if not isinstance(audio, str) or not audio:
                 yield Skip(where, "no_audio", f"line {number} has no {audio_field!r} path")
                 continue
-            if not is_url(audio):
-                audio = os.path.normpath(os.path.join(base, os.path.expanduser(audio)))
+            if audio == last_raw:
+                audio = last_resolved
+            else:
+                last_raw = audio
+                if not is_url(audio):
+                    audio = os.path.normpath(os.path.join(base, os.path.expanduser(audio)))
+                last_resolved = audio
             offset = obj.get("offset")
             segment = offset is not None
             start = _number(offset) if segment else 0.0
