@@ -256,11 +256,17 @@ def _read_samples(utt: dict) -> tuple[np.ndarray, int]:
     """The utterance's samples as float32 (frames, channels), cut to its segment."""
     import soundfile as sf
 
-    from .audio import decode
+    from .audio import decode, decode_torchaudio, sniff_format
 
     source = utt["source"]
     if "path" not in source:
-        samples, rate = decode(_source_bytes(utt), "float32")
+        data = _source_bytes(utt)
+        try:
+            samples, rate = decode(data, "float32")
+        except AudioError:
+            if sniff_format(data) not in ("m4a", "wma"):
+                raise
+            samples, rate = decode_torchaudio(data)  # what libsndfile cannot read, through FFmpeg (torch extra)
         first, last = _frame_range(utt, rate, len(samples))
         return samples[first:last], rate
     try:

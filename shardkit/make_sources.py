@@ -124,9 +124,10 @@ def read_catalog(fmt: str, paths: list[str], options: SourceOptions,
     """Stream the source into a Catalog; entries the source itself rejects become findings."""
     catalog = Catalog()
     findings: list[dict] = []
+    pick = options.channel if fmt != "lhotse" else None  # the lhotse reader applies --channel itself
     for item in iter_entries(fmt, paths, options):
         if isinstance(item, Entry):
-            catalog.add(item)
+            catalog.add(item if pick is None or item.channel is not None else item._replace(channel=pick))
         else:
             findings.append(finding(item.key, item.check, item.reason))
         if on_entry and (len(catalog) + len(findings)) % 10000 == 0:

@@ -400,3 +400,35 @@ def test_usage_errors(tmp_path):
     assert make("-o", tmp_path / "out").exit_code == 2
     both = make(tmp_path / "x.json", "--wav-scp", "w", "--text", "t", "-o", tmp_path / "out")
     assert both.exit_code == 2 and "without SOURCE" in both.stderr
+
+
+def test_wds_m4a_probed_and_decoded_through_ffmpeg(tmp_path):
+    pytest.importorskip("webdataset")
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchcodec")
+    import webdataset as wds
+    from torchcodec.encoders import AudioEncoder
+
+    signal = torch.from_numpy(speech_like(1.5, RATE, seed=3).astype(np.float32) / 32768)[None]
+    m4a = bytes(AudioEncoder(signal, sample_rate=RATE).to_tensor(format="ipod").numpy())
+    with wds.TarWriter(str(tmp_path / "m4a.tar")) as sink:
+        sink.write({"__key__": "aac", "m4a": m4a, "txt": "advanced audio"})
+    keep = make(tmp_path / "m4a.tar", "-o", tmp_path / "keep", "--codec", "none")
+    assert keep.exit_code == 0, keep.output
+    assert wenet_read(tmp_path / "keep")["aac"]["m4a"] == m4a
+    assert manifest(tmp_path / "keep")["summary"]["audio_seconds"] == pytest.approx(1.5, abs=0.1)
+    wav = make(tmp_path / "m4a.tar", "-o", tmp_path / "wav", "--codec", "none", "--audio-format", "wav")
+    assert wav.exit_code == 0, wav.output
+    assert abs(len(int16(wenet_read(tmp_path / "wav")["aac"]["wav"])) - 1.5 * RATE) < 0.1 * RATE
+
+
+def test_channel_choice_applies_to_every_source(tmp_path):
+    stereo = write_audio(str(tmp_path / "st.wav"), 0.5, 9, channels=2)
+    write_audio(str(tmp_path / "mono.wav"), 0.5, 8)
+    (tmp_path / "m.json").write_text(json.dumps({"audio_filepath": "st.wav", "duration": 0.5, "text": "two"}) + "\n"
+                                     + json.dumps({"audio_filepath": "mono.wav", "duration": 0.5, "text": "one"}) + "\n")
+    result = make(tmp_path / "m.json", "-o", tmp_path / "out", "--codec", "none", "--channel", "1")
+    assert result.exit_code == 1, result.output
+    got = wenet_read(tmp_path / "out")
+    assert list(got) == ["st"] and np.array_equal(int16(got["st"]["wav"])[:, 0], stereo[:, 1])
+    assert findings(tmp_path / "out") == {"mono": "no_such_channel"}

@@ -40,8 +40,8 @@ Examples:
 @click.option("--audio-field", default=None, metavar="NAME",
               help="Field or column naming the audio (parquet: audio; nemo: audio_filepath; wenet-raw: wav).")
 @click.option("--channel", type=click.IntRange(min=0), default=None,
-              help="Take this channel of multi-channel audio [default: lhotse: the supervision's channel; "
-                   "others: every channel].")
+              help="Take this channel of multi-channel audio (cut out and re-encoded) [default: lhotse: the "
+                   "supervision's channel; others: every channel].")
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--shard-duration", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds of audio per shard: shards of about equal duration, cut in transcript order "
