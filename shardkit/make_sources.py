@@ -132,6 +132,8 @@ def read_catalog(fmt: str, paths: list[str], options: SourceOptions,
             findings.append(finding(item.key, item.check, item.reason))
         if on_entry and (len(catalog) + len(findings)) % 10000 == 0:
             on_entry(len(catalog) + len(findings))
+    if on_entry:
+        on_entry(len(catalog) + len(findings))
     return catalog, findings
 
 

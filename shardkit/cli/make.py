@@ -124,10 +124,23 @@ def command(source, source_format, wav_scp, text, segments, key_field, text_fiel
         from ..make_sources import run_make_from
         from ..sources import SourceOptions
 
+        from tqdm import tqdm
+
         options = SourceOptions(key_field=key_field, text_field=text_field, audio_field=audio_field, channel=channel,
                                 allow_pipes=allow_pipes)
+        reading = tqdm(unit=" entries", file=sys.stderr, dynamic_ncols=True, desc=f"make: reading {fmt}",
+                       disable=quiet)
+
+        def on_entry(count):
+            reading.update(count - reading.n)
+
+        def on_plan(total):
+            reading.close()
+            progress.on_plan(total)
+
         report = run_make_from(fmt, list(source), out_dir, settings, options=options, jobs=jobs, overwrite=overwrite,
-                               on_plan=progress.on_plan, on_result=progress.on_result)
+                               on_plan=on_plan, on_result=progress.on_result, on_entry=on_entry)
+        reading.close()
     progress.close()
     summary = report.summary()
     if as_json:
