@@ -432,3 +432,18 @@ def test_channel_choice_applies_to_every_source(tmp_path):
     got = wenet_read(tmp_path / "out")
     assert list(got) == ["st"] and np.array_equal(int16(got["st"]["wav"])[:, 0], stereo[:, 1])
     assert findings(tmp_path / "out") == {"mono": "no_such_channel"}
+
+
+def test_keys_that_map_onto_one_another_keep_the_first(tmp_path):
+    write_audio(str(tmp_path / "a.wav"), 0.3, 1)
+    lines = [{"key": "x.1", "wav": str(tmp_path / "a.wav"), "txt": "first"},
+             {"key": "x_1", "wav": str(tmp_path / "a.wav"), "txt": "second"},
+             {"key": "x.1", "wav": str(tmp_path / "a.wav"), "txt": "third"}]
+    (tmp_path / "data.list").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    result = make("--from", "wenet-raw", tmp_path / "data.list", "-o", tmp_path / "out", "--codec", "none", "--json")
+    assert result.exit_code == 1
+    got = wenet_read(tmp_path / "out")
+    assert list(got) == ["x_1"] and got["x_1"]["txt"] == b"first"
+    assert [(f["key"], f["check"], f["reason"]) for f in json.loads(result.stdout)["findings"]] == [
+        ("x_1", "duplicate_key", "key 'x_1' already names entry 1 ('x.1')"),
+        ("x.1", "duplicate_key", "key 'x_1' already names entry 1 ('x.1')")]
