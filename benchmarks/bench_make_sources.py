@@ -9,7 +9,10 @@ Two figures, each checked while timed:
   (pyarrow), every tar member through ``tario.iter_shard_members`` (wds). Rate ratio =
   read seconds / pack seconds (target >= 0.8). The configurations are interleaved, each repeated,
   medians reported; every run checks the utterance count and audio seconds in the report.
-  The packing writes, hashes and fsyncs every shard; the reading does none of that.
+  The packing writes, hashes and fsyncs every shard; the reading does none of that, so two more
+  figures place it: ``copy`` (read the audio the same way and write it into as many files as
+  there are shards, each fsynced and renamed: the floor of any atomic packer) and ``plan`` (the
+  input side alone: read the entries, probe, check, plan; its share of the packing time).
 * ``plan``: peak RSS (VmHWM of a fresh process) of planning only (read, probe, check, plan;
   nothing written) a synthetic 1,000,000-line NeMo manifest: 1,000 long recordings, 1,000
   segments each (1.2-2.4 s, keys ``stem-OFFSETms``, ~35-character transcripts). The recordings
@@ -202,16 +205,38 @@ def pack(fmt: str, corpus: dict, out: str) -> dict:
     return summary
 
 
+def plan_only(fmt: str, corpus: dict) -> int:
+    """The input side alone: read the source's entries, probe, check and plan (nothing written)."""
+    from shardkit.kaldi import parse_text, parse_wav_scp, read_table
+    from shardkit.make import MakeSettings, _SharedPool, match_utterances, probe_recordings
+    from shardkit.make_sources import plan_source
+    from shardkit.sources import SourceOptions
+
+    if fmt == "kaldi":
+        src = corpus["sources"]["kaldi"][0]
+        wav = parse_wav_scp(read_table(os.path.join(src, "wav.scp")))
+        utts, _, _ = match_utterances(wav, parse_text(read_table(os.path.join(src, "text"))))
+        with _SharedPool(1) as pool:
+            return len(probe_recordings([wav[u["recording"]] for u in utts], pool))
+    with _SharedPool(1) as pool:
+        builder, *_ = plan_source(fmt, corpus["sources"][fmt], SourceOptions(), MakeSettings(shard_duration=300.0),
+                                  pool)
+    return len(builder.indices)
+
+
 def bench_pack(args) -> dict:
     corpus = build_pack_corpus(args.work_dir, args.minutes)
     read_alone("kaldi", corpus)  # warm the page cache
-    times = {fmt: {"read": [], "copy": [], "pack": []} for fmt in SOURCES}
+    times = {fmt: {"read": [], "plan": [], "copy": [], "pack": []} for fmt in SOURCES}
     shards = None
     for _ in range(args.repeats):
         for fmt in SOURCES:  # interleaved
             t = time.perf_counter()
             read_alone(fmt, corpus)
             times[fmt]["read"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            assert plan_only(fmt, corpus) == corpus["utterances"]
+            times[fmt]["plan"].append(time.perf_counter() - t)
             t = time.perf_counter()
             summary = pack(fmt, corpus, os.path.join(args.work_dir, "out", fmt))
             times[fmt]["pack"].append(time.perf_counter() - t)
@@ -223,8 +248,9 @@ def bench_pack(args) -> dict:
     result = {"audio_hours": round(hours, 4), "utterances": corpus["utterances"], "shards": shards,
               "per_source": {}}
     for fmt in SOURCES:
-        read, copy, packed = (statistics.median(times[fmt][k]) for k in ("read", "copy", "pack"))
-        result["per_source"][fmt] = {"read_s": round(read, 4), "copy_s": round(copy, 4), "pack_s": round(packed, 4),
+        read, plan, copy, packed = (statistics.median(times[fmt][k]) for k in ("read", "plan", "copy", "pack"))
+        result["per_source"][fmt] = {"read_s": round(read, 4), "plan_s": round(plan, 4), "copy_s": round(copy, 4),
+                                     "pack_s": round(packed, 4), "plan_share_of_pack": round(plan / packed, 3),
                                      "read_h_per_s": round(hours / read, 2), "copy_h_per_s": round(hours / copy, 2),
                                      "pack_h_per_s": round(hours / packed, 2),
                                      "pack_vs_read": round(read / packed, 3), "pack_vs_copy": round(copy / packed, 3)}

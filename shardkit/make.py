@@ -118,8 +118,6 @@ def probe_recording(entry: WavEntry) -> dict:
     A pipe entry's command runs here for its header and again when its shard is written: nothing
     is kept between the two (the audio may be large, and memory stays at one utterance).
     """
-    import soundfile as sf
-
     from .audio import probe
 
     try:
@@ -127,15 +125,14 @@ def probe_recording(entry: WavEntry) -> dict:
             info = probe(run_pipe(entry.location, key=entry.key))
             return {"seconds": info["duration"], "sample_rate": info["sample_rate"], "channels": info["channels"],
                     "source": {"command": entry.location}}
-        st = os.stat(entry.location)
-        try:
-            info = sf.info(entry.location)
-        except Exception as err:  # libsndfile reports every failure as one generic error
-            raise AudioError(f"cannot read the audio header of {entry.location} ({err})") from err
-        if info.samplerate <= 0 or info.frames <= 0:
-            raise AudioError(f"{entry.location} holds no audio ({info.frames} frames)")
-        return {"seconds": info.frames / info.samplerate, "sample_rate": info.samplerate, "channels": info.channels,
-                "source": {"path": entry.location, "size": st.st_size, "mtime_ns": st.st_mtime_ns}}
+        from .make_sources import probe_audio  # WAV headers by shardkit's parser, others by soundfile
+
+        facts = probe_audio(entry.location)
+        if isinstance(facts, str):
+            return {"error": facts}
+        seconds, rate, channels, size, mtime_ns = facts
+        return {"seconds": seconds, "sample_rate": rate, "channels": channels,
+                "source": {"path": entry.location, "size": size, "mtime_ns": mtime_ns}}
     except ShardkitError as err:
         return {"error": err.reason}
     except OSError as err:
