@@ -125,7 +125,7 @@ def probe_recording(entry: WavEntry) -> dict:
             info = probe(run_pipe(entry.location, key=entry.key))
             return {"seconds": info["duration"], "sample_rate": info["sample_rate"], "channels": info["channels"],
                     "source": {"command": entry.location}}
-        from .make_sources import probe_audio  # WAV headers by shardkit's parser, others by soundfile
+        from .sources._probe import probe_audio  # WAV headers by shardkit's parser, others by soundfile
 
         facts = probe_audio(entry.location)
         if isinstance(facts, str):

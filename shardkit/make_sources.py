@@ -21,12 +21,13 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ShardkitError, UsageError
+from .errors import UsageError
 from .make import (DEFAULT_SHARD_SECONDS, MakeReport, MakeSettings, _SharedPool, check_settings, finding, plan_cuts,
                    write_shards)
 from .manifest import prepare_out_dir
 from .remote import is_url
 from .sources import Entry, SourceOptions, iter_entries, member_key
+from .sources._probe import probe_audio
 
 # A stated duration may exceed the audio by this much (manifests round durations to 10 ms) before
 # the entry counts as shorter than stated; the utterance then ends with its audio.
@@ -106,9 +107,10 @@ class Catalog:
         return self.audio_names[self.audio_id[i]]
 
     def nbytes(self) -> int:
+        columns = (self.audio_id, self.container, self.pos, self.size, self.start, self.duration, self.total,
+                   self.segment, self.channel, self.channels, self.rate)
         return (self.keys.nbytes() + self.texts.nbytes() + self.audio_names.nbytes()
-                + sum(a.itemsize * len(a) for a in (self.audio_id, self.container, self.pos, self.size, self.start, self.duration,
-                                                     self.total, self.segment, self.channel, self.channels, self.rate)))
+                + sum(a.itemsize * len(a) for a in columns))
 
 
 # ---------------------------------------------------------------- keys
@@ -135,57 +137,6 @@ def read_catalog(fmt: str, paths: list[str], options: SourceOptions,
     if on_entry:
         on_entry(len(catalog) + len(findings))
     return catalog, findings
-
-
-def probe_audio(location: str) -> tuple | str:
-    """``(seconds, sample_rate, channels, size, mtime_ns)`` of a file, URL or ``pipe:`` command
-    from its header, or the reason it cannot be read."""
-    import soundfile as sf
-
-    from .audio import parse_wav_header
-    from .sources._probe import probe_bytes
-
-    try:
-        if location.startswith("pipe:") or is_url(location):
-            if location.startswith("pipe:"):
-                from .kaldi import run_pipe
-
-                data = run_pipe(location[5:], key=location)
-            else:
-                from .sources.fetch import _url_bytes
-
-                data = _url_bytes(location)
-            facts = probe_bytes(data)
-            return facts if isinstance(facts, str) else (*facts, len(data), 0)
-        with open(location, "rb") as f:
-            st = os.fstat(f.fileno())
-            head = f.read(1 << 16)
-        if head[:4] == b"RIFF" and head[8:12] == b"WAVE":  # PCM WAV: our own header parser, ~30x faster
-            try:
-                wav = parse_wav_header(head)
-            except ShardkitError:
-                wav = None
-            unknown_size = wav is not None and wav.frames_declared * wav.block_align == len(head) - wav.data_offset
-            if wav is not None and not (unknown_size and st.st_size > len(head)):
-                present = (st.st_size - wav.data_offset) // wav.block_align
-                if wav.frames_declared > present:
-                    return f"{location}: WAV header promises {wav.frames_declared} frames, the file holds " \
-                           f"{present} (truncated)"
-                if wav.frames_declared <= 0:
-                    return f"{location} holds no audio (0 frames)"
-                return (wav.frames_declared / wav.sample_rate, wav.sample_rate, wav.channels, st.st_size,
-                        st.st_mtime_ns)
-        try:
-            info = sf.info(location)
-        except Exception as err:  # libsndfile reports every failure as one generic error
-            return f"cannot read the audio header of {location} ({err})"
-        if info.samplerate <= 0 or info.frames <= 0:
-            return f"{location} holds no audio ({info.frames} frames)"
-        return info.frames / info.samplerate, info.samplerate, info.channels, st.st_size, st.st_mtime_ns
-    except ShardkitError as err:
-        return err.reason
-    except OSError as err:
-        return f"cannot read {location} ({err.strerror or err})"
 
 
 def _probe_chunk(locations: list[str]) -> list:

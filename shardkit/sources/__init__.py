@@ -75,7 +75,6 @@ def member_key(key: str) -> str:
 
 FORMATS = ("kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds")
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
-MANIFEST_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".list", ".txt")
 
 
 class SourceOptions(NamedTuple):
