@@ -447,3 +447,26 @@ def test_keys_that_map_onto_one_another_keep_the_first(tmp_path):
     assert [(f["key"], f["check"], f["reason"]) for f in json.loads(result.stdout)["findings"]] == [
         ("x_1", "duplicate_key", "key 'x_1' already names entry 1 ('x.1')"),
         ("x.1", "duplicate_key", "key 'x_1' already names entry 1 ('x.1')")]
+
+
+def test_parquet_folder_with_other_column_names(tmp_path):
+    pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "hf").mkdir()
+    audio = encode(speech_like(0.5, RATE, seed=1), RATE, "flac")
+    for part in range(2):
+        pq.write_table(pa.Table.from_pylist([{"clip": {"bytes": audio, "path": f"c{part}.flac"},
+                                              "sentence": f"part {part}", "uid": f"p{part}"}]),
+                       str(tmp_path / "hf" / f"train-{part:05d}.parquet"))
+    result = make("--from", "parquet", tmp_path / "hf", "-o", tmp_path / "out", "--codec", "none",
+                  "--audio-field", "clip", "--text-field", "sentence", "--key-field", "uid")
+    assert result.exit_code == 0, result.output
+    got = wenet_read(tmp_path / "out")
+    assert {k: v["txt"].decode() for k, v in got.items()} == {"p0": "part 0", "p1": "part 1"}
+    assert got["p1"]["flac"] == audio
+    wrong = make("--from", "parquet", tmp_path / "hf", "-o", tmp_path / "x", "--audio-field", "clip",
+                 "--text-field", "transcript")
+    assert wrong.exit_code == 2
+    assert "has no 'transcript' column (columns: clip, sentence, uid)" in wrong.stderr
