@@ -12,7 +12,7 @@ recordings with transforms (speed perturbation, resampling) are reported and ski
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from ..errors import UsageError
 from ..remote import is_url
@@ -25,6 +25,25 @@ def _lhotse():
     except ImportError:
         raise UsageError("reading Lhotse manifests needs the lhotse library: pip install 'shardkit[lhotse]'") from None
     return lhotse
+
+
+class _Source(NamedTuple):
+    type: str
+    channels: tuple
+    source: str
+
+
+class _Recording(NamedTuple):
+    """What an utterance needs of a lhotse Recording (a RecordingSet's recordings are all held)."""
+
+    id: str
+    sources: tuple
+    transforms: bool
+
+
+def _compact(recording) -> _Recording:
+    return _Recording(recording.id, tuple(_Source(s.type, tuple(s.channels), s.source if isinstance(s.source, str)
+                                                  else "") for s in recording.sources), bool(recording.transforms))
 
 
 def _utterance(sup, recording, offset: float, options: SourceOptions) -> Entry | Skip:
@@ -73,7 +92,7 @@ def _cuts(path: str, options: SourceOptions) -> Iterator[Entry | Skip]:
 
 def _supervisions(recordings_path: str, supervisions_path: str, options: SourceOptions) -> Iterator[Entry | Skip]:
     lhotse = _lhotse()
-    recordings = {r.id: r for r in lhotse.RecordingSet.from_jsonl_lazy(recordings_path)}
+    recordings = {r.id: _compact(r) for r in lhotse.RecordingSet.from_jsonl_lazy(recordings_path)}
     for sup in lhotse.SupervisionSet.from_jsonl_lazy(supervisions_path):
         yield _utterance(sup, recordings.get(sup.recording_id), 0.0, options)
 
