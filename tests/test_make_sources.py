@@ -470,3 +470,18 @@ def test_parquet_folder_with_other_column_names(tmp_path):
                  "--text-field", "transcript")
     assert wrong.exit_code == 2
     assert "has no 'transcript' column (columns: clip, sentence, uid)" in wrong.stderr
+
+
+def test_resample_turns_keep_into_wav(tmp_path):
+    pytest.importorskip("webdataset")
+    made = _wds_fixture(tmp_path)
+    result = make(tmp_path / "wds" / "train-000000.tar", "-o", tmp_path / "out", "--codec", "none",
+                  "--resample", "8000")
+    assert result.exit_code == 0, result.output
+    got = wenet_read(tmp_path / "out")
+    assert sorted(got) == ["s0u0", "s0u1", "s0u2"]
+    for key in got:
+        samples, rate = sf.read(io.BytesIO(got[key]["wav"]), dtype="int16")
+        assert rate == 8000 and len(samples) == len(int16(made[key][1])) // 2
+    refused = make(tmp_path / "wds", "-o", tmp_path / "x", "--audio-format", "keep", "--resample", "8000")
+    assert refused.exit_code == 2 and "cannot --resample" in refused.stderr
