@@ -32,6 +32,8 @@ commands to record it are in "Scaling".
 | reader | zst:3 read + decode >= 0.8x zstd alone | 0.85x | met |
 | reader | zst:3 shardkit >= 50x WeNet-style bz2 + torchaudio | 53x | met |
 | recipe | default demo run < 5 min on 2 cores | 45 s | met |
+| make sources | pack >= 0.8x reading the audio alone (keep, each source) | 0.04-0.43x (warm cache: writer's hash + fsync dominate; input side 4-28% of pack time) | not met |
+| make sources | plan a 1 M-line manifest < 300 MB | 240.8 MB peak RSS, 11 s | met |
 """
 
 

@@ -22,5 +22,5 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -U pip
 # torch 2.14.1 + torchaudio 2.11.0 is the CPU pair known to work together (see README).
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -c scripts/constraints.txt -e ".[all]"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -c scripts/constraints.txt -e ".[all,test]"
 exec "$venv/bin/python" -m pytest "$@"

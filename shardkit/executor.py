@@ -73,6 +73,23 @@ def _failed(err: BaseException, task: Any, index: int) -> _Raised:
     return _Raised(located)
 
 
+class _Prepared:
+    """A task list whose items are prepared when they are fetched (see ``run_tasks``' ``prepare``)."""
+
+    def __init__(self, items: list, prepare: Callable[[Any], Any]):
+        self._items = items
+        self._prepare = prepare
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index: int):
+        return self._prepare(self._items[index])
+
+    def __iter__(self):
+        return (self._prepare(item) for item in self._items)
+
+
 class _Window:
     """Tasks submitted but not yet handed to the caller; submission waits while it is full."""
 
@@ -88,16 +105,19 @@ class _Window:
 def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | None = None,
               executor: str = "local", ray_address: str | None = None, max_in_flight: int | None = None,
               retries: int = 3, ordered: bool = False, on_result: Callable[[int, Any], None] | None = None,
-              initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> Iterator[tuple[int, Any]]:
+              initializer: Callable[..., None] | None = None, initargs: tuple = (),
+              prepare: Callable[[Any], Any] | None = None) -> Iterator[tuple[int, Any]]:
     """Run ``fn(task)`` for every task; an iterator of ``(index, result)``. See the module docstring.
 
     ``jobs``: local processes [default: all cores]; with Ray, the most tasks running at once
     [default: twice the cluster's CPUs in flight]. ``on_result(index, result)`` is called for each
     result just before it is yielded. ``initializer(*initargs)`` runs once in each worker process
-    before its first task (inline: once, here). Arguments are checked, and Ray is connected, when
+    before its first task (inline: once, here). ``prepare(task)``, when given, turns a task into
+    the argument ``fn`` receives just before it is submitted, here, so that only the tasks in
+    flight are held in full (make builds a shard's utterance list this way). Arguments are checked, and Ray is connected, when
     this is called; tasks run as the iterator is consumed.
     """
-    tasks = list(tasks)
+    tasks = list(tasks) if prepare is None else _Prepared(list(tasks), prepare)
     if executor not in EXECUTORS:
         raise UsageError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if retries < 0:

@@ -124,8 +124,6 @@ def probe_recording(entry: WavEntry) -> dict:
     A pipe entry's command runs here for its header and again when its shard is written: nothing
     is kept between the two (the audio may be large, and memory stays at one utterance).
     """
-    import soundfile as sf
-
     from .audio import probe
 
     try:
@@ -133,15 +131,14 @@ def probe_recording(entry: WavEntry) -> dict:
             info = probe(run_pipe(entry.location, key=entry.key))
             return {"seconds": info["duration"], "sample_rate": info["sample_rate"], "channels": info["channels"],
                     "source": {"command": entry.location}}
-        st = os.stat(entry.location)
-        try:
-            info = sf.info(entry.location)
-        except Exception as err:  # libsndfile reports every failure as one generic error
-            raise AudioError(f"cannot read the audio header of {entry.location} ({err})") from err
-        if info.samplerate <= 0 or info.frames <= 0:
-            raise AudioError(f"{entry.location} holds no audio ({info.frames} frames)")
-        return {"seconds": info.frames / info.samplerate, "sample_rate": info.samplerate, "channels": info.channels,
-                "source": {"path": entry.location, "size": st.st_size, "mtime_ns": st.st_mtime_ns}}
+        from .sources._probe import probe_audio  # WAV headers by shardkit's parser, others by soundfile
+
+        facts = probe_audio(entry.location)
+        if isinstance(facts, str):
+            return {"error": facts}
+        seconds, rate, channels, size, mtime_ns = facts
+        return {"seconds": seconds, "sample_rate": rate, "channels": channels,
+                "source": {"path": entry.location, "size": size, "mtime_ns": mtime_ns}}
     except ShardkitError as err:
         return {"error": err.reason}
     except OSError as err:
@@ -188,13 +185,20 @@ def plan_shards(durations: list[float], *, shard_duration: float | None = None,
     multiple of ``total / n``, so all shards hold about equal seconds (never a small leftover);
     a shard may exceed ``shard_duration`` by less than one utterance.
     """
+    cuts = plan_cuts(durations, shard_duration=shard_duration, utts_per_shard=utts_per_shard)
+    return [list(range(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def plan_cuts(durations, *, shard_duration: float | None = None, utts_per_shard: int | None = None) -> list[int]:
+    """``plan_shards`` as boundaries: shard ``k`` holds utterances ``cuts[k]:cuts[k + 1]`` (no list per
+    utterance, for large manifests); ``[]`` when there is no utterance."""
     count = len(durations)
     if count == 0:
         return []
     if utts_per_shard is not None:
         if utts_per_shard < 1:
             raise ValueError("utts_per_shard must be at least 1")
-        return [list(range(i, min(i + utts_per_shard, count))) for i in range(0, count, utts_per_shard)]
+        return list(range(0, count, utts_per_shard)) + [count]
     if shard_duration is None or shard_duration <= 0:
         raise ValueError("shard_duration must be positive")
     running = np.cumsum(np.asarray(durations, dtype=np.float64))
@@ -210,13 +214,14 @@ def plan_shards(durations: list[float], *, shard_duration: float | None = None,
         cut = min(max(cut + 1, cuts[-1] + 1), count - (shards - k))
         cuts.append(cut)
     cuts.append(count)
-    return [list(range(a, b)) for a, b in zip(cuts, cuts[1:])]
+    return cuts
 
 
 def shard_fingerprint(utterances: list[dict], settings: MakeSettings) -> str:
     """What a shard's bytes depend on: its utterances (text, source identity, cut) and the output settings."""
     content = {"settings": settings.output_affecting(),
-               "utterances": [[u["key"], u["text"], u["source"], u["start"], u["end"]] for u in utterances]}
+               "utterances": [[u["key"], u["text"], u["source"], u["start"], u["end"]]
+                              + ([u["channel"]] if u.get("channel") is not None else []) for u in utterances]}
     return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
@@ -242,6 +247,10 @@ def _source_bytes(utt: dict) -> bytes:
     source = utt["source"]
     if "command" in source:
         return run_pipe(source["command"], key=utt["key"])
+    if "path" not in source:  # a URL, a tar member, a Parquet row: see shardkit.sources.fetch
+        from .sources.fetch import source_bytes
+
+        return source_bytes(source)
     with open(source["path"], "rb") as f:
         return f.read()
 
@@ -250,11 +259,17 @@ def _read_samples(utt: dict) -> tuple[np.ndarray, int]:
     """The utterance's samples as float32 (frames, channels), cut to its segment."""
     import soundfile as sf
 
-    from .audio import decode
+    from .audio import decode, decode_torchaudio, sniff_format
 
     source = utt["source"]
-    if "command" in source:
-        samples, rate = decode(_source_bytes(utt), "float32")
+    if "path" not in source:
+        data = _source_bytes(utt)
+        try:
+            samples, rate = decode(data, "float32")
+        except AudioError:
+            if sniff_format(data) not in ("m4a", "wma"):
+                raise
+            samples, rate = decode_torchaudio(data)  # what libsndfile cannot read, through FFmpeg (torch extra)
         first, last = _frame_range(utt, rate, len(samples))
         return samples[first:last], rate
     try:
@@ -290,9 +305,14 @@ def utterance_audio(utt: dict, settings: MakeSettings) -> tuple[str, bytes]:
             if info["frames_declared"] > info["frames"]:
                 raise AudioError(f"WAV header promises {info['frames_declared']} frames, the file holds "
                                  f"{info['frames']} (truncated)")
-        location = utt["source"].get("path") or ""
+        location = utt["source"].get("path") or utt["source"].get("name") or ""
         return _keep_extension(location, fmt), data
     samples, rate = _read_samples(utt)
+    channel = utt.get("channel")
+    if channel is not None:
+        if channel >= samples.shape[1]:
+            raise AudioError(f"no channel {channel}: the audio has {samples.shape[1]}")
+        samples = samples[:, channel:channel + 1]
     if len(samples) == 0:
         raise AudioError("no audio frames in the segment")
     if settings.resample and settings.resample != rate:
@@ -482,11 +502,7 @@ def run_make(
     ``split=(I, N)``: every slice plans the same shards, then writes only slice I of N of them,
     reported as make.slice-I-of-N.json and data.slice-I-of-N.list for ``shardkit merge-reports``.
     """
-    from .remote import is_pipe, is_url
-
     check_settings(settings, has_segments=segments is not None)
-    if is_pipe(out_dir):
-        raise UsageError("OUT_DIR cannot be a pipe: command; give a folder or a URL", shard=out_dir)
     wav, texts, segs = load_data_dir(wav_scp, text, segments)
     if not settings.allow_pipes:
         refuse_pipes(wav, wav_scp)
@@ -494,19 +510,73 @@ def run_make(
         raise UsageError("holds no transcripts", shard=text)
     inputs = [p for p in (wav_scp, text, segments) if p]
     inputs += [os.path.abspath(e.location) for e in wav.values() if not e.is_pipe]
+    started = time.perf_counter()
+    return claimed_run(out_dir, inputs, split, lambda out, journal_dir: _make(
+        wav, texts, segs, wav_scp, text, segments, out, journal_dir, settings, inputs, overwrite=overwrite,
+        on_plan=on_plan, on_result=on_result, started=started, jobs=jobs, executor=executor,
+        ray_address=ray_address, split=split))
+
+
+def _make(wav, texts, segs, wav_scp, text, segments, out_dir, journal_dir, settings, inputs, *, overwrite, on_plan,
+          on_result, started, jobs, executor, ray_address, split) -> MakeReport:
+    utterances, findings, warnings = match_utterances(wav, texts, segs)
+    needed = list(dict.fromkeys(u["recording"] for u in utterances))
+    # relative paths are relative to where the command runs, as in Kaldi recipes
+    probes = probe_recordings([wav[r] if wav[r].is_pipe else replace(wav[r], location=os.path.abspath(wav[r].location))
+                               for r in needed], jobs=jobs, executor=executor, ray_address=ray_address)
+    utterances, unreadable = attach_durations(utterances, probes)
+    findings += unreadable
+    utterances, key_map, repeated = map_member_keys(utterances)
+    findings += repeated
+
+    plan = plan_shards([u["seconds"] for u in utterances], shard_duration=settings.shard_duration,
+                       utts_per_shard=settings.utts_per_shard)
+    recorded_inputs = {"wav_scp": os.path.abspath(wav_scp), "text": os.path.abspath(text),
+                       "segments": os.path.abspath(segments) if segments else None}
+    return write_shards(len(plan), lambda i: [utterances[j] for j in plan[i]], findings, warnings, recorded_inputs,
+                        inputs, out_dir, journal_dir, settings, overwrite=overwrite, on_plan=on_plan,
+                        on_result=on_result, started=started, jobs=jobs, executor=executor, ray_address=ray_address,
+                        split=split, extra={"key_map": key_map})
+
+
+def map_member_keys(utterances: list[dict]) -> tuple[list[dict], dict[str, str], list[dict]]:
+    """Keys with a '.' (or other characters a tar name or WeNet cannot carry) become their
+    ``sources.member_key``; returns the utterances, ``{original: mapped}`` and a finding for each
+    key that maps onto one already used."""
+    from .sources import member_key
+
+    key_map: dict[str, str] = {}
+    kept, repeated, seen = [], [], {u["key"] for u in utterances}
+    for utt in utterances:
+        mapped = member_key(utt["key"])
+        if mapped != utt["key"]:
+            if mapped in seen:
+                repeated.append(finding(utt["key"], "duplicate_key", f"its member key {mapped!r} is already used"))
+                continue
+            seen.add(mapped)
+            key_map[utt["key"]] = mapped
+            utt = {**utt, "key": mapped}
+        kept.append(utt)
+    return kept, key_map, repeated
+
+
+def claimed_run(out_dir: str, claim_inputs: list[str], split: tuple[int, int] | None, body: Callable[[str, str], MakeReport]) -> MakeReport:
+    """Claim and lock OUT_DIR (a folder or a URL, whose journal lives in a local folder), then run
+    ``body(out_dir, journal_dir)``; the lock is released however it ends."""
+    from .remote import is_pipe, is_url
+
+    if is_pipe(out_dir):
+        raise UsageError("OUT_DIR cannot be a pipe: command; give a folder or a URL", shard=out_dir)
     if is_url(out_dir):
         out_dir = out_dir.rstrip("/")
         journal_dir = remote_journal_dir(out_dir, "make")
         os.makedirs(journal_dir, exist_ok=True)
     else:
-        claim_output(out_dir, inputs, what="OUT_DIR")
+        claim_output(out_dir, claim_inputs, what="OUT_DIR")
         out_dir = journal_dir = prepare_out_dir(out_dir)
     lock = OutputLock(journal_dir, "make", split).acquire()
     try:
-        started = time.perf_counter()
-        return _make(wav, texts, segs, wav_scp, text, segments, out_dir, journal_dir, settings, inputs,
-                     overwrite=overwrite, on_plan=on_plan, on_result=on_result, started=started, jobs=jobs,
-                     executor=executor, ray_address=ray_address, split=split)
+        return body(out_dir, journal_dir)
     finally:
         lock.release()
         if journal_dir != out_dir:
@@ -516,29 +586,23 @@ def run_make(
                 pass
 
 
-def _make(wav, texts, segs, wav_scp, text, segments, out_dir, journal_dir, settings, inputs, *, overwrite, on_plan,
-          on_result, started, jobs, executor, ray_address, split) -> MakeReport:
+def write_shards(count: int, shard_utterances: Callable[[int], list[dict]], findings: list[dict],
+                 warnings: list[dict], inputs: dict, claim_inputs: list[str], out_dir: str, journal_dir: str,
+                 settings: MakeSettings, *, overwrite: bool, on_plan, on_result, started: float,
+                 jobs: int | None, executor: str, ray_address: str | None, split: tuple[int, int] | None,
+                 extra: dict | None = None) -> MakeReport:
+    """Write the planned shards (``shard_utterances(i)``: the utterance dicts of shard ``i``, built
+    just before the shard is handed to a worker, so that only the shards in flight are held), then
+    data.list and make.json. ``inputs`` is recorded in make.json; ``claim_inputs`` are the files no
+    output may be."""
     from .remote import is_url
 
-    utterances, findings, warnings = match_utterances(wav, texts, segs)
-    needed = list(dict.fromkeys(u["recording"] for u in utterances))
-    # relative paths are relative to where the command runs, as in Kaldi recipes
-    probes = probe_recordings([wav[r] if wav[r].is_pipe else replace(wav[r], location=os.path.abspath(wav[r].location))
-                               for r in needed], jobs=jobs, executor=executor, ray_address=ray_address)
-    utterances, unreadable = attach_durations(utterances, probes)
-    findings += unreadable
-
-    plan = plan_shards([u["seconds"] for u in utterances], shard_duration=settings.shard_duration,
-                       utts_per_shard=settings.utts_per_shard)
     suffix = ".tar" + CODECS[settings.codec].suffix
     join = (lambda name: f"{out_dir}/{name}") if is_url(out_dir) else (lambda name: os.path.join(out_dir, name))
-    tasks = []
-    for i, indices in enumerate(plan):
-        members = [utterances[j] for j in indices]
-        tasks.append((join(f"{settings.prefix}{i:09d}{suffix}"), members, settings,
-                      shard_fingerprint(members, settings)))
+    tasks = [(join(f"{settings.prefix}{i:09d}{suffix}"), i, settings, shard_fingerprint(shard_utterances(i), settings))
+             for i in range(count)]
     if not is_url(out_dir):
-        claim_output(out_dir, inputs, [t[0] for t in tasks], what="OUT_DIR")
+        claim_output(out_dir, claim_inputs, [t[0] for t in tasks], what="OUT_DIR")
 
     manifest_path, data_list = join(MANIFEST), join("data.list")
     journal_path = os.path.join(journal_dir, JOURNAL)
@@ -585,9 +649,12 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, journal_dir, setti
         if on_result:
             on_result(entry)
 
+    def with_members(task):
+        return (task[0], shard_utterances(task[1]), *task[2:])
+
     try:
         for k, entry in run_tasks(_shard_task, [task for _, task in todo], jobs=jobs, executor=executor,
-                                  ray_address=ray_address):
+                                  ray_address=ray_address, prepare=with_members):
             finish(todo[k][0], entry)
     finally:
         journal.close(remove=False)
@@ -600,9 +667,9 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, journal_dir, setti
     recorded = [{**e, "status": "ok"} if e["status"] == "skipped" else e for e in ordered]
     atomic_write_json(manifest_path, {
         "tool": "shardkit", "version": __version__, "command": "make",
-        "inputs": {"wav_scp": os.path.abspath(wav_scp), "text": os.path.abspath(text),
-                   "segments": os.path.abspath(segments) if segments else None},
+        "inputs": inputs,
         "settings": asdict(settings),
+        **(extra or {}),
         "summary": report.recorded_summary(),
         "findings": report.skipped_utterances,
         "warnings": warnings,

@@ -6,22 +6,45 @@ import click
 
 from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, executor_options, jobs_option, json_option
 
+FROM_CHOICES = ["kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds"]
+
 
 @click.command("make", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
 
 \b
 Examples:
   shardkit make --wav-scp data/train/wav.scp --text data/train/text -o shards/train
+  shardkit make data/train -o shards/train --audio-format flac        # a Kaldi data directory
   shardkit make --wav-scp d/wav.scp --text d/text --segments d/segments -o out --audio-format flac
   shardkit make --wav-scp d/wav.scp --text d/text -o out --utts-per-shard 1000 --codec none
   shardkit make --wav-scp d/wav.scp --text d/text -o s3://bucket/shards --executor ray
   shardkit make --wav-scp d/wav.scp --text d/text -o /shared/out --split $SLURM_ARRAY_TASK_ID/4
-  shardkit merge-reports /shared/out --command make       # after all 4 slices: make.json, data.list""")
-@click.option("--wav-scp", required=True, type=click.Path(dir_okay=False),
+  shardkit merge-reports /shared/out --command make       # after all 4 slices: make.json, data.list
+  shardkit make --from wenet-raw data.list -o out
+  shardkit make train_manifest.json -o out                              # NeMo, recognised by its fields
+  shardkit make --from lhotse cuts_train.jsonl.gz -o out --channel 0
+  shardkit make --from lhotse recordings.jsonl.gz supervisions.jsonl.gz -o out
+  shardkit make --from parquet data/train/ -o out --text-field sentence
+  shardkit make --from wds 'shards/train-000000.tar' shards/train-000001.tar -o out --audio-format keep""")
+@click.argument("source", nargs=-1, type=click.Path())
+@click.option("--from", "source_format", type=click.Choice(FROM_CHOICES), default=None,
+              help="Format of SOURCE [default: recognised from SOURCE: a folder with wav.scp and text, .parquet, "
+                   "tars, or a JSON-lines manifest's fields].")
+@click.option("--wav-scp", type=click.Path(dir_okay=False), default=None,
               help="Kaldi wav.scp: 'key path' per line ('key command |' only with --allow-pipes).")
-@click.option("--text", required=True, type=click.Path(dir_okay=False), help="Kaldi text: 'key transcript' per line.")
+@click.option("--text", type=click.Path(dir_okay=False), default=None, help="Kaldi text: 'key transcript' per line.")
 @click.option("--segments", type=click.Path(dir_okay=False), default=None,
               help="Kaldi segments: 'utt recording start end' (seconds; end -1 = to the end).")
+@click.option("--key-field", default=None, metavar="NAME",
+              help="Field or column holding the key (nemo: none, the key is the audio file's stem; parquet: id; "
+                   "wenet-raw: key).")
+@click.option("--text-field", default=None, metavar="NAME",
+              help="Field or column holding the transcript (wds .json and parquet: text; nemo: text; wenet-raw: txt).")
+@click.option("--audio-field", default=None, metavar="NAME",
+              help="Field or column naming the audio (parquet: audio; nemo: audio_filepath; wenet-raw: wav).")
+@click.option("--channel", type=click.IntRange(min=0), default=None,
+              help="Take this channel of multi-channel audio (cut out and re-encoded) [default: lhotse: the "
+                   "supervision's channel; others: every channel].")
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
               help="Output folder, or a URL (s3://, gs://, ...: any fsspec store).")
 @click.option("--shard-duration", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -33,28 +56,35 @@ Examples:
               help="Shard compression: none (plain .tar, what WeNet reads), zst, bz2, gz or xz; 'zst:19' sets a level.")
 @click.option("--audio-format", type=click.Choice(["keep", "wav", "flac"]), default=None,
               help="keep: source bytes untouched; wav/flac: decode and re-encode as 16-bit PCM, clipping at full "
-                   "scale [default: keep, or wav with --segments or --resample].")
+                   "scale [default: keep, or wav with segments, a channel choice or --resample].")
 @click.option("--resample", type=click.IntRange(min=1), default=None, metavar="HZ",
               help="Convert every utterance to this sample rate (soxr, high quality).")
-@click.option("--allow-pipes", is_flag=True, help="Run 'command |' entries of wav.scp with sh and read their output.")
+@click.option("--allow-pipes", is_flag=True,
+              help="Run 'command |' entries of wav.scp (and Lhotse command sources) with sh and read their output.")
 @jobs_option
 @executor_options("Write only slice I of N of the planned shards (job arrays; every slice plans the same shards); "
                   "writes make.slice-I-of-N.json and data.slice-I-of-N.list; join with `shardkit merge-reports`.")
 @click.option("--overwrite", is_flag=True, help="Redo every shard, even those a previous run finished.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
-def command(wav_scp, text, segments, out_dir, shard_duration, utts_per_shard, codec, audio_format, resample,
-            allow_pipes, jobs, executor, ray_address, split, overwrite, as_json, quiet):
-    """Pack a Kaldi data directory (wav.scp, text, optional segments) into WeNet-style shards.
+def command(source, source_format, wav_scp, text, segments, key_field, text_field, audio_field, channel, out_dir,
+            shard_duration, utts_per_shard, codec, audio_format, resample, allow_pipes, jobs, executor, ray_address,
+            split, overwrite, as_json, quiet):
+    """Pack speech data into WeNet-style shards: a Kaldi data directory, a WeNet raw data.list, a NeMo
+    or Lhotse manifest, Parquet files or WebDataset tars (SOURCE, format by --from or recognised).
 
-    Each utterance becomes <key>.txt then <key>.<wav|flac|...>, adjacent, in transcript order.
-    Shards hold about --shard-duration seconds each (durations come from audio headers or
-    segments), or --utts-per-shard utterances. Writes OUT_DIR/shards_NNNNNNNNN.tar[.zst],
-    OUT_DIR/data.list and OUT_DIR/make.json. Keys in text without audio (or the reverse), empty
-    transcripts and unreadable audio are skipped, named in make.json, and make the exit code 1.
+    Each utterance becomes <key>.txt then <key>.<wav|flac|...>, adjacent, in source order.
+    Shards hold about --shard-duration seconds each (durations from the manifest or the audio
+    headers, never a full decode), or --utts-per-shard utterances. Writes
+    OUT_DIR/shards_NNNNNNNNN.tar[.zst], OUT_DIR/data.list and OUT_DIR/make.json. Entries without
+    audio or transcript, with missing, unreadable or too short audio, or a repeated key are
+    skipped, named in make.json, and make the exit code 1. Keys keep '/'; a '.' (which
+    WebDataset and WeNet split at differently) becomes '_', recorded in make.json's key_map.
     Writes go to a temporary name, are fsynced, read back and renamed; a rerun skips finished
     shards, and a second run into the same OUT_DIR while one runs is refused.
     """
+
+    import os
 
     from ..codecs import parse_codec_spec
     from ..errors import UsageError
@@ -70,14 +100,61 @@ def command(wav_scp, text, segments, out_dir, shard_duration, utts_per_shard, co
     if shard_duration is None and utts_per_shard is None:
         shard_duration = DEFAULT_SHARD_SECONDS
     codec_name, level = parse_codec_spec(codec)
-    if audio_format is None:
-        audio_format = "wav" if segments or resample else "keep"
+    kaldi_flags = wav_scp is not None or text is not None
+    if kaldi_flags:
+        if source or source_format not in (None, "kaldi"):
+            raise UsageError("--wav-scp/--text name a Kaldi data directory: give them without SOURCE or --from")
+        if wav_scp is None or text is None:
+            raise UsageError("a Kaldi data directory needs both --wav-scp and --text (or give the folder as SOURCE)")
+        fmt = "kaldi"
+    elif not source:
+        raise UsageError("name a SOURCE (or --wav-scp and --text): see shardkit make --help")
+    else:
+        from ..sources import detect_format
+
+        fmt = source_format or detect_format(list(source))
+    if fmt == "kaldi" and not kaldi_flags:
+        if len(source) != 1 or not os.path.isdir(source[0]):
+            raise UsageError("--from kaldi takes one data directory (holding wav.scp and text)")
+        wav_scp, text = os.path.join(source[0], "wav.scp"), os.path.join(source[0], "text")
+        if segments is None and os.path.exists(os.path.join(source[0], "segments")):
+            segments = os.path.join(source[0], "segments")
+    if fmt == "kaldi":
+        if any(v is not None for v in (key_field, text_field, audio_field, channel)):
+            raise UsageError("--key-field, --text-field, --audio-field and --channel are not for Kaldi directories")
+        if audio_format is None:
+            audio_format = "wav" if segments or resample else "keep"
+    elif segments is not None:
+        raise UsageError("--segments is for Kaldi data directories")
     settings = MakeSettings(codec=codec_name, level=level, audio_format=audio_format, resample=resample,
                             shard_duration=shard_duration, utts_per_shard=utts_per_shard, allow_pipes=allow_pipes)
     progress = ShardProgress("make", quiet=quiet)
-    report = run_make(wav_scp, text, out_dir, settings, segments=segments, jobs=jobs, overwrite=overwrite,
-                      on_plan=progress.on_plan, on_result=progress.on_result, executor=executor,
-                      ray_address=ray_address, split=split_slice)
+    if fmt == "kaldi":
+        report = run_make(wav_scp, text, out_dir, settings, segments=segments, jobs=jobs, overwrite=overwrite,
+                          on_plan=progress.on_plan, on_result=progress.on_result, executor=executor,
+                          ray_address=ray_address, split=split_slice)
+    else:
+        from ..make_sources import run_make_from
+        from ..sources import SourceOptions
+
+        from tqdm import tqdm
+
+        options = SourceOptions(key_field=key_field, text_field=text_field, audio_field=audio_field, channel=channel,
+                                allow_pipes=allow_pipes)
+        reading = tqdm(unit=" entries", file=sys.stderr, dynamic_ncols=True, desc=f"make: reading {fmt}",
+                       disable=quiet)
+
+        def on_entry(count):
+            reading.update(count - reading.n)
+
+        def on_plan(total):
+            reading.close()
+            progress.on_plan(total)
+
+        report = run_make_from(fmt, list(source), out_dir, settings, options=options, jobs=jobs, overwrite=overwrite,
+                               on_plan=on_plan, on_result=progress.on_result, on_entry=on_entry, executor=executor,
+                               ray_address=ray_address, split=split_slice)
+        reading.close()
     progress.close()
     summary = report.summary()
     if as_json:
