@@ -616,10 +616,10 @@ def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int |
     if quarantine_dir is not None:
         stems = plan_quarantine(shards, quarantine_dir, keep_tree)  # over the whole list: slices never collide
         quarantine_dir = os.path.abspath(quarantine_dir)
-        if any(os.path.abspath(s).startswith(quarantine_dir + os.sep) for s in shards if "://" not in s):
-            raise UsageError("the quarantine folder holds source shards; choose another folder", shard=quarantine_dir)
         claim_output(quarantine_dir, shards + [a for a in shard_args if os.path.isfile(a)],
                      what="the quarantine folder")
+        if any(os.path.abspath(s).startswith(quarantine_dir + os.sep) for s in shards if "://" not in s):
+            raise UsageError("the quarantine folder holds source shards; choose another folder", shard=quarantine_dir)
         quarantine_dir = prepare_out_dir(quarantine_dir)
     slice_info = None
     if split is not None:
@@ -633,14 +633,14 @@ def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int |
                              for part in ("", ".rejects") for codec in CODECS.values())
         return _validate_claimed(shards, options, stems, slice_info, jobs=jobs, quarantine_dir=quarantine_dir,
                                  on_plan=on_plan, on_result=on_result, executor=executor, ray_address=ray_address,
-                                 split=split)
+                                 split=split, keep_tree=keep_tree)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _validate_claimed(shards, options, stems, slice_info, *, jobs, quarantine_dir, on_plan, on_result, executor,
-                      ray_address, split) -> ValidateReport:
+                      ray_address, split, keep_tree) -> ValidateReport:
     """``run_validate`` once the quarantine folder (if any) is claimed and locked."""
     if on_plan:
         on_plan(len(shards))
