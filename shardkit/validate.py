@@ -116,16 +116,15 @@ def check_key_dot(key: str) -> str | None:
     """The key_dot warning's message for a key that WebDataset and WeNet split differently, else None.
 
     WeNet takes the key up to the member name's last '.', WebDataset up to the first '.' after the
-    last '/': ``a/b.c.wav`` is key ``a/b.c`` to WeNet, key ``a/b`` with a field ``c.wav`` to
-    WebDataset (and a name whose last part starts with '.' is skipped by WebDataset).
+    last '/': ``a/b.c.wav`` is key ``a/b.c`` to WeNet, key ``a/b`` with a field ``c.wav`` to WebDataset.
     """
-    base = key[key.rfind("/") + 1:]
-    if "." not in base:
+    if "." not in key[key.rfind("/") + 1:]:
         return None
-    wds_key = key[:len(key) - len(base)] + base.split(".", 1)[0]
-    return (f"key holds a '.': WebDataset reads its members as key {wds_key!r} (it splits at the first '.', "
-            "WeNet at the last)" if base[0] != "." else
-            "key starts with '.': WebDataset skips its members (it needs a name before the first '.')")
+    from .wds import webdataset_key
+
+    wds_key = webdataset_key(key + ".txt")[0]
+    reads = "skips its members" if wds_key is None else f"reads its members as key {wds_key!r}"
+    return f"key holds a '.': WebDataset {reads} (it splits a name at the first '.', WeNet at the last)"
 
 
 # ---------------------------------------------------------------------------------------------

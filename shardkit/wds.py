@@ -30,6 +30,7 @@ This module does not import webdataset: the stage and the handler are plain call
 from __future__ import annotations
 
 import os
+import re
 from typing import Callable
 from urllib.parse import urlparse
 
@@ -138,13 +139,18 @@ class decode_audio:  # noqa: N801  (used like a function: .map(shardkit.wds.deco
         return sample
 
 
-def _wds_split(name: str) -> tuple[str | None, str | None]:
-    """WebDataset's rule (``base_plus_ext``): the key ends at the first '.' after the last '/'."""
-    slash = name.rfind("/") + 1
-    dot = name.find(".", slash)
-    if dot <= slash:  # no dot in the base name, or a name starting with one: WebDataset skips it
-        return None, None
-    return name[:dot], name[dot + 1:]
+# WebDataset's ``base_plus_ext`` (tariterators.py): the key ends at the first '.' after the last '/'.
+_WDS_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+def webdataset_key(name: str) -> tuple[str | None, str | None]:
+    """``(key, extension)`` of a member name as WebDataset splits it; ``(None, None)`` when it skips it.
+
+    WeNet splits at the last '.': ``a/b.c.wav`` is key ``a/b.c`` to WeNet, ``a/b`` with the field
+    ``c.wav`` to WebDataset (``shardkit validate`` warns about such keys: check ``key_dot``).
+    """
+    match = _WDS_NAME.match(name)
+    return (match.group(1), match.group(2)) if match else (None, None)
 
 
 def _reraise(err: Exception) -> bool:
@@ -178,20 +184,23 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
 
         for source in src:
             url = source["url"] if isinstance(source, dict) else source
-            path = urlparse(url).path if url.startswith("file:") else url  # as WebDataset opens it
+            parsed = urlparse(url)
+            local = parsed.scheme in ("", "file")  # as WebDataset's opener decides
+            path = parsed.path if local else url
             try:
-                yield from self._samples(read_members(path, max_member_bytes=self.max_member_bytes), url)
+                members = read_members(path, max_member_bytes=self.max_member_bytes)
+                yield from self._samples(members, url, path if local else None)
             except Exception as err:  # noqa: BLE001  (WebDataset's policy decides)
                 if isinstance(err, ShardkitError):
                     err.located(shard=url)
                 if not self.handler(err):
                     return
 
-    def _samples(self, members, url):
+    def _samples(self, members, url, local_path):
         sample = None
         bytes_only = self.bytes_only
         for name, data in members:
-            key, ext = _wds_split(name)
+            key, ext = webdataset_key(name)
             if key is None:
                 continue
             ext = ext.lower()
@@ -199,6 +208,8 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
                 if sample is not None:
                     yield sample
                 sample = {"__key__": key, "__url__": url}
+                if local_path is not None:
+                    sample["__local_path__"] = local_path
             if ext in sample:
                 raise ShardkitError(f"member extension {ext!r} appears twice for key {key!r}", shard=url,
                                     member=name)
