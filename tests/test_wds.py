@@ -428,3 +428,34 @@ def test_validate_warns_about_dotted_keys_without_failing(tmp_path):
     assert "1 warnings (not findings" in result.stderr and "key 'spk/utt.v2'" in result.stderr
     assert [s["__key__"] for s in wds.WebDataset([str(path)], shardshuffle=False)] == \
         ["spk/plain-key", "spk/utt", "v1.0/clean"]
+
+
+# --- bench's WebDataset rows -------------------------------------------------------------------------
+
+
+def test_bench_measures_webdataset_loaders_next_to_shardkits_reader(tmp_path):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(main, ["bench", "-o", str(out), "--corpus-mb", "0.4", "--repeat", "1",
+                                       "--min-seconds", "0", "-j", "1", "--formats", "none,zst:3", "--workers", "",
+                                       "--reference", "", "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    corpus = report["corpus"]
+    rows = {(r["format"], r["audio"]): r for r in report["webdataset"]}
+    assert set(rows) == {("none", "wav"), ("zst:3", "wav"), ("none", "flac")}
+    for (fmt, _), row in rows.items():
+        expected = {"wds+soundfile", "wds+shardkit", "shardkit.wds.WebDataset", "shardkit reader"}
+        assert expected <= set(row["loaders"])
+        assert ("wds+soundfile pipe:zstd" in row["loaders"]) == (fmt == "zst:3" and shutil.which("zstd") is not None)
+        for stat in row["loaders"].values():
+            assert stat["counted"] == [corpus["utterances"], corpus["frames"]] and stat["hours_per_s"] > 0
+        assert row["gains"]["stage_vs_soundfile"] > 0 and row["gains"]["dropin_vs_soundfile"] > 0
+        assert set(row["gains"]["vs_shardkit_reader"]) == set(row["loaders"]) - {"shardkit reader"}
+    assert "none/wav: " in report["recommendation"]["webdataset"]["summary"]
+    md = (out / "bench.md").read_text()
+    assert "WebDataset loaders, interleaved in one run" in md and "- WebDataset users: replace" in md
+    assert json.loads((out / "bench.json").read_text())["webdataset"] == report["webdataset"]
+    skipped = CliRunner().invoke(main, ["bench", "-o", str(tmp_path / "b2"), "--corpus-mb", "0.4", "--repeat", "1",
+                                        "--min-seconds", "0", "-j", "1", "--formats", "none", "--audio", "wav",
+                                        "--workers", "", "--reference", "", "--no-webdataset", "--json", "-q"])
+    assert skipped.exit_code == 0 and json.loads(skipped.stdout)["webdataset"] == []
