@@ -15,7 +15,6 @@ import os
 import pickle
 import shutil
 import subprocess
-import sys
 import tarfile
 
 import numpy as np
@@ -28,7 +27,7 @@ from shardkit import wds as skwds
 from shardkit.cli import main
 from shardkit.errors import AudioError, ShardkitError
 from shardkit.partition import plan_figures_webdataset, webdataset_lines_for
-from shardkit.synth import CorpusSpec, corpus_utterances, encode, speech_like, write_shards
+from shardkit.synth import encode, speech_like
 from shardkit.tario import TarWriter
 
 from conftest import corpus
