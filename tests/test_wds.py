@@ -458,3 +458,9 @@ def test_bench_measures_webdataset_loaders_next_to_shardkits_reader(tmp_path):
                                         "--min-seconds", "0", "-j", "1", "--formats", "none", "--audio", "wav",
                                         "--workers", "", "--reference", "", "--no-webdataset", "--json", "-q"])
     assert skipped.exit_code == 0 and json.loads(skipped.stdout)["webdataset"] == []
+
+
+def test_plan_draws_without_webdataset_is_a_usage_error(make_shards):
+    result = CliRunner().invoke(main, ["plan", *make_shards("none"), "--world-size", "2", "--num-workers", "1",
+                                       "--draws", "3", "-q"])
+    assert result.exit_code == 2 and "--draws needs --reader webdataset" in result.stderr

@@ -87,6 +87,10 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
     from ..inputs import expand_shards
     from ..partition import plan_figures, plan_figures_webdataset
 
+    if draws is not None and reader != "webdataset":
+        from ..errors import UsageError
+
+        raise UsageError("--draws needs --reader webdataset")
     paths = expand_shards(list(shards))
     bar = tqdm(total=len(set(paths)), unit="shard", file=sys.stderr, disable=quiet or bool(index_files),
                dynamic_ncols=True, desc="read")
