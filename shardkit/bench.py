@@ -69,6 +69,7 @@ class BenchSettings:
     fbank_hours_per_second_per_core: float = 0.25
     seed: int = 0
     jobs: int | None = None
+    webdataset: bool = True  # WebDataset loader rows (when webdataset is installed)
 
 
 def parse_list(text: str, what: str) -> tuple[str, ...]:
@@ -616,11 +617,13 @@ class BenchReport:
     loader: list[dict] = field(default_factory=list)
     recommendation: dict = field(default_factory=dict)
     seconds: float = 0.0
+    webdataset: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"tool": "shardkit", "version": __version__, "command": "bench", "machine": self.machine,
                 "settings": self.settings, "corpus": self.corpus, "formats": self.formats, "loader": self.loader,
-                "recommendation": self.recommendation, "seconds": round(self.seconds, 2)}
+                "webdataset": self.webdataset, "recommendation": self.recommendation,
+                "seconds": round(self.seconds, 2)}
 
 
 def run_bench(shard_args: list[str], settings: BenchSettings, *, work_dir: str | None = None,
@@ -707,6 +710,10 @@ def run_bench(shard_args: list[str], settings: BenchSettings, *, work_dir: str |
                                           gpus_per_node=settings.gpus_per_node,
                                           target_hps=settings.target_hours_per_second,
                                           fbank_hps=settings.fbank_hours_per_second_per_core)
+        if settings.webdataset:
+            report.webdataset = measure_webdataset(layout, corpus, plain_bytes, settings, progress)
+            if report.webdataset:
+                report.recommendation["webdataset"] = webdataset_recommendation(report.webdataset)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
@@ -763,6 +770,7 @@ def format_tables(report: dict) -> str:
         note = loader_panel_note(report)
         if note:
             lines += ["", f"Note: {note}."]
+    lines += format_webdataset_table(report)
     lines += ["", "## Recommendation", "", recommendation_text(report["recommendation"]), ""]
     return "\n".join(lines)
 
@@ -805,6 +813,9 @@ def recommendation_text(rec: dict) -> str:
         sm = rec["start_method"]
         text += (f"\n- Start method: {sm['mp_context']} started workers fastest here ({sm['startup_s']:.2f} s to the "
                  f"first batch); {sm['note']}.")
+    if rec.get("webdataset"):
+        text += (f"\n- WebDataset users: {rec['webdataset']['how']}. Speed vs a soundfile handler: "
+                 f"{rec['webdataset']['summary']}.")
     return text
 
 
@@ -816,7 +827,11 @@ def plot(report: dict) -> bytes:
     import matplotlib.pyplot as plt
 
     has_loader = bool(report["loader"])
-    fig, axes = plt.subplots(1, 2 if has_loader else 1, figsize=(14 if has_loader else 9, 5), squeeze=False)
+    has_wds = bool(report.get("webdataset"))
+    columns = 1 + has_loader + has_wds
+    fig, axes = plt.subplots(1, columns, figsize=(5 + 4.5 * columns, 5), squeeze=False)
+    if has_wds:
+        plot_webdataset(axes[0][columns - 1], report)
     ax = axes[0][0]
     rows = report["formats"]
     labels = [f"{r['format']}\n{r['audio']}\n{r['size_ratio']:.2f}x" for r in rows]
@@ -881,3 +896,204 @@ def write_outputs(report: BenchReport, out_dir: str) -> dict:
     except ImportError:
         paths["png"] = None  # matplotlib is the bench extra
     return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# WebDataset loaders: what a WebDataset user runs today, and what shardkit's stage gains them
+
+WDS_LOADERS = {
+    "wds+soundfile": "wds.WebDataset(urls).decode(soundfile handler)",
+    "wds+soundfile pipe:zstd": "the same over pipe:zstd -dc < shard (zst only)",
+    "wds+torchaudio": "wds.WebDataset(urls).decode(wds.torch_audio)",
+    "wds+shardkit": "wds.WebDataset(urls).map(shardkit.wds.decode_audio())",
+    "shardkit.wds.WebDataset": "shardkit.wds.WebDataset(urls).map(shardkit.wds.decode_audio())",
+    "shardkit reader": "shardkit.iter_samples(urls)",
+}
+
+
+def soundfile_handler(key: str, data: bytes):
+    """The audio handler a WebDataset user writes: soundfile from ``io.BytesIO``, float32."""
+    if key.rsplit(".", 1)[-1] not in ("wav", "flac"):
+        return None
+    import soundfile as sf
+
+    return sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+
+
+def webdataset_read(paths: list[str], loader: str) -> tuple[int, int]:
+    """One pass of a WebDataset pipeline over the shards, decoding every utterance: (count, frames)."""
+    if loader == "shardkit reader":
+        return read_decode(paths, "shardkit")
+    import webdataset as wds
+
+    from . import wds as skwds
+
+    if loader == "wds+soundfile":
+        ds = wds.WebDataset(paths, shardshuffle=False).decode(soundfile_handler)
+    elif loader == "wds+soundfile pipe:zstd":
+        ds = wds.WebDataset([f"pipe:zstd -dc < {p}" for p in paths], shardshuffle=False).decode(soundfile_handler)
+    elif loader == "wds+torchaudio":
+        ds = wds.WebDataset(paths, shardshuffle=False).decode(wds.torch_audio)
+    elif loader == "wds+shardkit":
+        ds = wds.WebDataset(paths, shardshuffle=False).map(skwds.decode_audio())
+    elif loader == "shardkit.wds.WebDataset":
+        ds = skwds.WebDataset(paths, shardshuffle=False).map(skwds.decode_audio())
+    else:
+        raise UsageError(f"unknown WebDataset loader {loader!r}")
+    axis = -1 if loader == "wds+torchaudio" else 0  # torchaudio: (channels, frames)
+    count = frames = 0
+    for sample in ds:
+        audio = sample["wav"] if "wav" in sample else sample["flac"]
+        count += 1
+        frames += audio[0].shape[axis]
+    return count, frames
+
+
+def timed_interleaved(fns: dict[str, Callable[[], tuple[int, int]]], *, repeat: int, min_seconds: float,
+                      check: Callable[[str, tuple[int, int]], None]) -> dict[str, dict]:
+    """:func:`timed` for several configurations, one run of each per round, so noise hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    results: dict[str, tuple[int, int]] = {}
+    started = time.perf_counter()
+    while min(len(t) for t in times.values()) < repeat or time.perf_counter() - started < min_seconds * len(fns):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            results[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+            check(name, results[name])
+    out = {}
+    for name, ts in times.items():
+        median = statistics.median(ts)
+        out[name] = {"median_s": round(median, 6), "min_s": round(min(ts), 6), "max_s": round(max(ts), 6),
+                     "spread": round((max(ts) - min(ts)) / median, 4) if median > 0 else 0.0, "runs": len(ts),
+                     "counted": list(results[name])}
+    return out
+
+
+def webdataset_formats(settings: BenchSettings) -> list[tuple[str, str]]:
+    """The (format, audio) pairs the WebDataset rows cover: plain WAV, one zstd level, FLAC in plain tar."""
+    zst = [f for f in settings.formats if parse_codec_spec(f)[0] == "zst"]
+    zst_spec = settings.loader_format if settings.loader_format in zst else (zst[0] if zst else None)
+    pairs = []
+    for audio in settings.audio:
+        for spec in settings.formats:
+            if spec == "none" or (spec == zst_spec and audio == "wav"):
+                pairs.append((spec, audio))
+    return pairs
+
+
+def measure_webdataset(layout: dict, corpus: dict, plain_bytes: dict, settings: BenchSettings, progress) -> list[dict]:
+    """WebDataset pipelines next to shardkit's reader, interleaved, per (format, audio); [] without webdataset.
+
+    zstd shards reach WebDataset's tarfile through the zstd hook (patched in this process for the
+    run, as ``shardkit wenet enable-zstd`` arranges at start-up) and, where the ``zstd`` command
+    exists, through ``pipe:zstd -dc``, the way WebDataset documents.
+    """
+    try:
+        import webdataset  # noqa: F401
+    except ImportError:
+        progress("webdataset: skipped (not installed: pip install 'shardkit[wds]')")
+        return []
+    import tarfile
+
+    from . import _zstd_tarfile as hook
+
+    has_torchaudio = True
+    try:
+        import torchaudio  # noqa: F401
+    except ImportError:
+        has_torchaudio = False
+    patched = hook.needed() and hook.patch(tarfile)
+    rows = []
+    try:
+        for spec, audio in webdataset_formats(settings):
+            paths = layout[(spec, audio)]
+            is_zst = parse_codec_spec(spec)[0] == "zst"
+            names = [n for n in WDS_LOADERS if (n != "wds+torchaudio" or has_torchaudio)
+                     and (n != "wds+soundfile pipe:zstd" or (is_zst and shutil.which("zstd")))]
+            progress(f"{spec}/{audio}: WebDataset loaders ({', '.join(names)})")
+            check_one = {n: _expect(f"{spec}/{audio} {n}", corpus, frames=True) for n in names}
+            stats = timed_interleaved({n: (lambda n=n: webdataset_read(paths, n)) for n in names},
+                                      repeat=settings.repeat, min_seconds=settings.min_seconds,
+                                      check=lambda n, result: check_one[n](result))
+            figures = {"tar_bytes": plain_bytes[audio], "utterances": corpus["utterances"],
+                       "seconds": corpus["seconds"]}
+            loaders = {n: rates(stats[n], **figures) for n in names}
+            rows.append({"format": spec, "audio": audio, "loaders": loaders,
+                         "gains": webdataset_gains(loaders)})
+    finally:
+        if patched:
+            hook.unpatch(tarfile)
+    return rows
+
+
+def webdataset_gains(loaders: dict) -> dict:
+    """Speed ratios (pure): shardkit's stage and drop-in vs the soundfile handler, each loader vs shardkit's reader."""
+    def ratio(a: str, b: str):
+        if a not in loaders or b not in loaders or not loaders[a]["median_s"]:
+            return None
+        return round(loaders[b]["median_s"] / loaders[a]["median_s"], 3)
+
+    return {"stage_vs_soundfile": ratio("wds+shardkit", "wds+soundfile"),
+            "dropin_vs_soundfile": ratio("shardkit.wds.WebDataset", "wds+soundfile"),
+            "stage_vs_torchaudio": ratio("wds+shardkit", "wds+torchaudio"),
+            "vs_shardkit_reader": {n: ratio(n, "shardkit reader") for n in loaders if n != "shardkit reader"}}
+
+
+def webdataset_recommendation(rows: list[dict]) -> dict | None:
+    """What a WebDataset user gains by switching, per format (pure); None without WebDataset rows."""
+    if not rows:
+        return None
+    parts = []
+    for row in rows:
+        g = row["gains"]
+        if g["stage_vs_soundfile"] is None:
+            continue
+        text = (f"{row['format']}/{row['audio']}: {g['stage_vs_soundfile']:.1f}x with the stage"
+                + (f", {g['dropin_vs_soundfile']:.1f}x with the drop-in" if g["dropin_vs_soundfile"] else ""))
+        if g["stage_vs_torchaudio"]:
+            text += f" ({g['stage_vs_torchaudio']:.0f}x over wds.torch_audio)"
+        parts.append(text)
+    return {"summary": "; ".join(parts),
+            "how": "replace .decode(<audio handler>) with .map(shardkit.wds.decode_audio()); for shardkit's reader "
+                   "too, wds.WebDataset(...) with shardkit.wds.WebDataset(...)"}
+
+
+def format_webdataset_table(report: dict) -> list[str]:
+    """bench.md's WebDataset section (pure); [] without WebDataset rows."""
+    rows = report.get("webdataset") or []
+    if not rows:
+        return []
+    names = [n for n in WDS_LOADERS if any(n in r["loaders"] for r in rows)]
+    lines = ["", "WebDataset loaders, interleaved in one run (h/s of audio per core; x = speed vs shardkit's reader):",
+             "", "| format | audio | " + " | ".join(names) + " | stage gain | drop-in gain |",
+             "|---|---|" + "---:|" * (len(names) + 2)]
+    for r in rows:
+        cells = [r["format"], r["audio"]]
+        for n in names:
+            stat = r["loaders"].get(n)
+            vs = r["gains"]["vs_shardkit_reader"].get(n)
+            cells.append("-" if stat is None else f"{_fmt(stat['hours_per_s'], 3)} {_spread(stat)}"
+                         + (f" ({vs:.2f}x)" if vs else ""))
+        g = r["gains"]
+        cells += [f"{g['stage_vs_soundfile']:.2f}x" if g["stage_vs_soundfile"] else "-",
+                  f"{g['dropin_vs_soundfile']:.2f}x" if g["dropin_vs_soundfile"] else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "; ".join(f"{n}: {WDS_LOADERS[n]}" for n in names) + "."]
+    return lines
+
+
+def plot_webdataset(ax, report: dict) -> None:
+    """bench.png's WebDataset panel: h/s per loader, grouped by format."""
+    rows = report["webdataset"]
+    names = [n for n in WDS_LOADERS if any(n in r["loaders"] for r in rows)]
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        ax.bar([x + i * width for x in range(len(rows))],
+               [(r["loaders"].get(name) or {}).get("hours_per_s") or 0 for r in rows], width, label=name)
+    ax.set_yscale("log")
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))])
+    ax.set_xticklabels([f"{r['format']}\n{r['audio']}" for r in rows], fontsize=8)
+    ax.set_ylabel("hours of audio per second, one core (log)")
+    ax.set_title("WebDataset pipelines vs shardkit's reader")
+    ax.legend(fontsize=7)

@@ -106,3 +106,96 @@ def plan_figures(shard_utterances, shard_seconds, *, world_size: int, num_worker
             "divides": n % groups == 0, "utterances": int(utts.sum()), "seconds": round(float(secs.sum()), 3),
             "seed": seed, "epochs": per_epoch,
             "worst_rank_spread": None if worst == float("inf") else round(worst, 6)}
+
+
+# ---------------------------------------------------------------------------------------------
+# WebDataset's split
+
+READERS = ("wenet", "webdataset")
+
+
+def webdataset_lines_for(rank: int, worker: int, n_lines: int, world_size: int, num_workers: int) -> np.ndarray:
+    """Original line indices that (rank, worker) reads under WebDataset's ``split_by_node`` + ``split_by_worker``.
+
+    WebDataset splits the list *before* any shuffle: ``split_by_node`` keeps ``lines[rank::world_size]``
+    and ``split_by_worker`` then ``[worker::num_workers]`` of those; ``shardshuffle`` only reorders
+    a worker's own shards. So line p goes to the consumer ``p mod (world_size * num_workers)``
+    with consumer = ``worker * world_size + rank`` (the same as WeNet's consumer of position p,
+    but of the unshuffled list), and a consumer reads the same shards every epoch.
+    """
+    _check_sizes(world_size, num_workers)
+    if not (0 <= rank < world_size and 0 <= worker < num_workers):
+        raise ValueError(f"rank {rank} / worker {worker} outside world_size {world_size} / num_workers {num_workers}")
+    return np.arange(n_lines)[rank::world_size][worker::num_workers]
+
+
+def resampled_lines_for(rank: int, worker: int, n_lines: int, draws: int, seed: int, epoch: int) -> np.ndarray:
+    """A typical draw of WebDataset's ``resampled=True``: ``draws`` lines picked with replacement.
+
+    Each (rank, worker) draws independently from the whole list (WebDataset seeds per worker and
+    epoch; this uses numpy's ``default_rng([seed, epoch, rank, worker])``, not its RNG).
+    """
+    if n_lines < 1 or draws < 0:
+        raise ValueError(f"need at least one line and draws >= 0 (got {n_lines}, {draws})")
+    return np.random.default_rng([seed, epoch, rank, worker]).integers(0, n_lines, draws)
+
+
+def _figures_from_assignment(lines_of, utts, secs, world_size: int, num_workers: int) -> dict:
+    """One epoch's ranks/workers figures from ``lines_of(rank, worker) -> line indices``."""
+    workers, rank_secs = [], np.zeros(world_size)
+    ranks = []
+    for r in range(world_size):
+        shards = utterances = 0
+        seconds = 0.0
+        for w in range(num_workers):
+            idx = lines_of(r, w)
+            s = float(secs[idx].sum())
+            workers.append({"rank": r, "worker": w, "shards": int(len(idx)), "utterances": int(utts[idx].sum()),
+                            "seconds": round(s, 3)})
+            shards += len(idx)
+            utterances += int(utts[idx].sum())
+            seconds += s
+        rank_secs[r] = seconds
+        ranks.append({"rank": r, "shards": int(shards), "utterances": utterances, "seconds": round(seconds, 3)})
+    spread = float(rank_secs.max() / rank_secs.min()) if rank_secs.min() > 0 else None
+    return {"ranks": ranks, "workers": workers, "rank_spread": None if spread is None else round(spread, 6),
+            "rank_seconds_min": round(float(rank_secs.min()), 3),
+            "rank_seconds_max": round(float(rank_secs.max()), 3)}
+
+
+def plan_figures_webdataset(shard_utterances, shard_seconds, *, world_size: int, num_workers: int, epochs: int = 1,
+                            seed: int = 0, resampled: bool = False, draws: int | None = None) -> dict:
+    """:func:`plan_figures` for WebDataset's reader: same JSON shape, plus ``reader`` and ``mode``.
+
+    ``resampled=False``: ``nodesplitter=wds.split_by_node``, ``workersplitter=wds.split_by_worker``
+    (:func:`webdataset_lines_for`); the split is the same every epoch. ``resampled=True``: every
+    (rank, worker) draws ``draws`` shards per epoch with replacement (default: the list length
+    divided by the consumers, rounded up, as ``.with_epoch`` is usually set), a typical draw from
+    :func:`resampled_lines_for`. ``divides`` says whether the count is a multiple of
+    world_size * num_workers, which is what makes the fixed split equal when shards are equal.
+    """
+    groups = _check_sizes(world_size, num_workers)
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1 (got {epochs})")
+    utts = np.asarray(shard_utterances, dtype=np.int64)
+    secs = np.asarray(shard_seconds, dtype=np.float64)
+    n = len(utts)
+    if resampled and draws is None:
+        draws = -(-n // groups)
+    per_epoch, worst = [], 1.0
+    for epoch in range(epochs):
+        if resampled:
+            def lines_of(r, w, epoch=epoch):
+                return resampled_lines_for(r, w, n, draws, seed, epoch) if n else np.zeros(0, np.int64)
+        else:
+            def lines_of(r, w):
+                return webdataset_lines_for(r, w, n, world_size, num_workers)
+        figures = {"epoch": epoch, **_figures_from_assignment(lines_of, utts, secs, world_size, num_workers)}
+        spread = figures["rank_spread"]
+        worst = float("inf") if spread is None else max(worst, spread)
+        per_epoch.append(figures)
+    return {"reader": "webdataset", "mode": "resampled" if resampled else "split_by_node+split_by_worker",
+            "draws_per_worker": draws if resampled else None, "shards": n, "world_size": world_size,
+            "num_workers": num_workers, "consumers": groups, "divides": n % groups == 0,
+            "utterances": int(utts.sum()), "seconds": round(float(secs.sum()), 3), "seed": seed, "epochs": per_epoch,
+            "worst_rank_spread": None if worst == float("inf") else round(worst, 6)}

@@ -71,6 +71,10 @@ CHANNELS = "channels"
 DURATION = "duration"
 FORMAT_MISMATCH = "format_mismatch"
 
+# Warnings: reported, never a reason to reject or to exit 1 (see ValidateReport.exit_code).
+KEY_DOT = "key_dot"  # a '.' in the key's last path part: WebDataset's key ends at the first '.', WeNet's at the last
+WARNINGS = (KEY_DOT,)
+
 CHECKS = (STREAM, TAR, UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
           MULTIPLE_AUDIO, MULTIPLE_TXT, SPLIT_KEY, DUPLICATE_KEY, TEXT_ENCODING, EMPTY_TEXT, DECODE, TRUNCATED,
           EMPTY_AUDIO, NAN, SAMPLE_RATE, CHANNELS, DURATION, FORMAT_MISMATCH)
@@ -108,6 +112,21 @@ def check_options(options: ValidateOptions) -> None:
 
 def finding(shard: str, key: str | None, member: str | None, check: str, message: str) -> dict:
     return {"shard": shard, "key": key, "member": member, "check": check, "message": message}
+
+
+def check_key_dot(key: str) -> str | None:
+    """The key_dot warning's message for a key that WebDataset and WeNet split differently, else None.
+
+    WeNet takes the key up to the member name's last '.', WebDataset up to the first '.' after the
+    last '/': ``a/b.c.wav`` is key ``a/b.c`` to WeNet, key ``a/b`` with a field ``c.wav`` to WebDataset.
+    """
+    if "." not in key[key.rfind("/") + 1:]:
+        return None
+    from .wds import webdataset_key
+
+    wds_key = webdataset_key(key + ".txt")[0]
+    reads = "skips its members" if wds_key is None else f"reads its members as key {wds_key!r}"
+    return f"key holds a '.': WebDataset {reads} (it splits a name at the first '.', WeNet at the last)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +306,7 @@ def validate_shard(path: str, options: ValidateOptions) -> dict:
     findings: list[dict] = []
     rejected: list[list] = []
     result = {"shard": path, "bytes": None, "codec": None, "utterances": 0, "members": 0, "seconds": 0.0,
-              "sample_rates": {}, "findings": findings, "keys": [], "rejected": rejected}
+              "sample_rates": {}, "findings": findings, "keys": [], "rejected": rejected, "warnings": []}
     size, codec, problem = _file_facts(path)
     result["bytes"], result["codec"] = size, codec
     if problem is not None:
@@ -341,6 +360,8 @@ def validate_shard(path: str, options: ValidateOptions) -> dict:
                 keys.append(key)
         for member, check, message in problems:
             findings.append(finding(path, key, member, check, message))
+        if (dot := check_key_dot(key)) is not None:
+            result["warnings"].append({**finding(path, key, members[0][1], KEY_DOT, dot), "severity": "warning"})
         if problems:
             checks = sorted({p[1] for p in problems})
             messages = [f"{p[1]}: {p[2]}" for p in problems]
@@ -516,6 +537,11 @@ class ValidateReport:
     def findings(self) -> list[dict]:
         return [f for s in self.shards for f in s["findings"]]
 
+    @property
+    def warnings(self) -> list[dict]:
+        """Warning-level findings (key_dot): in the report, never in the exit code or quarantine."""
+        return [w for s in self.shards for w in s.get("warnings", [])]
+
     def by_check(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for f in self.findings:
@@ -534,6 +560,7 @@ class ValidateReport:
                 "bytes": sum(s["bytes"] or 0 for s in self.shards),
                 "findings": len(self.findings),
                 "by_check": self.by_check(),
+                "warnings": len(self.warnings),
                 "elapsed_s": round(self.seconds, 3),
                 "utterances_per_s": round(utterances / self.seconds, 1) if self.seconds > 0 else None,
                 "audio_hours_per_s": round(audio_seconds / 3600 / self.seconds, 4) if self.seconds > 0 else None}
@@ -545,7 +572,8 @@ class ValidateReport:
         shards = [{**{k: s.get(k) for k in public}, "findings": len(s["findings"]),
                    **{k: s[k] for k in merge_fields if s.get(k) is not None}} for s in self.shards]
         doc = {"tool": "shardkit", "version": __version__, "command": "validate", "options": asdict(self.options),
-               "totals": self.totals(), "shards": shards, "findings": self.findings, "quarantine": self.quarantine}
+               "totals": self.totals(), "shards": shards, "findings": self.findings, "warnings": self.warnings,
+               "quarantine": self.quarantine}
         if self.slice:
             doc["slice"] = self.slice
         return doc
@@ -727,6 +755,7 @@ def merge_slice_reports(docs: list[dict]) -> dict:
             own = entry.get("own_findings", len(block))
             shard = {k: v for k, v in entry.items() if k not in ("findings", "own_findings")}
             shard["findings"] = block[:own]
+            shard["warnings"] = [w for w in doc.get("warnings", []) if w["shard"] == shard["shard"]]
             shard.setdefault("keys", [])
             earlier_repeats.append([f["key"] for f in block[own:]])
             shards.append(shard)

@@ -55,19 +55,23 @@ Examples:
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
               help="Where the temporary corpus goes [default: the system's temp folder].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Corpus generation / sampling seed.")
+@click.option("--webdataset/--no-webdataset", default=True, show_default=True,
+              help="WebDataset loader rows (soundfile / torchaudio / shardkit handler, shardkit.wds.WebDataset) "
+                   "next to shardkit's reader, on plain WAV, zstd WAV and FLAC (needs webdataset).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or table on stderr.")
 @json_option
 def command(shards, out_dir, formats, audio, decoders, reference, workers, mp_contexts, loader_format,
             loader_batch_size, min_seconds,
             repeat, corpus_mb, max_bytes, gpus_per_node, target_hours_per_second, fbank_hours_per_second, jobs,
-            work_dir, seed, quiet, as_json):
+            work_dir, seed, webdataset, quiet, as_json):
     """Measure decode throughput per shard format and loader setting, and recommend one.
 
     Without SHARDS a deterministic speech-like corpus is generated; with SHARDS (files, folders,
     globs, data.list) up to --max-bytes of them is sampled. The utterances are re-packed into
     every format in a temporary folder, then measured one core at a time: size, write rate,
     decompression, read + group, read + decode per decoder, WeNet's way of reading, and a real
-    torch DataLoader per worker count and start method. Every run must decode every utterance.
+    torch DataLoader per worker count and start method, and the WebDataset pipelines a WebDataset
+    user runs (with soundfile, torchaudio or shardkit's handler). Every run must decode every utterance.
     Writes OUT_DIR/bench.json, bench.md and bench.png, and prints the table (stderr).
     """
     from ..bench import BenchSettings, format_tables, parse_list, run_bench, write_outputs
@@ -79,7 +83,7 @@ def command(shards, out_dir, formats, audio, decoders, reference, workers, mp_co
         workers=_ints(workers), mp_contexts=parse_list(mp_contexts, "--mp-context"), loader_format=loader_format,
         loader_batch_size=loader_batch_size, min_seconds=min_seconds, repeat=repeat, corpus_mb=corpus_mb,
         max_bytes=max_bytes, gpus_per_node=gpus_per_node, target_hours_per_second=target_hours_per_second,
-        fbank_hours_per_second_per_core=fbank_hours_per_second, seed=seed, jobs=jobs)
+        fbank_hours_per_second_per_core=fbank_hours_per_second, seed=seed, jobs=jobs, webdataset=webdataset)
 
     def progress(text):
         if not quiet:

@@ -13,7 +13,8 @@ def audio_length(seconds: float) -> str:
 
 def format_figures(figures: dict) -> str:
     """The human table of plan_figures: per epoch, per rank, with each worker's seconds."""
-    lines = [f"{figures['shards']} shards, {figures['utterances']} utterances, {audio_length(figures['seconds'])}; "
+    lines = [_READER_TITLES[(figures.get("reader", "wenet"), figures.get("mode"))]] if "reader" in figures else []
+    lines += [f"{figures['shards']} shards, {figures['utterances']} utterances, {audio_length(figures['seconds'])}; "
              f"world_size {figures['world_size']} x num_workers {figures['num_workers']} = "
              f"{figures['consumers']} consumers; count divides: {'yes' if figures['divides'] else 'NO'}"]
     for epoch in figures["epochs"]:
@@ -31,12 +32,23 @@ def format_figures(figures: dict) -> str:
     return "\n".join(lines)
 
 
+_READER_TITLES = {
+    ("wenet", None): "WeNet: the list shuffled each epoch (same seed on every rank), line i -> consumer i mod (W x K)",
+    ("webdataset", "split_by_node+split_by_worker"): "WebDataset, nodesplitter=wds.split_by_node, "
+    "workersplitter=wds.split_by_worker: lines[rank::W][worker::K], the same shards every epoch "
+    "(shardshuffle reorders within a worker)",
+    ("webdataset", "resampled"): "WebDataset, resampled=True: every (rank, worker) draws shards with replacement "
+    "(a typical draw; numpy's RNG, not WebDataset's)",
+}
+
+
 @click.command("plan", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
 
 \b
 Examples:
   shardkit plan data/data.list --world-size 8 --num-workers 4 --epochs 3
-  shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.jsonl --json""")
+  shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.jsonl --json
+  shardkit plan data/data.list --world-size 8 --num-workers 4 --reader webdataset""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("--world-size", required=True, type=click.IntRange(min=1), help="Number of ranks (GPUs).")
 @click.option("--num-workers", required=True, type=click.IntRange(min=1), help="Loader workers per rank.")
@@ -44,10 +56,16 @@ Examples:
 @click.option("--seed", type=int, default=0, show_default=True, help="Shuffle seed.")
 @click.option("--index", "index_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Take utterances and seconds from these index files instead of reading the shards.")
+@click.option("--reader", type=click.Choice(["wenet", "webdataset"]), default="wenet", show_default=True,
+              help="Whose split to show: WeNet's, or WebDataset's (split_by_node + split_by_worker, and "
+                   "resampled) alongside WeNet's.")
+@click.option("--draws", type=click.IntRange(min=1), default=None,
+              help="--reader webdataset, resampled: shards each worker draws per epoch "
+                   "[default: shards / (world_size x num_workers), rounded up].")
 @jobs_option
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or table on stderr.")
-def command(shards, world_size, num_workers, epochs, seed, index_files, jobs, as_json, quiet):
+def command(shards, world_size, num_workers, epochs, seed, index_files, reader, draws, jobs, as_json, quiet):
     """Show how WeNet would split the list SHARDS across ranks and workers, epoch by epoch.
 
     The list is shuffled with the same seed on every rank each epoch, then line i goes to
@@ -55,6 +73,11 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, jobs, as
     epoch: shards, utterances and seconds of audio per rank and per (rank, worker), the spread
     (max/min seconds per rank), and whether the shard count divides. The shuffle is numpy's, not
     WeNet's RNG: the exact split differs, the imbalance it shows is typical. No shard is rewritten.
+
+    --reader webdataset shows WebDataset's split first: wds.split_by_node then wds.split_by_worker
+    give (rank, worker) lines[rank::world_size][worker::num_workers] of the unshuffled list, the
+    same every epoch; with resampled=True each worker draws shards with replacement. WeNet's
+    figures follow. The JSON document holds WebDataset's figures, with "resampled" and "wenet".
     """
     import os
 
@@ -62,8 +85,12 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, jobs, as
 
     from ..index import shard_sizes
     from ..inputs import expand_shards
-    from ..partition import plan_figures
+    from ..partition import plan_figures, plan_figures_webdataset
 
+    if draws is not None and reader != "webdataset":
+        from ..errors import UsageError
+
+        raise UsageError("--draws needs --reader webdataset")
     paths = expand_shards(list(shards))
     bar = tqdm(total=len(set(paths)), unit="shard", file=sys.stderr, disable=quiet or bool(index_files),
                dynamic_ncols=True, desc="read")
@@ -83,7 +110,14 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, jobs, as
                    f"{failures[0]['error']}", err=True)
         sys.exit(1)
     figures = plan_figures(utts, secs, world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed)
+    shown = [figures]
+    if reader == "webdataset":
+        sizes = {"world_size": world_size, "num_workers": num_workers, "epochs": epochs, "seed": seed}
+        resampled = plan_figures_webdataset(utts, secs, resampled=True, draws=draws, **sizes)
+        wenet = {"reader": "wenet", **figures}
+        figures = {**plan_figures_webdataset(utts, secs, **sizes), "resampled": resampled, "wenet": wenet}
+        shown = [figures, resampled, wenet]
     if as_json:
         emit_json({"command": "plan", **figures})
     if not quiet:
-        click.echo(format_figures(figures), err=True)
+        click.echo("\n\n".join(format_figures(f) for f in shown), err=True)

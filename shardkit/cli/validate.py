@@ -114,6 +114,12 @@ def summary_lines(report, format_finding) -> list[str]:
         lines.extend(f"  {format_finding(f)}" for f in findings[:SHOWN_FINDINGS])
         if len(findings) > SHOWN_FINDINGS:
             lines.append(f"  ... and {len(findings) - SHOWN_FINDINGS} more (--report FILE or --json lists all)")
+    warnings = report.warnings
+    if warnings:  # warning level: reported, not counted in the exit code
+        lines.append(f"{len(warnings)} warnings (not findings: exit code and quarantine ignore them):")
+        lines.extend(f"  {format_finding(w)}" for w in warnings[:SHOWN_FINDINGS])
+        if len(warnings) > SHOWN_FINDINGS:
+            lines.append(f"  ... and {len(warnings) - SHOWN_FINDINGS} more (--report FILE or --json lists all)")
     q = report.quarantine
     if q is not None:
         cleaned = sum(1 for s in q["shards"] if s["cleaned"])
