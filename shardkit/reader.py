@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import weakref
 import zlib
 from typing import Callable, Iterable, Iterator
 
@@ -352,10 +353,81 @@ def _canonical_pcm16(data):
     return np.frombuffer(data, "<i2", frames * channels, 44), channels, rate
 
 
-def decode_fast(data, dtype: str = "float32") -> tuple[np.ndarray, int]:
+_ITEMSIZE = {np.float32: 4, np.int16: 2, np.float64: 8}
+
+
+class BufferPool:
+    """Output buffers for decoded audio, reused once every array made from one is gone.
+
+    Each decoded utterance needs a fresh array of hundreds of KB. glibc (by default) returns such
+    blocks to the kernel when they are freed, and the next utterance then gets fresh pages,
+    zero-filled and faulted in one by one: a quarter of the plain-WAV read rate. The pool keeps
+    the memory instead, without changing the process's allocator: ``array(count, dtype)`` returns
+    an array over a pooled buffer, and a weak reference on the buffer's export (which every view
+    of the array keeps alive) hands the buffer back when the last array, view or tensor made
+    from it is collected. Arrays stay valid as long as anything uses them; only dead buffers are
+    reused. Sizes come in half-octave classes (at most 1.5x the request, 64 KB at least), the
+    most recently freed buffer of a class first (still in cache); at most ``max_free`` unused
+    buffers per class are kept.
+    """
+
+    __slots__ = ("_free", "_live", "max_free")
+
+    GRAIN = 1 << 16
+
+    def __init__(self, max_free: int = 8):
+        self._free: list[bytearray] = []  # unused buffers, the most recently freed last
+        self._live: dict[int, tuple] = {}  # id(weakref) -> (weakref, buffer), until the buffer comes back
+        self.max_free = max_free
+
+    def _release(self, ref) -> None:
+        _, buf = self._live.pop(id(ref))
+        free = self._free
+        free.append(buf)
+        if len(free) > self.max_free:
+            del free[0]  # the least recently freed
+
+    def array(self, count: int, dtype) -> np.ndarray:
+        """An uninitialised 1-d array of ``count`` items over a pooled buffer."""
+        nbytes = count * _ITEMSIZE[dtype]
+        free = self._free
+        if free and nbytes <= len(free[-1]) <= 4 * nbytes + 65536:  # the most recently freed: in cache
+            buf = free.pop()
+            if len(buf) < nbytes:  # another thread's release came between the check and the pop
+                buf = self._take(nbytes)
+        else:
+            buf = self._take(nbytes)
+        out = np.frombuffer(buf, dtype, count)
+        ref = weakref.ref(out.base, self._release)  # the export every view of ``out`` keeps alive
+        self._live[id(ref)] = (ref, buf)
+        return out
+
+    def _take(self, nbytes: int) -> bytearray:
+        free = self._free
+        for i in range(len(free) - 2, -1, -1):
+            if nbytes <= len(free[i]) <= 4 * nbytes + self.GRAIN:
+                buf = free.pop(i)
+                if len(buf) >= nbytes:  # (a release from another thread may have shifted the list)
+                    return buf
+                break
+        grains = (nbytes - 1) // self.GRAIN + 1
+        k = (grains - 1).bit_length()  # 2**k >= grains: sizes in half-octave classes
+        return bytearray(self.GRAIN * (3 << (k - 2) if k >= 2 and 3 << (k - 2) >= grains else 1 << k))
+
+    def clear(self) -> None:
+        self._free.clear()
+
+
+# one per process: decoded arrays come from it unless ``pool=None`` is passed
+DEFAULT_POOL = BufferPool()
+
+
+def decode_fast(data, dtype: str = "float32", pool: BufferPool | None = DEFAULT_POOL) -> tuple[np.ndarray, int]:
     """shardkit's decoder: 16-bit PCM WAV by one numpy cast and scale, anything else via shardkit.audio.
 
-    Returns ``(samples of shape (frames, channels), sample_rate)``; arrays own their memory.
+    Returns ``(samples of shape (frames, channels), sample_rate)``; arrays own their memory (for
+    PCM WAV, a buffer of ``pool`` that is reused only after the array and its views are gone;
+    ``pool=None``: a plain numpy allocation).
     """
     pcm, channels, rate = _canonical_pcm16(data)
     if pcm is None and data[:4] == b"RIFF" and data[8:12] == b"WAVE":
@@ -365,10 +437,19 @@ def decode_fast(data, dtype: str = "float32") -> tuple[np.ndarray, int]:
             channels, rate = info.channels, info.sample_rate
     if pcm is not None:
         if dtype == "float32":
-            out = pcm.astype(np.float32)
-            out *= _INT16_SCALE  # a power of two: the same values as dividing in float64
+            if pool is None:
+                out = pcm.astype(np.float32)
+                out *= _INT16_SCALE  # a power of two: the same values as dividing in float64
+            else:
+                out = pool.array(len(pcm), np.float32)
+                np.copyto(out, pcm)  # two SIMD passes beat one mixed-type multiply
+                out *= _INT16_SCALE
         elif dtype == "int16":
-            out = pcm.copy()  # own the memory, so the member's buffer can go
+            if pool is None:
+                out = pcm.copy()  # own the memory, so the member's buffer can go
+            else:
+                out = pool.array(len(pcm), np.int16)
+                out[:] = pcm
         else:
             out = pcm.astype(np.float64)
             out *= 1 / 32768
