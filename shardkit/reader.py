@@ -353,7 +353,7 @@ def _canonical_pcm16(data):
     return np.frombuffer(data, "<i2", frames * channels, 44), channels, rate
 
 
-_ITEMSIZE = {np.float32: 4, np.int16: 2, np.float64: 8}
+_ITEMSIZE = {np.float32: 4, np.int16: 2, np.float64: 8, np.int64: 8}
 
 
 class BufferPool:
@@ -367,25 +367,27 @@ class BufferPool:
     of the array keeps alive) hands the buffer back when the last array, view or tensor made
     from it is collected. Arrays stay valid as long as anything uses them; only dead buffers are
     reused. Sizes come in half-octave classes (at most 1.5x the request, 64 KB at least), the
-    most recently freed buffer of a class first (still in cache); at most ``max_free`` unused
-    buffers per class are kept.
+    most recently freed buffer that fits first (still in cache); at most ``max_free_bytes`` of
+    unused buffers are kept.
     """
 
-    __slots__ = ("_free", "_live", "max_free")
+    __slots__ = ("_free", "_free_bytes", "_live", "max_free_bytes")
 
     GRAIN = 1 << 16
 
-    def __init__(self, max_free: int = 8):
+    def __init__(self, max_free_bytes: int = 64 << 20):
         self._free: list[bytearray] = []  # unused buffers, the most recently freed last
+        self._free_bytes = 0
         self._live: dict[int, tuple] = {}  # id(weakref) -> (weakref, buffer), until the buffer comes back
-        self.max_free = max_free
+        self.max_free_bytes = max_free_bytes
 
     def _release(self, ref) -> None:
         _, buf = self._live.pop(id(ref))
         free = self._free
         free.append(buf)
-        if len(free) > self.max_free:
-            del free[0]  # the least recently freed
+        self._free_bytes += len(buf)
+        while self._free_bytes > self.max_free_bytes:
+            self._free_bytes -= len(free.pop(0))  # the least recently freed
 
     def array(self, count: int, dtype) -> np.ndarray:
         """An uninitialised 1-d array of ``count`` items over a pooled buffer."""
@@ -393,6 +395,7 @@ class BufferPool:
         free = self._free
         if free and nbytes <= len(free[-1]) <= 4 * nbytes + 65536:  # the most recently freed: in cache
             buf = free.pop()
+            self._free_bytes -= len(buf)
             if len(buf) < nbytes:  # another thread's release came between the check and the pop
                 buf = self._take(nbytes)
         else:
@@ -407,6 +410,7 @@ class BufferPool:
         for i in range(len(free) - 2, -1, -1):
             if nbytes <= len(free[i]) <= 4 * nbytes + self.GRAIN:
                 buf = free.pop(i)
+                self._free_bytes -= len(buf)
                 if len(buf) >= nbytes:  # (a release from another thread may have shifted the list)
                     return buf
                 break
@@ -416,6 +420,7 @@ class BufferPool:
 
     def clear(self) -> None:
         self._free.clear()
+        self._free_bytes = 0
 
 
 # one per process: decoded arrays come from it unless ``pool=None`` is passed
