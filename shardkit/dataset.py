@@ -60,7 +60,12 @@ class ShardDataset(_Base):
     iteration of a worker's copy counts as the next epoch (same result as calling set_epoch with
     consecutive epochs). ``dtype``, ``decoder``, ``on_error``: as for ``iter_samples``
     (``on_error`` must be picklable, e.g. ``shardkit.reader.warn_and_skip``). ``as_tensor``:
-    audio as a torch tensor (default) or the numpy array.
+    audio as a torch tensor (default) or the numpy array. ``dtype="int16"`` with
+    :func:`collate_padded` ships half the bytes of float32 out of the workers; the trainer
+    scales on its device (:func:`audio_float`), getting the same float32 values.
+    ``channels=1``: downmix other channel counts to mono (the mean); ``sample_rate``: resample
+    other rates to it (soxr, high quality). Without them, a batch mixing formats is a
+    ShardkitError naming the shard and key of the odd utterance.
     """
 
     def __init__(self, shards, *, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
@@ -142,8 +147,6 @@ def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
     return out.reshape(len(out), audio.shape[1])
 
 
-
-
 def _as_numpy(audio):
     return audio if isinstance(audio, np.ndarray) else audio.numpy()
 
@@ -151,12 +154,13 @@ def _as_numpy(audio):
 def _check_format(samples: list[dict], audio: list[np.ndarray]) -> None:
     """Every utterance of a batch must share the first one's channels, rate and dtype: else a
     ShardkitError naming the odd utterance (its shard and key) and the ShardDataset option that fixes it."""
-    first, (channels, dtype) = samples[0], (audio[0].shape[1], audio[0].dtype)
-    rate = first["sample_rate"]
     for s, a in zip(samples, audio):
         if a.ndim != 2:
             raise ShardkitError(f"audio has shape {tuple(a.shape)}, expected (frames, channels)",
                                 shard=s.get("shard"), member=s.get("key"))
+    first, (channels, dtype) = samples[0], (audio[0].shape[1], audio[0].dtype)
+    rate = first["sample_rate"]
+    for s, a in zip(samples, audio):
         if a.shape[1] != channels or s["sample_rate"] != rate or a.dtype != dtype:
             fix = ("pass channels=1 to ShardDataset to downmix to mono" if a.shape[1] != channels else
                    f"pass sample_rate={rate} to ShardDataset to resample" if s["sample_rate"] != rate else
