@@ -97,7 +97,7 @@ def main(argv=None):
             for x, r in pcm:
                 buf = io.BytesIO()
                 sf.write(buf, x, r, format="FLAC", subtype="PCM_16", compression_level=level / 8)
-                total += buf.tell()
+                total += len(buf.getvalue())
             levels[level] = total
         return run
 
