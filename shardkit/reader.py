@@ -426,6 +426,7 @@ class BufferPool:
 
 
 # one per process: decoded arrays come from it unless ``pool=None`` is passed
+# (``DEFAULT_POOL.max_free_bytes = 0`` keeps nothing back: plain allocations, as before)
 DEFAULT_POOL = BufferPool()
 
 
