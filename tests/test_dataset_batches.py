@@ -131,3 +131,19 @@ def test_downmix_keeps_dtype_and_bad_options_are_usage_errors(make_shards):
         ShardDataset(paths, channels=2)
     with pytest.raises(UsageError, match="sample_rate"):
         ShardDataset(paths, sample_rate=0)
+
+
+def test_worker_batches_travel_through_a_few_reused_segments(make_shards):
+    from shardkit import batchshm
+
+    paths = make_shards("none", utts_per_shard=1)  # 14 shards, one batch each
+    before = set(batchshm._MAPPINGS)
+    ds = ShardDataset(paths, rank=0, world_size=1, shuffle=False, dtype="int16")
+    loader = torch.utils.data.DataLoader(ds, batch_size=1, collate_fn=collate_padded, num_workers=1,
+                                         multiprocessing_context="fork", persistent_workers=True)
+    expected = {b["key"][0]: b["audio"].clone() for b in _loader(paths, batch_size=1, dtype="int16")}
+    for _ in range(3):
+        for b in loader:  # each batch is dropped before the next arrives
+            assert torch.equal(b["audio"], expected[b["key"][0]])
+    new = set(batchshm._MAPPINGS) - before
+    assert 1 <= len(new) <= batchshm.WorkerArena().max_segments  # 42 batches, a few segments
