@@ -68,6 +68,7 @@ class WorkerArena:
         self.nonce = os.urandom(8).hex()
         self.pid = os.getpid()
         self.segments: list[_Segment] = []
+        self.made = 0
         self.max_segments, self.max_bytes = max_segments, max_bytes
 
     def take(self, nbytes: int) -> _Segment | None:
@@ -85,9 +86,10 @@ class WorkerArena:
                 self.segments.remove(free[0])  # a free segment of the wrong size makes room
                 _close(free[0])
             try:
-                seg = _Segment(len(self.segments) and max(s.serial for s in self.segments) + 1, size)
+                seg = _Segment(self.made, size)  # serials never repeat: the trainer keys its mappings by them
             except OSError:
                 return None
+            self.made += 1
             self.segments.append(seg)
         seg.generation += 1
         seg.view[0] = 1

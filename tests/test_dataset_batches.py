@@ -147,3 +147,15 @@ def test_worker_batches_travel_through_a_few_reused_segments(make_shards):
             assert torch.equal(b["audio"], expected[b["key"][0]])
     new = set(batchshm._MAPPINGS) - before
     assert 1 <= len(new) <= batchshm.WorkerArena().max_segments  # 42 batches, a few segments
+
+
+def test_a_replaced_segment_gets_a_new_serial():
+    from shardkit.batchshm import WorkerArena
+
+    arena = WorkerArena(max_segments=2)
+    a = arena.take(100)
+    b = arena.take(5 << 20)
+    a.view[0] = b.view[0] = 0  # the trainer released both
+    c = arena.take(40 << 20)  # fits neither: a free one makes room
+    assert len(arena.segments) == 2 and c.serial not in (a.serial, b.serial) and c.busy
+    assert len({s.serial for s in arena.segments}) == 2
