@@ -159,3 +159,23 @@ def test_a_replaced_segment_gets_a_new_serial():
     c = arena.take(40 << 20)  # fits neither: a free one makes room
     assert len(arena.segments) == 2 and c.serial not in (a.serial, b.serial) and c.busy
     assert len({s.serial for s in arena.segments}) == 2
+
+
+def test_segments_replaced_by_size_keep_every_batch_intact(make_shards, monkeypatch):
+    # Tiny size classes and two segments per worker: batches of different sizes keep evicting and
+    # replacing segments while the trainer still maps the old ones.
+    from shardkit import batchshm
+
+    monkeypatch.setattr(batchshm, "MIN_SEGMENT", 4096)
+    monkeypatch.setattr(batchshm.WorkerArena.__init__, "__defaults__", (2, 512 << 20))
+    monkeypatch.setattr(batchshm, "_ARENA", None)
+    paths = make_shards("none", utts_per_shard=1)
+    expected = {b["key"][0]: b["audio"].clone() for b in _loader(paths, batch_size=1)}
+    ds = ShardDataset(paths, rank=0, world_size=1, shuffle=False)
+    loader = torch.utils.data.DataLoader(ds, batch_size=1, collate_fn=collate_padded, num_workers=1,
+                                         multiprocessing_context="fork", persistent_workers=True)
+    before = set(batchshm._MAPPINGS)
+    for _ in range(3):
+        for b in loader:
+            assert torch.equal(b["audio"], expected[b["key"][0]])
+    assert len(set(batchshm._MAPPINGS) - before) > 2  # segments were replaced, under new serials
