@@ -393,7 +393,7 @@ class BufferPool:
 
     def array(self, count: int, dtype) -> np.ndarray:
         """An uninitialised 1-d array of ``count`` items over a pooled buffer."""
-        nbytes = count * _ITEMSIZE[dtype]
+        nbytes = count * (_ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize)
         free = self._free
         if free and nbytes <= len(free[-1]) <= 4 * nbytes + 65536:  # the most recently freed: in cache
             buf = free.pop()
