@@ -31,6 +31,9 @@ commands to record it are in "Scaling".
 | reader | plain WAV read + decode >= 2 GB/s per core | 2.86 GB/s (8.4x tarfile + soundfile) | met |
 | reader | zst:3 read + decode >= 0.8x zstd alone | 0.85x | met |
 | reader | zst:3 shardkit >= 50x WeNet-style bz2 + torchaudio | 53x | met |
+| loader (17) | K workers >= 0.8x of 0 workers, h per CPU-s, plain and zst:3 | 1.06 / 0.83 plain, 1.00 / 0.91 zst:3 (float32 / int16 batches; was 0.29-0.61) | met |
+| reader (17) | `iter_samples` as documented >= 0.95x of a tuned process | 0.97x (0.94x of the baseline's tuned rate; was 0.75x) | met |
+| transcode (17) | CLI -j1 verified >= 0.9x libsndfile encode + decode; unverified >= 0.9x encode | 0.70x / 0.59x (transcode step 0.93x / 0.92x; the rest is convert's digests + start-up) | not met |
 | recipe | default demo run < 5 min on 2 cores | 45 s | met |
 | make sources | pack >= 0.8x reading the audio alone (keep, each source) | 0.04-0.43x (warm cache: writer's hash + fsync dominate; input side 4-28% of pack time) | not met |
 | make sources | plan a 1 M-line manifest < 300 MB | 240.8 MB peak RSS, 11 s | met |

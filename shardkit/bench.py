@@ -460,56 +460,106 @@ def write_format(sample_tar: bytes, codec: str, level: int | None, audio: str) -
 # The DataLoader
 
 
-def loader_run(paths: list[str], workers: int, context: str | None, batch_size: int) -> tuple[int, int, float]:
-    """One pass of a real DataLoader: (utterances, frames, seconds to the first batch).
+# Batches as the recommendation has a trainer take them: int16 (half the bytes; scaled on the GPU
+# with shardkit.dataset.audio_float), padded in the workers. float32 rows beside them for reference.
+LOADER_DTYPE = "int16"
 
-    Batches are padded in the workers (``collate_padded``), as a training loader does, so one
-    tensor per batch crosses to the main process.
-    """
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a live process (Linux /proc), else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def make_loader(paths: list[str], workers: int, context: str | None, batch_size: int, dtype: str):
+    """The DataLoader the rows measure: ShardDataset + collate_padded, persistent workers, as in training."""
     import warnings
 
     import torch.utils.data
 
     from .dataset import ShardDataset, collate_padded
 
-    dataset = ShardDataset(paths, rank=0, world_size=1, shuffle=False)
+    dataset = ShardDataset(paths, rank=0, world_size=1, shuffle=False, dtype=dtype)
     with warnings.catch_warnings():  # more workers than cores is one of the settings measured
         warnings.filterwarnings("ignore", message=".*worker processes in total.*")
-        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate_padded,
-                                             num_workers=workers, multiprocessing_context=context if workers else None)
-        started = time.perf_counter()
-        count = frames = 0
-        first = None
-        for batch in loader:
-            if first is None:
-                first = time.perf_counter() - started
-            count += len(batch["key"])
-            frames += int(batch["lengths"].sum())
-    return count, frames, first or 0.0
+        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate_padded,
+                                           num_workers=workers, multiprocessing_context=context if workers else None,
+                                           persistent_workers=workers > 0)
+
+
+def loader_pass(loader) -> tuple[int, int, float, float | None]:
+    """One epoch: (utterances, frames, seconds to the first batch, CPU seconds of this process and the
+    workers, None where the workers' CPU cannot be read). The trainer's side reads one value per
+    4 KB page of every batch, as a copy to the GPU would touch them."""
+    import warnings
+
+    started, cpu0 = time.perf_counter(), time.process_time()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        iterator = iter(loader)
+    pids = [w.pid for w in getattr(iterator, "_workers", [])]
+    before = [process_cpu_seconds(p) for p in pids]
+    count = frames = 0
+    first = None
+    for batch in iterator:
+        if first is None:
+            first = time.perf_counter() - started
+        count += len(batch["key"])
+        frames += int(batch["lengths"].sum())
+        batch["audio"].reshape(-1)[::2048].sum()
+    after = [process_cpu_seconds(p) for p in pids]
+    cpu = time.process_time() - cpu0
+    if pids:
+        cpu = None if None in before + after else cpu + sum(after) - sum(before)
+    return count, frames, first or 0.0, cpu
+
+
+def loader_run(paths: list[str], workers: int, context: str | None, batch_size: int,
+               dtype: str = LOADER_DTYPE) -> tuple[int, int, float]:
+    """One pass of a fresh DataLoader (workers started for it): (utterances, frames, seconds to the first batch)."""
+    count, frames, first, _ = loader_pass(make_loader(paths, workers, context, batch_size, dtype))
+    return count, frames, first
 
 
 def measure_loader(paths: list[str], corpus: dict, settings: BenchSettings, progress) -> list[dict]:
+    """Rows per (workers, start method, batch dtype): start-up of a fresh loader, then epochs of the
+    same loader with persistent workers (as in training): h/s of wall time and h per CPU-second of
+    this process and its workers together, against the same loader in the main process."""
     rows = []
-    configs = [(w, c) for w in settings.workers for c in ((None,) if w == 0 else settings.mp_contexts)]
-    for workers, context in configs:
-        label = f"loader workers={workers}" + (f" {context}" if context else "")
+    top = max(settings.workers)
+    configs = [(w, c, LOADER_DTYPE) for w in settings.workers for c in ((None,) if w == 0 else settings.mp_contexts)]
+    configs += [(w, c, "float32") for w, c, _ in configs if w in (0, top) and c in (None, settings.mp_contexts[0])]
+    for workers, context, dtype in configs:
+        label = f"loader workers={workers}" + (f" {context}" if context else "") + f" {dtype}"
         progress(label)
-        startups: list[float] = []
+        loader = make_loader(paths, workers, context, settings.loader_batch_size, dtype)
+        count, frames, startup, _ = loader_pass(loader)  # starts the workers, warms up
+        _expect(label, corpus, frames=True)((count, frames))
+        cpus: list[float | None] = []
 
         def run():
-            count, frames, first = loader_run(paths, workers, context, settings.loader_batch_size)
-            startups.append(first)
-            return count, frames
+            n, f, _, cpu = loader_pass(loader)
+            cpus.append(cpu)
+            return n, f
 
         stat = timed(run, repeat=settings.repeat, min_seconds=settings.min_seconds,
                      check=_expect(label, corpus, frames=True))
+        del loader
         row = rates(stat, tar_bytes=corpus["wav_tar_bytes"], utterances=corpus["utterances"],
                     seconds=corpus["seconds"])
-        startup = statistics.median(startups)
-        steady = stat["median_s"] - startup
-        row.update(workers=workers, mp_context=context or "main", startup_s=round(startup, 4),
-                   steady_hours_per_s=round(corpus["seconds"] / 3600 / steady, 4) if steady > 0 else None)
+        cpu = statistics.median(cpus) if None not in cpus else None
+        row.update(workers=workers, mp_context=context or "main", dtype=dtype, startup_s=round(startup, 4),
+                   steady_hours_per_s=row["hours_per_s"], cpu_s=round(cpu, 4) if cpu else None,
+                   hours_per_cpu_s=round(corpus["seconds"] / 3600 / cpu, 4) if cpu else None)
         rows.append(row)
+    for row in rows:
+        main = next((r for r in rows if r["workers"] == 0 and r["dtype"] == row["dtype"]), None)
+        row["per_cpu_vs_main"] = (round(row["hours_per_cpu_s"] / main["hours_per_cpu_s"], 3)
+                                  if main and main["hours_per_cpu_s"] and row["hours_per_cpu_s"] else None)
     return rows
 
 
@@ -563,7 +613,7 @@ def recommend(formats: list[dict], loader: list[dict], *, cores: int, gpus_per_n
     # buffer ~2 s of the GPU's consumption across the workers: rides out a slow shard open
     prefetch = max(2, math.ceil(batches_per_s * 2.0 / num_workers))
     method = None
-    started = [r for r in loader if r["workers"] > 0]
+    started = [r for r in loader if r["workers"] > 0 and r.get("dtype", LOADER_DTYPE) == LOADER_DTYPE]
     if started:
         fastest_start = min(started, key=lambda r: r["startup_s"])
         method = {"mp_context": fastest_start["mp_context"], "startup_s": fastest_start["startup_s"],
@@ -572,9 +622,29 @@ def recommend(formats: list[dict], loader: list[dict], *, cores: int, gpus_per_n
     return {"format": best["format"], "audio": best["audio"], "why": why, "num_workers": num_workers,
             "prefetch": prefetch, "persistent_workers": True, "cores": cores, "gpus_per_node": gpus_per_node,
             "cores_per_gpu": cores_per_gpu, "target_hours_per_s_per_gpu": target_hps,
-            "fbank_hours_per_s_per_core": fbank_hps, "start_method": method, "candidates": candidates,
+            "fbank_hours_per_s_per_core": fbank_hps, "start_method": method, "batches": loader_advice(loader),
+            "candidates": candidates,
             "rule": "num_workers = ceil(target x (1/decode + 1/fbank)) per GPU, at most cores // gpus; "
                     "prefetch = batches for 2 s of the GPU's consumption (120-s batches) per worker, >= 2"}
+
+
+def loader_advice(loader: list[dict]) -> dict | None:
+    """How batches should leave the workers, from the loader rows (pure): int16 when measured at
+    least as cheap per CPU-second as float32, with the measured figures."""
+    def best(dtype):
+        rows = [r for r in loader if r["workers"] > 0 and r.get("dtype") == dtype and r.get("hours_per_cpu_s")]
+        return max(rows, key=lambda r: r["hours_per_cpu_s"]) if rows else None
+
+    compact, full = best(LOADER_DTYPE), best("float32")
+    if compact is None:
+        return None
+    use = compact if full is None or compact["hours_per_cpu_s"] >= 0.95 * full["hours_per_cpu_s"] else full
+    return {"dtype": use["dtype"], "collate": "shardkit.dataset.collate_padded",
+            "scale": "shardkit.dataset.audio_float(batch, device)" if use["dtype"] == "int16" else None,
+            "workers": use["workers"], "mp_context": use["mp_context"], "hours_per_cpu_s": use["hours_per_cpu_s"],
+            "per_cpu_vs_main": use.get("per_cpu_vs_main"),
+            "float32_hours_per_cpu_s": full["hours_per_cpu_s"] if full else None,
+            "bytes_per_hour": BYTES_PER_HOUR_16K * (2 if use["dtype"] == "float32" else 1)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -760,13 +830,15 @@ def format_tables(report: dict) -> str:
     if report["loader"]:
         lines += ["", f"DataLoader over ShardDataset ({report['loader'][0]['format']} "
                       f"{report['loader'][0]['audio']}, batch_size={report['settings']['loader_batch_size']} "
-                      "padded in the workers, one pass per run, start-up = time to the first batch):", "",
-                  "| workers | start method | start-up s | utt/s | h/s | h/s after the first batch (incl. shut-down) |",
-                  "|---:|---|---:|---:|---:|---:|"]
+                      "padded in the workers, persistent workers; start-up = time to the first batch of a fresh "
+                      "loader; rates over later epochs; CPU = this process + its workers; int16 batches are "
+                      "scaled on the trainer's device):", "",
+                  "| workers | start method | batch dtype | start-up s | utt/s | h/s | h per CPU-s | vs 0 workers |",
+                  "|---:|---|---|---:|---:|---:|---:|---:|"]
         for r in report["loader"]:
-            lines.append(f"| {r['workers']} | {r['mp_context']} | {r['startup_s']:.3f} | "
+            lines.append(f"| {r['workers']} | {r['mp_context']} | {r.get('dtype', 'float32')} | {r['startup_s']:.3f} | "
                          f"{_fmt(r['utterances_per_s'], 0)} {_spread(r)} | {_fmt(r['hours_per_s'], 3)} | "
-                         f"{_fmt(r['steady_hours_per_s'], 3)} |")
+                         f"{_fmt(r.get('hours_per_cpu_s'), 3)} | {_fmt(r.get('per_cpu_vs_main'), 2)} |")
         note = loader_panel_note(report)
         if note:
             lines += ["", f"Note: {note}."]
@@ -809,6 +881,14 @@ def recommendation_text(rec: dict) -> str:
     text = (f"- Format: **{rec['format']} with {rec['audio'].upper()} members**: {rec['why']}.\n"
             f"- Loader per GPU ({rec['gpus_per_node']} GPUs, {rec['cores']} cores): num_workers={rec['num_workers']}, "
             f"prefetch={rec['prefetch']}, persistent_workers=True ({rec['rule']}).")
+    if rec.get("batches"):
+        b = rec["batches"]
+        text += (f"\n- Batches: `ShardDataset(dtype=\"{b['dtype']}\")` + `collate_padded`"
+                 + (f", scaled on the GPU with `{b['scale']}`" if b["scale"] else "")
+                 + f": {b['hours_per_cpu_s']:.2f} h of audio per CPU-second with {b['workers']} worker(s) here"
+                 + (f" ({b['per_cpu_vs_main']:.2f}x the same loader in the main process)" if b["per_cpu_vs_main"] else "")
+                 + (f", float32 batches {b['float32_hours_per_cpu_s']:.2f}" if b["float32_hours_per_cpu_s"] else "")
+                 + ".")
     if rec.get("start_method"):
         sm = rec["start_method"]
         text += (f"\n- Start method: {sm['mp_context']} started workers fastest here ({sm['startup_s']:.2f} s to the "
@@ -852,21 +932,22 @@ def plot(report: dict) -> bytes:
     ax.legend(fontsize=8)
     if has_loader:
         ax2 = axes[0][1]
-        contexts = sorted({r["mp_context"] for r in report["loader"] if r["workers"] > 0})
-        main = [r for r in report["loader"] if r["workers"] == 0]
+        loader_rows = [r for r in report["loader"] if r.get("dtype", LOADER_DTYPE) == LOADER_DTYPE]
+        contexts = sorted({r["mp_context"] for r in loader_rows if r["workers"] > 0})
+        main = [r for r in loader_rows if r["workers"] == 0]
         for i, context in enumerate(contexts):
-            rows_c = sorted((r for r in report["loader"] if r["mp_context"] == context), key=lambda r: r["workers"])
+            rows_c = sorted((r for r in loader_rows if r["mp_context"] == context), key=lambda r: r["workers"])
             rows_c = main[:1] + rows_c
             xs = [r["workers"] for r in rows_c]
             color = f"C{i}"
-            ax2.plot(xs, [r["steady_hours_per_s"] or 0 for r in rows_c], marker="o", color=color,
-                     label=f"{context}: after the first batch")
-            ax2.plot(xs, [r["hours_per_s"] or 0 for r in rows_c], marker="x", linestyle="--", color=color,
-                     label=f"{context}: including start-up")
+            ax2.plot(xs, [r["hours_per_s"] or 0 for r in rows_c], marker="o", color=color,
+                     label=f"{context}: h/s (wall)")
+            ax2.plot(xs, [r.get("hours_per_cpu_s") or 0 for r in rows_c], marker="x", linestyle="--", color=color,
+                     label=f"{context}: h per CPU-second")
         ax2.set_xticks(sorted({r["workers"] for r in report["loader"]}))
         ax2.set_xlabel("num_workers")
         ax2.set_ylabel("hours of audio per second")
-        ax2.set_title(f"DataLoader over ShardDataset ({report['loader'][0]['format']})")
+        ax2.set_title(f"DataLoader over ShardDataset ({report['loader'][0]['format']}, {LOADER_DTYPE} batches)")
         ax2.legend(fontsize=8)
         note = loader_panel_note(report)
         if note:

@@ -27,7 +27,7 @@ _FLAC_TO_WAV_SUBTYPE = {"PCM_S8": "PCM_U8", "PCM_16": "PCM_16", "PCM_24": "PCM_2
 def pcm_digest(samples: np.ndarray, sample_rate: int) -> str:
     """Digest of decoded integer samples (as ``read_pcm`` returns them), rate and channel count."""
     h = hashlib.sha256(f"{sample_rate}:{samples.shape[1]}:{samples.dtype.str}:".encode())
-    h.update(np.ascontiguousarray(samples).tobytes())
+    h.update(memoryview(np.ascontiguousarray(samples)).cast("B"))  # the same bytes, without a copy
     return h.hexdigest()
 
 

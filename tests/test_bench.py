@@ -39,9 +39,11 @@ def test_default_formats_tiny_run_reports_every_figure(tmp_path):
         assert (row["reference"] is not None) == (fmt == "bz2")
     assert rows[("bz2", "wav")]["reference"]["counted"] == [corpus["utterances"], corpus["frames"]]
     assert rows[("none", "flac")]["size_ratio"] < rows[("none", "wav")]["size_ratio"] == 1.0
-    assert [(r["workers"], r["mp_context"]) for r in report["loader"]] == [(0, "main"), (1, "fork")]
+    assert [(r["workers"], r["mp_context"], r["dtype"]) for r in report["loader"]] == [
+        (0, "main", "int16"), (1, "fork", "int16"), (0, "main", "float32"), (1, "fork", "float32")]
     assert all(r["counted"] == [corpus["utterances"], corpus["frames"]] and r["startup_s"] >= 0
-               for r in report["loader"])
+               and r["hours_per_cpu_s"] > 0 and r["per_cpu_vs_main"] > 0 for r in report["loader"])
+    assert report["recommendation"]["batches"]["dtype"] in ("int16", "float32")
     rec = report["recommendation"]
     assert rec["format"] in FORMATS and rec["num_workers"] >= 1 and rec["prefetch"] >= 2
     assert report["machine"]["cores"] >= 1 and report["machine"]["libraries"]["numpy"]

@@ -174,3 +174,17 @@ def test_mixed_shard_keeps_lossy_float_and_corrupt_members(tmp_path):
     out = dict(iter_shard_members(str(tmp_path / "o" / "mixed.tar")))
     assert set(out) == {"a/1.txt", "a/1.flac", "a/2.txt", "a/2.wav", "a/3.txt", "a/3.mp3", "a/4.txt", "a/4.wav"}
     assert out["a/2.wav"] == members[3][1] and out["a/3.mp3"] == members[5][1] and out["a/4.wav"] == members[7][1]
+
+
+@pytest.mark.parametrize("level", [None, 0, 8])
+def test_flac_bytes_are_the_same_for_one_and_several_jobs(make_shards, tmp_path, level):
+    sources = make_shards("none", utts_per_shard=3)  # 5 plain shards: -j3 spreads them over processes
+    outputs = {}
+    for jobs in ("1", "3"):
+        out = tmp_path / f"j{jobs}"
+        args = ["convert", *sources, "-o", str(out), "--codec", "none", "--audio", "flac", "-j", jobs, "-q"]
+        result = CliRunner().invoke(main, args + ([] if level is None else ["--flac-level", str(level)]))
+        assert result.exit_code == 0, result.output
+        outputs[jobs] = [open(p.strip(), "rb").read() for p in open(out / "data.list")]
+    assert len(outputs["1"]) == 5 and outputs["1"] == outputs["3"]
+    assert all(b".flac" in shard for shard in outputs["1"])
