@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from . import __version__
@@ -35,7 +35,9 @@ class ConvertSettings:
     verify: bool = True
     salvage: bool = False
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
-    threads: int = 1  # decompressor threads per task (bz2, gz)
+    # decompressor threads per task (bz2, gz); None: cores // min(jobs, shards not yet started),
+    # decided as each task is submitted, so the last shards of a run decode on the cores others left idle
+    threads: int | None = 1
     audio: str = "keep"
     flac_level: int | None = None
 
@@ -163,7 +165,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
 
             try:
                 for name, data in iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
-                                                     threads=settings.threads):
+                                                     threads=settings.threads or 1):
                     key, _ = split_key(name)
                     if key != pending_key:
                         flush_pending()
@@ -241,6 +243,33 @@ def _task(args):
     entry = convert_shard(src, dst, settings, transform)
     entry["settings"] = settings.output_affecting()
     return entry
+
+
+def task_threads(cores: int, jobs: int, not_started: int) -> int:
+    """Decoder threads for a task submitted while ``not_started`` tasks (itself included) wait:
+    the cores shared among the tasks that can still run at once, so that while fewer shards remain
+    than jobs, the last ones decode on the cores the finished jobs left idle."""
+    return max(1, cores // max(1, min(jobs, not_started)))
+
+
+def threads_per_task(tasks: list, jobs: int | None, executor: str) -> dict:
+    """``run_tasks`` arguments that give each convert task its ``threads`` as it is submitted.
+
+    Local processes: ``cores // min(jobs, tasks not yet submitted)``, with at most ``jobs`` tasks in
+    flight, so that submitting a task is starting it. Ray: one thread per task (one CPU each).
+    Decoder threads never change output bytes.
+    """
+    cores = os.cpu_count() or 1
+    if executor == "ray":
+        return {"prepare": lambda task: (*task[:2], replace(task[2], threads=1))}
+    jobs_n = max(1, min(jobs or cores, len(tasks) or 1))
+    position = {id(task): k for k, task in enumerate(tasks)}  # tasks are submitted in this order
+
+    def prepare(task):
+        not_started = len(tasks) - position[id(task)]
+        return (*task[:2], replace(task[2], threads=task_threads(cores, jobs_n, not_started)))
+
+    return {"prepare": prepare, "max_in_flight": jobs_n}
 
 
 @dataclass
@@ -394,9 +423,12 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
         if on_result:
             on_result(entry)
 
+    tasks = [args for _, args in todo]
+    # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
+    extra = threads_per_task(tasks, jobs, executor) if settings.threads is None else {}
     try:
-        for k, entry in run_tasks(_task, [args for _, args in todo], jobs=jobs, executor=executor,
-                                  ray_address=ray_address):
+        for k, entry in run_tasks(_task, tasks, jobs=jobs, executor=executor,
+                                  ray_address=ray_address, **extra):
             finish(todo[k][0], entry)
     finally:
         journal.close(remove=False)

@@ -25,7 +25,8 @@ Examples:
 @click.option("--level", type=int, default=None, help="Compression level [default: the codec's, zst 3].")
 @jobs_option
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Decompressor threads per task for bz2/gz [default: cores // jobs].")
+              help="Decompressor threads per task for bz2/gz [default: cores // jobs, and more for the "
+                   "last shards of a run, when fewer shards remain than jobs].")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every written shard back and compare member names and digests; with --audio, also "
                    "decode every transcoded member and compare its samples with the source's.")
@@ -58,8 +59,6 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     data.list and convert.json are published the same way. A rerun checks each finished output's
     size and sha256 (reading the object back) against convert.json.
     """
-    import os
-
     from ..codecs import parse_codec_spec
     from ..convert import ConvertSettings, run_convert
     from ..errors import UsageError
@@ -70,8 +69,8 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     split_slice = parse_split(split) if split else None
 
     name, default_level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
-    jobs_n = jobs or os.cpu_count() or 1
-    default_threads = 1 if executor == "ray" else max(1, (os.cpu_count() or 1) // jobs_n)  # Ray: 1 CPU per task
+    # default: cores // min(jobs, shards not yet started), chosen as each task starts; Ray: 1 CPU per task
+    default_threads = 1 if executor == "ray" else None
     settings = ConvertSettings(codec=name, level=default_level, verify=verify, salvage=salvage,
                                max_member_bytes=max_member_bytes, threads=threads or default_threads,
                                audio=audio, flac_level=flac_level)
