@@ -1,0 +1,92 @@
+"""convert's read-back verification and its decoder threads per task (issue 17)."""
+
+import json
+import os
+
+import pytest
+
+from shardkit import convert as convert_module
+from shardkit.convert import ConvertSettings, combine_digests, convert_shard, member_digest, run_convert, \
+    task_threads, threads_per_task
+from shardkit.tario import TarWriter, iter_shard_members
+
+
+class _FlippingTarWriter(TarWriter):
+    """A writer with a bug: the second member's last byte goes to disk flipped (size unchanged)."""
+
+    def add(self, name, data):
+        if self.members == 1:
+            data = data[:-1] + bytes([data[-1] ^ 0x01])
+        super().add(name, data)
+
+
+class _DroppingTarWriter(TarWriter):
+    """A writer with a bug: the third member never reaches the tar."""
+
+    def add(self, name, data):
+        if self.members == 2 and not getattr(self, "dropped", False):
+            self.dropped = True
+            return
+        super().add(name, data)
+
+
+@pytest.mark.parametrize("codec", ["zst", "none"])
+@pytest.mark.parametrize("writer", [_FlippingTarWriter, _DroppingTarWriter])
+def test_readback_catches_a_member_written_wrong(make_shards, tmp_path, monkeypatch, codec, writer):
+    src = make_shards("bz2", utts_per_shard=3)[0]
+    monkeypatch.setattr(convert_module, "TarWriter", writer)
+    dst = str(tmp_path / f"out.tar{'.zst' if codec == 'zst' else ''}")
+    entry = convert_shard(src, dst, ConvertSettings(codec=codec))
+    assert entry["status"] == "failed"
+    assert "does not read back as written" in entry["error"]
+    assert not os.path.exists(dst) and os.listdir(tmp_path) == []  # nothing published, no temporary left
+
+
+def test_without_verify_the_same_bug_goes_through(make_shards, tmp_path, monkeypatch):
+    """The read-back is what catches it (the test above cannot pass by accident)."""
+    src = make_shards("bz2", utts_per_shard=3)[0]
+    monkeypatch.setattr(convert_module, "TarWriter", _FlippingTarWriter)
+    entry = convert_shard(src, str(tmp_path / "out.tar.zst"), ConvertSettings(verify=False))
+    assert entry["status"] == "ok"
+
+
+def test_members_digest_is_the_sha256_of_the_members_as_read_back(make_shards, tmp_path):
+    src = make_shards("bz2", utts_per_shard=3)[0]
+    dst = str(tmp_path / "out.tar.zst")
+    entry = convert_shard(src, dst, ConvertSettings())
+    assert entry["status"] == "ok"
+    back = [(name, member_digest(name, data)) for name, data in iter_shard_members(dst)]
+    assert entry["members_digest"] == combine_digests(back)
+    assert entry["members"] == len(back) > 0
+
+
+@pytest.mark.parametrize("cores,jobs,not_started,expected", [
+    (2, 2, 5, 1), (2, 2, 2, 1), (2, 2, 1, 2), (16, 16, 3, 5), (16, 4, 40, 4), (16, 4, 1, 16), (2, 4, 1, 2),
+    (2, 4, 3, 1), (1, 1, 1, 1)])
+def test_task_threads_share_the_cores_among_the_shards_that_can_still_run(cores, jobs, not_started, expected):
+    assert task_threads(cores, jobs, not_started) == expected
+
+
+def test_the_last_shards_get_the_idle_cores(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    settings = ConvertSettings(threads=None)
+    tasks = [(f"s{i}.tar.bz2", f"o{i}.tar.zst", settings) for i in range(6)]
+    extra = threads_per_task(tasks, 2, "local")
+    assert extra["max_in_flight"] == 2  # submitting a task is starting it
+    assert [extra["prepare"](t)[2].threads for t in tasks] == [2, 2, 2, 2, 2, 4]
+    assert extra["prepare"](tasks[5])[:2] == tasks[5][:2]
+    ray = threads_per_task(tasks, 2, "ray")
+    assert "max_in_flight" not in ray and {ray["prepare"](t)[2].threads for t in tasks} == {1}
+
+
+def test_default_threads_give_the_same_bytes_for_any_jobs(make_shards, tmp_path):
+    sources = make_shards("bz2", utts_per_shard=3)
+    outputs = {}
+    for jobs, threads in ((1, 1), (1, None), (2, None), (3, None)):
+        out = tmp_path / f"j{jobs}-{threads}"
+        report = run_convert(sources, str(out), ConvertSettings(threads=threads), jobs=jobs)
+        assert report.exit_code == 0
+        outputs[jobs, threads] = [open(e["output"]["path"], "rb").read() for e in report.shards]
+        manifest = json.load(open(out / "convert.json"))
+        assert manifest["settings"]["threads"] == threads
+    assert len({tuple(v) for v in outputs.values()}) == 1
