@@ -6,6 +6,9 @@ Measures, on one bz2 corpus in one run (configurations interleaved, medians of -
   - lbzip2 -dc -n1 | zstd -3 -T1 per shard (the shell pipeline users run today);
   - indexed_bzip2 decompression alone (the limit for one core);
   - shardkit convert bz2 -> zst:3 with -j1 (--threads 1 and default threads) and -j2;
+  - whole machine against whole machine: `lbzip2 -dc -nC | zstd -3 -TC` per shard (C = cores)
+    against `shardkit convert` with its defaults (jobs = cores, threads chosen per task), and the
+    same for the code at --baseline-root (another checkout, for before/after in one run);
   - output size ratios per codec, and peak memory converting one ~1 GB shard.
 Every shardkit run verifies its output (read back, member digests compared).
 """
@@ -51,10 +54,19 @@ def run_decompress_only(paths):
                 pass
 
 
-def run_shardkit(paths, out_dir, *args):
+def run_pipeline_whole(paths, out_dir, cores):
+    os.makedirs(out_dir, exist_ok=True)
+    for p in paths:
+        out = os.path.join(out_dir, os.path.basename(p).replace(".bz2", ".zst"))
+        subprocess.run(f"lbzip2 -dc -n{cores} '{p}' | zstd -3 -T{cores} -q -f -o '{out}'", shell=True, check=True)
+
+
+def run_shardkit(paths, out_dir, *args, root=None):
+    """``shardkit convert`` in a fresh process; ``root``: run that checkout's code instead of this one's."""
     shutil.rmtree(out_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "shardkit", "convert", *paths, "-o", out_dir, "-q", "--json", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    env = None if root is None else {**os.environ, "PYTHONPATH": root}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root, env=env)
     report = json.loads(proc.stdout)
     assert report["failed"] == 0 and report["ok"] == len(paths), report
     return report
@@ -96,7 +108,9 @@ def main(argv=None):
     ap.add_argument("--workdir", default="/tmp/skbench-convert")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--big-shard-mb", type=float, default=1024)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: codecs,memory,j2")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: codecs,memory,j2,one-core,whole")
+    ap.add_argument("--baseline-root", default=None,
+                    help="another checkout of shardkit: its convert runs beside this one's (whole machine)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -107,14 +121,25 @@ def main(argv=None):
     total_tar = tar_bytes(paths)
     hours = total_tar / 32000 / 3600
     out = os.path.join(args.workdir, "out")
-    configs = {
-        "pipeline lbzip2 -n1 | zstd -3 -T1": lambda: run_pipeline(paths, out + "-pipe"),
-        "indexed_bzip2 decompress only (p=1)": lambda: run_decompress_only(paths),
-        "shardkit -j1 --threads 1": lambda: run_shardkit(paths, out, "-j", "1", "--threads", "1"),
-        "shardkit -j1 (threads=cores)": lambda: run_shardkit(paths, out, "-j", "1"),
-    }
-    if "j2" not in skip:
-        configs["shardkit -j2 --threads 1"] = lambda: run_shardkit(paths, out, "-j", "2", "--threads", "1")
+    configs = {}
+    if "one-core" not in skip:
+        configs = {
+            "pipeline lbzip2 -n1 | zstd -3 -T1": lambda: run_pipeline(paths, out + "-pipe"),
+            "indexed_bzip2 decompress only (p=1)": lambda: run_decompress_only(paths),
+            "shardkit -j1 --threads 1": lambda: run_shardkit(paths, out, "-j", "1", "--threads", "1"),
+            "shardkit -j1 (threads=cores)": lambda: run_shardkit(paths, out, "-j", "1"),
+        }
+        if "j2" not in skip:
+            configs["shardkit -j2 --threads 1"] = lambda: run_shardkit(paths, out, "-j", "2", "--threads", "1")
+    cores = os.cpu_count() or 1
+    whole_pipe = f"whole machine: lbzip2 -n{cores} | zstd -3 -T{cores}"
+    if "whole" not in skip:
+        configs[whole_pipe] = lambda: run_pipeline_whole(paths, out + "-pipe-whole", cores)
+        configs["whole machine: shardkit convert (defaults)"] = lambda: run_shardkit(paths, out)
+        configs["whole machine: shardkit convert --no-verify"] = lambda: run_shardkit(paths, out, "--no-verify")
+        if args.baseline_root:
+            configs["whole machine: baseline shardkit convert (defaults)"] = lambda: run_shardkit(
+                paths, out + "-base", root=os.path.abspath(args.baseline_root))
     times = {name: [] for name in configs}
     for _ in range(args.repeat):  # interleaved, so machine noise spreads over every configuration
         for name, fn in configs.items():
@@ -127,11 +152,19 @@ def main(argv=None):
         med = sorted(ts)[len(ts) // 2]
         results["rows"][name] = {"median_s": med, "runs": ts, "tar_mb_s": total_tar / med / 1e6,
                                  "hours_audio_per_s": hours / med}
-    base = results["rows"]["pipeline lbzip2 -n1 | zstd -3 -T1"]["median_s"]
-    j1 = results["rows"]["shardkit -j1 --threads 1"]["median_s"]
-    for name, row in results["rows"].items():
-        row["vs_pipeline"] = base / row["median_s"]
-        row["vs_shardkit_j1"] = j1 / row["median_s"]
+    if "one-core" not in skip:
+        base = results["rows"]["pipeline lbzip2 -n1 | zstd -3 -T1"]["median_s"]
+        j1 = results["rows"]["shardkit -j1 --threads 1"]["median_s"]
+        for name, row in results["rows"].items():
+            row["vs_pipeline"] = base / row["median_s"]
+            row["vs_shardkit_j1"] = j1 / row["median_s"]
+    if "whole" not in skip:  # each round's time against the whole-machine pipeline of the same round
+        pipe_runs = times[whole_pipe]
+        for name, row in results["rows"].items():
+            if name.startswith("whole machine"):
+                ratios = sorted(p / t for p, t in zip(pipe_runs, times[name]))
+                row["vs_whole_pipeline_per_round"] = ratios
+                row["vs_whole_pipeline_median"] = ratios[len(ratios) // 2]
     if "codecs" not in skip:
         sizes = {}
         for codec in ("none", "zst:1", "zst:3", "zst:19", "gz", "xz", "bz2"):

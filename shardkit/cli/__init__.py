@@ -107,6 +107,8 @@ class ShardProgress:
         self.bytes = 0
 
     def on_plan(self, total: int) -> None:
+        if self.quiet:  # no bar: tqdm is not even imported (~20 ms of a short run's start-up)
+            return
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, unit="shard", file=sys.stderr, dynamic_ncols=True, desc=self.desc,
@@ -114,6 +116,8 @@ class ShardProgress:
 
     def on_result(self, entry: dict) -> None:
         if self.bar is None:
+            if self.quiet and entry.get("status") == "failed" and entry.get("error"):
+                print(f"failed: {entry['error']}", file=sys.stderr)  # as the disabled bar's write did
             return
         self.bar.update(1)
         if self.byte_key and entry.get("status") != "skipped":  # a skipped shard moved no bytes
