@@ -54,19 +54,42 @@ def run_decompress_only(paths):
                 pass
 
 
-def run_pipeline_whole(paths, out_dir, cores):
+CPU_SECONDS: dict[str, list[float]] = {}  # configuration -> CPU seconds of each run, all its processes
+
+
+def with_cpu_count(cmd: list[str], name: str | None) -> tuple[list[str], callable]:
+    """``cmd`` under ``perf stat -e task-clock`` (which counts every process it starts, forkserver
+    workers included), and a function that records the run's CPU seconds under ``name``.
+
+    On a shared machine CPU time is the robust figure; wall time is what the user waits."""
+    if name is None or not shutil.which("perf"):
+        return cmd, lambda: None
+    out = f"/tmp/bench_convert_perf_{os.getpid()}.txt"
+
+    def record():
+        with open(out) as f:
+            ms = next(float(line.split(",")[0]) for line in f if "task-clock" in line)
+        CPU_SECONDS.setdefault(name, []).append(ms / 1e3)
+    return ["perf", "stat", "-x", ",", "-e", "task-clock", "-o", out, "--", *cmd], record
+
+
+def run_pipeline_whole(paths, out_dir, cores, name=None):
     os.makedirs(out_dir, exist_ok=True)
-    for p in paths:
-        out = os.path.join(out_dir, os.path.basename(p).replace(".bz2", ".zst"))
-        subprocess.run(f"lbzip2 -dc -n{cores} '{p}' | zstd -3 -T{cores} -q -f -o '{out}'", shell=True, check=True)
+    script = "; ".join(f"lbzip2 -dc -n{cores} '{p}' | zstd -3 -T{cores} -q -f -o "
+                       f"'{os.path.join(out_dir, os.path.basename(p).replace('.bz2', '.zst'))}'" for p in paths)
+    cmd, record = with_cpu_count(["sh", "-ec", script], name)
+    subprocess.run(cmd, check=True)
+    record()
 
 
-def run_shardkit(paths, out_dir, *args, root=None):
+def run_shardkit(paths, out_dir, *args, root=None, name=None):
     """``shardkit convert`` in a fresh process; ``root``: run that checkout's code instead of this one's."""
     shutil.rmtree(out_dir, ignore_errors=True)
-    cmd = [sys.executable, "-m", "shardkit", "convert", *paths, "-o", out_dir, "-q", "--json", *args]
+    cmd, record = with_cpu_count([sys.executable, "-m", "shardkit", "convert", *paths, "-o", out_dir, "-q",
+                                  "--json", *args], name)
     env = None if root is None else {**os.environ, "PYTHONPATH": root}
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root, env=env)
+    record()
     report = json.loads(proc.stdout)
     assert report["failed"] == 0 and report["ok"] == len(paths), report
     return report
@@ -134,12 +157,15 @@ def main(argv=None):
     cores = os.cpu_count() or 1
     whole_pipe = f"whole machine: lbzip2 -n{cores} | zstd -3 -T{cores}"
     if "whole" not in skip:
-        configs[whole_pipe] = lambda: run_pipeline_whole(paths, out + "-pipe-whole", cores)
-        configs["whole machine: shardkit convert (defaults)"] = lambda: run_shardkit(paths, out)
-        configs["whole machine: shardkit convert --no-verify"] = lambda: run_shardkit(paths, out, "--no-verify")
+        configs[whole_pipe] = lambda: run_pipeline_whole(paths, out + "-pipe-whole", cores, name=whole_pipe)
+        name_new = "whole machine: shardkit convert (defaults)"
+        configs[name_new] = lambda: run_shardkit(paths, out, name=name_new)
+        name_nv = "whole machine: shardkit convert --no-verify"
+        configs[name_nv] = lambda: run_shardkit(paths, out, "--no-verify", name=name_nv)
         if args.baseline_root:
-            configs["whole machine: baseline shardkit convert (defaults)"] = lambda: run_shardkit(
-                paths, out + "-base", root=os.path.abspath(args.baseline_root))
+            name_base = "whole machine: baseline shardkit convert (defaults)"
+            configs[name_base] = lambda: run_shardkit(paths, out + "-base", root=os.path.abspath(args.baseline_root),
+                                                      name=name_base)
     times = {name: [] for name in configs}
     for _ in range(args.repeat):  # interleaved, so machine noise spreads over every configuration
         for name, fn in configs.items():
@@ -165,6 +191,12 @@ def main(argv=None):
                 ratios = sorted(p / t for p, t in zip(pipe_runs, times[name]))
                 row["vs_whole_pipeline_per_round"] = ratios
                 row["vs_whole_pipeline_median"] = ratios[len(ratios) // 2]
+                cpu = CPU_SECONDS.get(name)
+                if cpu:  # CPU seconds of all processes; pipeline CPU / this CPU, per round
+                    row["cpu_s"] = cpu
+                    row["cpu_s_median"] = sorted(cpu)[len(cpu) // 2]
+                    cpu_ratios = sorted(p / c for p, c in zip(CPU_SECONDS[whole_pipe], cpu))
+                    row["cpu_vs_whole_pipeline_median"] = cpu_ratios[len(cpu_ratios) // 2]
     if "codecs" not in skip:
         sizes = {}
         for codec in ("none", "zst:1", "zst:3", "zst:19", "gz", "xz", "bz2"):

@@ -69,26 +69,6 @@ def member_digest(name: str, data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-try:  # isal's CRC-32 and Adler-32 run at ~15 GB/s here, zlib's at ~4, SHA-256 at 1.4
-    from isal.isal_zlib import adler32 as _adler32, crc32 as _crc32
-except ImportError:
-    from zlib import adler32 as _adler32, crc32 as _crc32
-
-
-def member_check(data) -> tuple[int, int, int]:
-    """What the read-back compares for each member: its size, CRC-32 and Adler-32.
-
-    The member's SHA-256 (the manifest's ``members_digest``) is computed once, on the bytes as
-    written; the read-back of a written shard compares this cheaper 64-bit check of every member
-    instead of hashing every member with SHA-256 a second time.
-    """
-    return len(data), _crc32(data), _adler32(data)
-
-
-def read_member_checks(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> list[tuple]:
-    return [(name, member_check(data)) for name, data in iter_shard_members(path, max_member_bytes=max_member_bytes)]
-
-
 def combine_digests(entries: list[tuple[str, bytes]]) -> str:
     """One digest over the ordered (name, content digest) pairs of a shard."""
     h = hashlib.sha256()
@@ -167,8 +147,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
         result["source"] = _source_info(src)
         if is_local(dst):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
-        written: list[tuple[str, bytes]] = []  # (name, SHA-256) of each member written
-        checks: list[tuple[str, tuple]] = []  # (name, member_check) of each, for the read-back
+        written: list[tuple[str, bytes]] = []
         transcode_info: list[dict] = []
         pending: list[tuple[str, bytes]] = []
         pending_key = None
@@ -182,8 +161,6 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                 for name, data in pending:
                     tar.add(name, data)
                     written.append((name, member_digest(name, data)))
-                    if settings.verify:
-                        checks.append((name, member_check(data)))
                 pending.clear()
 
             try:
@@ -215,12 +192,12 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
             if transcode_info:
                 result["transcoded"] = transcode_info
 
-            def verify(tmp):  # every member read back: names, order, sizes and checks as written
-                back = read_member_checks(tmp, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
-                if back != checks:
-                    mismatch = next((a[0] for a, b in zip(checks, back) if a != b), None)
+            def verify(tmp):
+                back = read_member_digests(tmp, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
+                if back != written:
+                    mismatch = next((a[0] for a, b in zip(written, back) if a != b), None)
                     raise VerificationError(f"written shard does not read back as written "
-                                            f"({len(back)} vs {len(checks)} members)", shard=dst, member=mismatch)
+                                            f"({len(back)} vs {len(written)} members)", shard=dst, member=mismatch)
 
             # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
             target.commit(verify if settings.verify else None)
