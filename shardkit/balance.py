@@ -664,7 +664,7 @@ class _SourceReader:
         self._fds: dict[str, int] = {}
 
     def member(self, shard: str, name: str, offset: int, size: int) -> bytes:
-        from .tario import parse_number_field
+        from .tario import parse_header
 
         path = self._read_paths.get(shard, shard)
         fd = self._fds.pop(shard, None)
@@ -680,15 +680,13 @@ class _SourceReader:
         header, data = block[:512], block[512:]
         # the header just before the data must name this member with this size: otherwise the
         # shard changed since it was indexed and the offsets point elsewhere
-        stored = header[0:100].split(b"\x00", 1)[0]
-        if header[257:263] == b"ustar\x00" and header[345:346] != b"\x00":
-            stored = header[345:500].split(b"\x00", 1)[0] + b"/" + stored
-        ok = len(data) == size and stored and name.encode("utf-8", "surrogateescape").startswith(stored)
-        if ok:
-            try:
-                ok = parse_number_field(header[124:136], "size") == size
-            except ShardkitError:
-                ok = False
+        try:  # the one tar parser's reading of that header (tario.parse_header)
+            typeflag, stored, stored_size = parse_header(header) if len(header) == 512 else (b"", b"", -1)
+        except ShardkitError:
+            typeflag, stored, stored_size = b"", b"", -1
+        # a long name's member header holds its first 100 bytes: a prefix check
+        ok = (len(data) == size and typeflag in (b"0", b"\x00", b"7") and stored
+              and name.encode("utf-8", "surrogateescape").startswith(stored) and stored_size == size)
         if not ok:
             raise ShardkitError("member is not where the index says (the shard changed since it was indexed; "
                                 "index it again)", shard=shard, member=name)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import os
-import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
@@ -44,7 +43,14 @@ from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_t
 
 # Check names, as they appear in findings. Container:
 STREAM = "stream"  # compressed stream truncated or damaged
-TAR = "tar"  # malformed tar header, truncated member
+TAR = "tar"  # not a tar, truncated header or member
+# Headers that Python's tarfile (what WeNet and WebDataset read with) could read differently:
+TAR_CHECKSUM = "tar_checksum"  # a header's checksum does not match: tarfile stops there
+TAR_NUMBER_FIELD = "tar_number_field"  # garbage in mode/uid/gid/size/mtime/checksum/device fields, negative size
+TAR_PAX = "tar_pax"  # malformed pax records, a pax size that is not a number, GNU sparse, global path/size
+TAR_ZERO_BLOCK = "tar_zero_block"  # data after an end-of-archive block: tarfile stops at the first one
+TAR_NAME_CHAIN = "tar_name_chain"  # chained long-name/pax headers, or one with no member after it
+TAR_NAME_ENCODING = "tar_name_encoding"  # member name not UTF-8, or holding a NUL (shown escaped)
 UNSAFE_MEMBER = "unsafe_member"  # '..', absolute, link, device, directory
 MEMBER_TOO_LARGE = "member_too_large"
 EMPTY_SHARD = "empty_shard"
@@ -69,7 +75,8 @@ CHANNELS = "channels"
 DURATION = "duration"
 FORMAT_MISMATCH = "format_mismatch"
 
-CHECKS = (STREAM, TAR, UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
+CHECKS = (STREAM, TAR, TAR_CHECKSUM, TAR_NUMBER_FIELD, TAR_PAX, TAR_ZERO_BLOCK, TAR_NAME_CHAIN, TAR_NAME_ENCODING,
+          UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
           MULTIPLE_AUDIO, MULTIPLE_TXT, SPLIT_KEY, DUPLICATE_KEY, TEXT_ENCODING, EMPTY_TEXT, DECODE, TRUNCATED,
           EMPTY_AUDIO, NAN, SAMPLE_RATE, CHANNELS, DURATION, FORMAT_MISMATCH)
 
@@ -371,7 +378,6 @@ class _TapReader:
 
     def __init__(self, source):
         self._read = source.read
-        self.last = b""
         self.capture_left = 0
         self.captured: list[bytes] = []
 
@@ -381,7 +387,6 @@ class _TapReader:
             take = data[:self.capture_left]
             self.captured.append(take)
             self.capture_left -= len(take)
-        self.last = data
         return data
 
 
@@ -445,7 +450,10 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
         index, err, size = pending_unsafe
         pending_unsafe.clear()
         data = b"".join(tap.captured)
-        if size is not None and complete and len(data) == size:
+        if err.check == TAR_NAME_ENCODING:  # err.member is the escaped name: writing it would rename the member
+            line(err.member, None, [err.check], [f"{err.check}: {err.reason}",
+                                                 "not kept: its name cannot be written unchanged"], False)
+        elif size is not None and complete and len(data) == size:
             rejects.tar.add(err.member, data)
             line(err.member, None, [err.check], [f"{err.check}: {err.reason}"], True)
         else:
@@ -462,11 +470,8 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
 
             def on_error(err: ShardkitError) -> None:
                 flush_unsafe(tap, True)
-                try:  # the reader calls on_error right after reading the member's header
-                    info = tarfile.TarInfo.frombuf(tap.last, "utf-8", "surrogateescape")
-                    size = info.size if info.isreg() and info.size <= options.max_member_bytes else None
-                except tarfile.TarError:
-                    size = None
+                # the parser says how many data bytes follow a refused regular member (None: none to keep)
+                size = getattr(err, "member_size", None)
                 pending_unsafe[:] = [next(index_of), err, size]
                 tap.captured = []
                 tap.capture_left = size or 0
