@@ -664,7 +664,7 @@ class _SourceReader:
         self._fds: dict[str, int] = {}
 
     def member(self, shard: str, name: str, offset: int, size: int) -> bytes:
-        from .tario import parse_header
+        from .tario import open_regular, parse_header
 
         path = self._read_paths.get(shard, shard)
         fd = self._fds.pop(shard, None)
@@ -672,9 +672,9 @@ class _SourceReader:
             if len(self._fds) >= MAX_OPEN_SOURCES:
                 os.close(self._fds.pop(next(iter(self._fds))))
             try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError as err:
-                raise ShardkitError(f"cannot open source ({err.strerror})", shard=shard) from None
+                fd = open_regular(path)  # a FIFO or device fails at once, never blocks
+            except ShardkitError as err:
+                raise ShardkitError(f"cannot open source ({err.reason})", shard=shard) from None
         self._fds[shard] = fd  # most recently used last
         block = os.pread(fd, 512 + size, offset - 512) if offset >= 512 else b""
         header, data = block[:512], block[512:]

@@ -20,7 +20,9 @@ every size is checked (>= 0, within the stream, within ``max_member_bytes``).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tarfile
 import zlib
 from typing import BinaryIO, Callable, Generator, Iterable, Iterator
@@ -396,20 +398,51 @@ def _skip(read, nbytes: int, shard: str, member: str, offset: int) -> None:
         offset += step
 
 
+def _file_kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def open_regular(path: str) -> int:
+    """A file descriptor open for reading on ``path``, which must be a regular file.
+
+    Opened non-blocking first, so a FIFO (or a device) named where a shard file is expected fails
+    at once instead of waiting for a writer; the descriptor is blocking again when returned.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise ShardkitError("no such file", shard=escape_name(path)) from None
+    except IsADirectoryError:
+        raise ShardkitError("is a directory, not a shard", shard=escape_name(path)) from None
+    except OSError as err:
+        raise ShardkitError(f"cannot open ({err.strerror or err})", shard=escape_name(path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ShardkitError(f"is {_file_kind(mode)}, not a regular file (a shard must be a file; give a stream "
+                                "as pipe:CMD)", shard=escape_name(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_shard(path: str) -> BinaryIO:
-    """Open a shard for reading (a file, an fsspec URL or ``pipe:CMD``); failures raise a located error."""
+    """Open a shard for reading (a regular file, an fsspec URL or ``pipe:CMD``); failures raise a located error.
+
+    A local path must name a regular file: a FIFO, device or directory fails at once (never blocks).
+    """
     from .remote import is_local, open_input
 
     if not is_local(path):
         return open_input(path)
-    try:
-        return open(path, "rb", buffering=1 << 20)
-    except FileNotFoundError:
-        raise ShardkitError("no such file", shard=path) from None
-    except IsADirectoryError:
-        raise ShardkitError("is a directory, not a shard", shard=path) from None
-    except OSError as err:
-        raise ShardkitError(f"cannot open ({err.strerror})", shard=path) from err
+    return os.fdopen(open_regular(path), "rb", buffering=1 << 20)
 
 
 def shard_reader(f: BinaryIO, *, shard: str, codec: str | None = None, threads: int = 1) -> BinaryIO | ChunkReader:

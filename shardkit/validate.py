@@ -38,8 +38,8 @@ from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .manifest import atomic_write_lines, fsync_dir, prepare_out_dir
 from .split import slice_path, slice_record
-from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_tar_members, open_shard, \
-    shard_reader, split_key
+from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_tar_members, open_regular, \
+    open_shard, shard_reader, split_key
 
 # Check names, as they appear in findings. Container:
 STREAM = "stream"  # compressed stream truncated or damaged
@@ -272,10 +272,12 @@ def _file_facts(path: str) -> tuple[int | None, str | None, str | None]:
         size = os.stat(path).st_size
         if not os.path.isfile(path):
             return None, None, "is not a regular file"
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             return size, detect_codec(f.read(16)), None
     except FileNotFoundError:
         return None, None, "no such file"
+    except ShardkitError as err:
+        return None, None, err.reason
     except OSError as err:
         return None, None, f"cannot read it ({err.strerror or err})"
 
@@ -432,7 +434,7 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
     """
     by_index = {entry[0]: entry for entry in rejected}
     drop_keys = set(reject_keys)
-    with open(src, "rb") as f:
+    with open_shard(src) as f:
         codec = detect_codec(f.read(16))
     suffix = ".tar" + CODECS[codec].suffix
     cleaned = rejects = None
