@@ -15,7 +15,7 @@ from typing import Callable
 
 from . import __version__
 from .codecs import CODECS, open_writer
-from .errors import ShardkitError, UsageError, VerificationError
+from .errors import ShardkitError, UsageError, VerificationError, printable
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .manifest import Journal, atomic_write_json, atomic_write_lines, load_json, prepare_out_dir
@@ -142,6 +142,10 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
 
     tmp = partial_path(dst)
     try:
+        if printable(src) != src:  # data.list and convert.json are UTF-8 text: they could not name it
+            result["source"] = {"path": printable(src)}
+            raise ShardkitError("shard path is not UTF-8: data.list and convert.json could not name it or its "
+                                "output; rename the file", shard=printable(src))
         result["source"] = _source_info(src)
         if is_local(dst):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -197,6 +201,8 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                 mismatch = next((a[0] for a, b in zip(written, back) if a != b), None)
                 raise VerificationError(f"written shard does not read back as written "
                                         f"({len(back)} vs {len(written)} members)", shard=dst, member=mismatch)
+        if is_local(src) and _source_info(src) != result["source"]:
+            raise ShardkitError("source changed while it was being converted; convert it again", shard=src)
         publish_output(tmp, dst)  # local: rename and fsync the folder; URL: temporary key, then move
         result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
         result["status"] = "salvaged" if result["lost"] else "ok"

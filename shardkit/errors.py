@@ -115,3 +115,24 @@ class VerificationError(ShardkitError):
     """A written output does not read back to what was read from the source."""
 
     check = "verify"
+
+
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8 text: bytes a file system name held that are not UTF-8 (Python keeps them as
+    surrogate escapes) become ``\\xNN``. Names that were UTF-8 come back unchanged."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def json_safe(obj):
+    """``obj`` with every string made ``printable``, so that a JSON report is always valid UTF-8."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {json_safe(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from .errors import AudioError, ShardkitError
+from .errors import AudioError, ShardkitError, printable
 from .tario import (AUDIO_EXTENSIONS, BLOCK, ChunkReader, DEFAULT_MAX_MEMBER_BYTES, group_samples, iter_tar_members,
                     open_shard)
 
@@ -116,6 +116,9 @@ def default_corpus_name(shard: str) -> str:
 def index_shard(shard: str, corpus: str | None = None, *,
                 max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> list[dict]:
     """Index records of every utterance in one shard, in shard order. Raises a located ShardkitError."""
+    if printable(shard) != shard:
+        raise ShardkitError("shard path is not UTF-8: index lines are UTF-8 JSON and could not name it; rename the "
+                            "file", shard=printable(shard))
     corpus = corpus or default_corpus_name(shard)
     members = iter_members_with_offsets(shard, max_member_bytes=max_member_bytes)
     return [utterance_record(s, shard=shard, corpus=corpus) for s in group_samples(members, shard=shard)]

@@ -187,6 +187,7 @@ _PAX_SIZE = re.compile(rb"[0-9]{1,20}")
 # only as a plain number (size) or a name (path).
 _PAX_APPLIED = (b"path", b"size", b"linkpath")
 _PAX_CHARSETS = (b"BINARY", b"ISO-IR 10646 2000 UTF-8")
+_PAX_CHARSET_SEARCH = re.compile(rb"\d+ hdrcharset=([^\n]+)\n")
 
 
 def _parse_pax(data: bytes) -> dict[bytes, bytes]:
@@ -211,12 +212,15 @@ def _parse_pax(data: bytes) -> dict[bytes, bytes]:
         keyword, equals, value = data[match.end():pos + length - 1].partition(b"=")
         if not keyword or not equals:
             raise TarPaxError(f"damaged pax header record at byte {pos} of the header (no 'keyword=')")
-        if keyword in records and keyword in _PAX_APPLIED:
-            raise TarPaxError(f"pax header sets {keyword.decode()!r} twice")
+        if keyword in records:
+            raise TarPaxError(f"pax header sets {escape_name(keyword)!r} twice")
         records[keyword] = value
         pos += length
     if data.count(0, pos) != end - pos:
         raise TarPaxError(f"damaged pax header (bytes after its last record at byte {pos})")
+    charset = _PAX_CHARSET_SEARCH.search(data)  # how tarfile before 3.12.5 finds it: anywhere in the data
+    if charset is not None and charset.group(1) not in _PAX_CHARSETS:
+        raise TarPaxError(f"pax hdrcharset {escape_name(charset.group(1))!r} is not one tarfile reads")
     for keyword, value in records.items():
         if keyword.startswith(b"GNU.sparse."):
             raise TarPaxError("GNU sparse member refused (pax GNU.sparse records)")

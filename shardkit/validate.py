@@ -33,7 +33,7 @@ import numpy as np
 from . import __version__
 from .audio import EXTENSION_FORMATS, parse_wav_header, sniff_format
 from .codecs import CODECS, detect_codec, open_writer
-from .errors import AudioError, ShardkitError, UsageError
+from .errors import AudioError, ShardkitError, UsageError, json_safe, printable
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .manifest import atomic_write_lines, fsync_dir, prepare_out_dir
@@ -295,7 +295,11 @@ def validate_shard(path: str, options: ValidateOptions) -> dict:
     rejected: list[list] = []
     result = {"shard": path, "bytes": None, "codec": None, "utterances": 0, "members": 0, "seconds": 0.0,
               "sample_rates": {}, "findings": findings, "keys": [], "rejected": rejected}
+    result["stamp"] = _stamp(path)  # before reading: quarantine's second pass checks the source is the same
     size, codec, problem = _file_facts(path)
+    if problem is None and printable(path) != path:
+        size, codec, problem = None, None, ("shard path is not UTF-8: WeNet reads data.list as UTF-8 text and "
+                                            "cannot name it; rename the file")
     result["bytes"], result["codec"] = size, codec
     if problem is not None:
         findings.append(finding(path, None, None, MISSING_FILE, problem))
@@ -424,8 +428,17 @@ class _ShardOut:
             os.unlink(_partial(self.path))
 
 
+def _stamp(path: str) -> list | None:
+    """``[size, mtime_ns]`` of a local file, None if it cannot be read: tells a source changed between passes."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
 def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], reject_keys: list[str],
-                     options: ValidateOptions) -> dict:
+                     options: ValidateOptions, stamp: list | None = None) -> dict:
     """Split ``src`` into ``<stem>.tar[.ext]`` (kept) and ``<stem>.rejects.tar[.ext]`` in ``out_dir``.
 
     ``rejected`` comes from ``validate_shard``; ``reject_keys`` are keys found in an earlier shard
@@ -434,8 +447,16 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
     """
     by_index = {entry[0]: entry for entry in rejected}
     drop_keys = set(reject_keys)
-    with open_shard(src) as f:
-        codec = detect_codec(f.read(16))
+    try:
+        if stamp is not None and _stamp(src) != stamp:
+            raise ShardkitError("source changed or vanished since it was validated; validate it again", shard=src)
+        with open_shard(src) as f:
+            codec = detect_codec(f.read(16))
+    except ShardkitError as err:  # this shard's quarantine fails; the run goes on
+        return {"shard": src, "cleaned": None, "rejects": None, "kept_members": 0, "rejected_members": 0,
+                "lines": [{"shard": src, "member": None, "key": None, "checks": [err.check],
+                           "reasons": [f"{err.check}: {err.reason}; nothing of this shard was quarantined"],
+                           "rejects_shard": None}]}
     suffix = ".tar" + CODECS[codec].suffix
     cleaned = rejects = None
     lines: list[dict] = []
@@ -499,6 +520,8 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
                 flush_unsafe(tap, False)
                 line(None, None, [err.check], [f"{err.check}: {err.reason}; the rest of the shard cannot be read "
                                                f"and is not in either output"], False)
+        if stamp is not None and _stamp(src) != stamp:
+            raise ShardkitError("source changed while it was quarantined; validate it again", shard=src)
         result = {"shard": src, "cleaned": cleaned.finish(), "rejects": rejects.finish(),
                   "kept_members": counts["kept"], "rejected_members": counts["rejected"], "lines": lines}
         fsync_dir(out_dir)
@@ -510,6 +533,11 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
         if isinstance(err, OSError):
             raise ShardkitError(f"cannot write its quarantine outputs in {out_dir} ({err.strerror or err})",
                                 shard=src) from err
+        if isinstance(err, ShardkitError) and err.reason.startswith("source changed"):
+            return {"shard": src, "cleaned": None, "rejects": None, "kept_members": 0, "rejected_members": 0,
+                    "lines": [{"shard": src, "member": None, "key": None, "checks": [err.check],
+                               "reasons": [f"{err.check}: {err.reason}; nothing of this shard was quarantined"],
+                               "rejects_shard": None}]}
         raise
 
 
@@ -560,7 +588,7 @@ class ValidateReport:
                "totals": self.totals(), "shards": shards, "findings": self.findings, "quarantine": self.quarantine}
         if self.slice:
             doc["slice"] = self.slice
-        return doc
+        return json_safe(doc)  # names escaped where not UTF-8: always valid JSON
 
     @property
     def exit_code(self) -> int:
@@ -662,13 +690,14 @@ def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int |
 
     if quarantine_dir is not None:
         todo = [i for i, r in enumerate(results) if r["findings"] and r["codec"] is not None]
-        tasks = [(shards[i], quarantine_dir, stems[i], results[i]["rejected"], reject_keys.get(i, []), options)
-                 for i in todo]
+        tasks = [(shards[i], quarantine_dir, stems[i], results[i]["rejected"], reject_keys.get(i, []), options,
+                  results[i].get("stamp")) for i in todo]
         outcome = {todo[j]: r for j, r in run_tasks(_quarantine_task, tasks, jobs=jobs, executor=executor,
                                                      ray_address=ray_address)}
         report.quarantine = write_quarantine_lists(quarantine_dir, shards, results, [outcome[i] for i in todo],
                                                    split=split)
     for r in results:
+        r.pop("stamp", None)
         if not (slice_info and quarantine_dir is not None):
             r.pop("rejected", None)
     report.seconds = time.perf_counter() - started
