@@ -251,3 +251,61 @@ def test_list_check_reports_each_crafted_shard(hostile, codec):
         assert status[path]["status"] == "bad", (path, status[path])
     assert status[fifo]["status"] == "bad" and "FIFO" in status[fifo]["error"]
     assert doc["ok"] == 5 and doc["utterances"] == 20
+
+
+def test_non_utf8_shard_path_fails_that_shard_and_json_stays_valid(tmp_path):
+    src = os.path.join(os.fsencode(tmp_path), b"src")
+    os.mkdir(src)
+    good = io.BytesIO()
+    w = TarWriter(good)
+    for name, data in good_members(2):
+        w.add(name, data)
+    w.close()
+    for name in (b"bad\xff.tar", b"good.tar"):
+        with open(os.path.join(src, name), "wb") as f:
+            f.write(good.getvalue())
+    folder = os.fsdecode(src)
+    bad = os.fsdecode(os.path.join(src, b"bad\xff.tar"))
+    for args, failures in ((["convert", folder, "-o", tmp_path / "out"], "failures"),
+                           (["index", folder, "-o", tmp_path / "i.jsonl"], "failures"),
+                           (["validate", folder], "findings")):
+        result = run(*args, "--json", "-j", "1")
+        assert result.exit_code == 1, args
+        doc = json.loads(result.stdout_bytes.decode("utf-8"))  # valid UTF-8, the name escaped
+        listed = [f["shard"] for f in doc[failures]]
+        assert listed == [bad.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")], args
+        assert "not UTF-8" in json.dumps(doc[failures])
+
+
+def test_quarantine_keeps_names_unchanged_and_survives_a_vanished_source(tmp_path):
+    from shardkit.validate import ValidateOptions, run_validate
+
+    m = good_members(3)
+    names = tmp_path / "names.tar"
+    names.write_bytes(plain(m[:2]) + member(b"spk/utt\xff.wav", m[3][1]) + plain(m[2:]) + END)
+    gone = tmp_path / "gone.tar"
+    gone.write_bytes(plain(m[:2]) + member(b"../evil.wav", b"x") + plain(m[2:]) + END)
+    import shardkit.validate as validate
+
+    real = validate.validate_shard
+
+    def then_vanish(path, options):  # the source goes away between validate's two passes
+        result = real(path, options)
+        if path.endswith("gone.tar"):
+            os.unlink(path)
+        return result
+
+    validate.validate_shard = then_vanish
+    try:
+        report = run_validate([str(names), str(gone)], ValidateOptions(), jobs=1, quarantine_dir=str(tmp_path / "q"))
+    finally:
+        validate.validate_shard = real
+    checks = {(os.path.basename(f["shard"]), f["check"]) for f in report.findings}
+    assert ("names.tar", "tar_name_encoding") in checks and ("gone.tar", "unsafe_member") in checks
+    lines = [json.loads(line) for line in open(tmp_path / "q" / "rejects.jsonl", encoding="utf-8")]
+    named = next(line for line in lines if line["shard"] == str(names))
+    assert named["member"] == "spk/utt\\xff.wav" and named["rejects_shard"] is None  # not written under another name
+    assert [n for n, _ in iter_shard_members(str(tmp_path / "q" / "names.tar"))] == [n for n, _ in m]
+    vanished = next(line for line in lines if line["shard"] == str(gone))
+    assert "vanished" in vanished["reasons"][0]
+    assert str(tmp_path / "q" / "gone.tar") not in open(tmp_path / "q" / "data.list").read()
