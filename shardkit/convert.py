@@ -20,7 +20,7 @@ from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .manifest import Journal, atomic_write_json, atomic_write_lines, load_json, prepare_out_dir
 from .split import slice_path, slice_record
-from .tario import DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_shard_members, split_key
+from .tario import DEFAULT_MAX_MEMBER_BYTES, MemberStream, TarWriter, iter_shard_members, split_key
 
 MANIFEST = "convert.json"
 JOURNAL = ".convert.journal.jsonl"
@@ -75,7 +75,34 @@ def combine_digests(entries: list[tuple[str, bytes]]) -> str:
 
 
 def read_member_digests(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> list[tuple[str, bytes]]:
-    return [(name, member_digest(name, data)) for name, data in iter_shard_members(path, max_member_bytes=max_member_bytes)]
+    """``(name, sha256 digest)`` per member; a large member is hashed in chunks, never held whole."""
+    return [(name, _stream_digest(data) if isinstance(data, MemberStream) else member_digest(name, data))
+            for name, data in iter_shard_members(path, max_member_bytes=max_member_bytes,
+                                                 stream_over=STREAM_MEMBER_BYTES)]
+
+
+# A member above this size is copied and verified in chunks (memory stays bounded whatever the member).
+STREAM_MEMBER_BYTES = 32 << 20
+
+
+def _stream_digest(body: MemberStream) -> bytes:
+    h = hashlib.sha256()
+    for chunk in body.chunks():
+        h.update(chunk)
+    return h.digest()
+
+
+def copy_member(tar: TarWriter, name: str, body: MemberStream) -> bytes:
+    """Copy a streamed member into ``tar`` chunk by chunk; its content digest."""
+    h = hashlib.sha256()
+
+    def hashed():
+        for chunk in body.chunks():
+            h.update(chunk)
+            yield chunk
+
+    tar.add_chunks(name, body.size, hashed())
+    return h.digest()
 
 
 def partial_path(dst: str) -> str:
@@ -165,14 +192,22 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                     written.append((name, member_digest(name, data)))
                 pending.clear()
 
+            streaming = []  # non-empty while a large member is being copied: no salvage inside it
             try:
                 for name, data in iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
-                                                     threads=settings.threads):
+                                                     threads=settings.threads,
+                                                     stream_over=None if transform else STREAM_MEMBER_BYTES):
                     key, _ = split_key(name)
                     if key != pending_key:
                         flush_pending()
                         pending_key = key
                         samples += 1
+                    if isinstance(data, MemberStream):  # too large to hold: copied through in chunks
+                        flush_pending()
+                        streaming.append(name)
+                        written.append((name, copy_member(tar, name, data)))
+                        streaming.clear()
+                        continue
                     if transform is not None:
                         name, data, info = transform(src, name, data)
                         if info:
@@ -180,7 +215,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                     pending.append((name, data))
                 flush_pending()
             except ShardkitError as err:
-                if not settings.salvage or not written and not pending:
+                if not settings.salvage or not written and not pending or streaming:
                     raise
                 result["lost"] = {"error": str(err), "after_member": written[-1][0] if written else None,
                                   "dropped_members": [n for n, _ in pending]}

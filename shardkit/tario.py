@@ -244,6 +244,7 @@ def iter_tar_members(
     on_error: Callable[[ShardkitError], None] | None = None,
     offset: int = 0,
     members: int = 0,
+    stream_over: int | None = None,
 ) -> Generator[tuple[str, bytes], None, bool]:
     """Yield ``(name, data)`` for every regular member of a tar stream, in order.
 
@@ -254,7 +255,9 @@ def iter_tar_members(
     badly named members raise; with ``on_error`` they are passed to it and skipped instead (the
     stream stays in step). Malformed headers and truncation always raise ``TarFormatError``
     naming the byte offset. ``offset`` and ``members``: where a caller that parsed the stream's
-    start itself hands over. Returns True when the end-of-archive block was read.
+    start itself hands over. ``stream_over``: a member larger than this many bytes is yielded as
+    a ``MemberStream`` (its data read in chunks, never held whole) instead of bytes. Returns True
+    when the end-of-archive block was read.
     """
     read = source.read
     long_name: bytes | None = None  # a GNU 'L' header's name, waiting for its member
@@ -366,6 +369,12 @@ def iter_tar_members(
             _skip(read, padded, shard, text, offset)
             offset += padded
             continue
+        if stream_over is not None and size > stream_over:
+            body = MemberStream(read, size, shard, text, offset)
+            yield text, body
+            body.finish()
+            offset += padded
+            continue
         data = read(size)
         if len(data) < size:
             raise fail(TarFormatError, f"stream ends inside member data ({len(data)} of {size} bytes; truncated)",
@@ -375,6 +384,42 @@ def iter_tar_members(
                        offset + size, text)
         offset += padded
         yield text, data
+
+
+class MemberStream:
+    """A member's data read in chunks straight from the tar stream, for members too large to hold.
+
+    Valid until the reader moves on (the next member is read when the generator resumes); what
+    the consumer did not read is skipped then, and the padding checked.
+    """
+
+    __slots__ = ("size", "_read", "_left", "_shard", "_member", "_offset")
+
+    def __init__(self, read, size: int, shard: str, member: str, offset: int):
+        self.size = size
+        self._read, self._left = read, size
+        self._shard, self._member, self._offset = shard, member, offset
+
+    def chunks(self, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """The member's bytes in order, at most ``chunk_size`` at a time; truncation raises TarFormatError."""
+        while self._left > 0:
+            want = min(chunk_size, self._left)
+            data = self._read(want)
+            if len(data) < want:
+                got = self.size - self._left + len(data)
+                self._left = 0
+                raise TarFormatError(f"stream ends inside member data ({got} of {self.size} bytes; truncated) at "
+                                     f"byte {self._offset}", shard=self._shard, member=self._member)
+            self._left -= want
+            yield data
+
+    def finish(self) -> None:
+        for _ in self.chunks(1 << 22):
+            pass
+        pad = -self.size % BLOCK
+        if pad and len(self._read(pad)) < pad:
+            raise TarFormatError(f"stream ends inside the member's padding to 512 bytes (truncated) at byte "
+                                 f"{self._offset + self.size}", shard=self._shard, member=self._member)
 
 
 def _check_end(read, offset: int, shard: str) -> None:
@@ -461,11 +506,15 @@ def shard_reader(f: BinaryIO, *, shard: str, codec: str | None = None, threads: 
 
 
 def iter_shard_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
-                       on_error: Callable[[ShardkitError], None] | None = None) -> Iterator[tuple[str, bytes]]:
-    """``(name, data)`` for each member of the shard at ``path`` (any compression)."""
+                       on_error: Callable[[ShardkitError], None] | None = None,
+                       stream_over: int | None = None) -> Iterator[tuple[str, bytes]]:
+    """``(name, data)`` for each member of the shard at ``path`` (any compression).
+
+    With ``stream_over``, a member above that many bytes comes as a ``MemberStream`` instead of bytes.
+    """
     with open_shard(path) as f:
         yield from iter_tar_members(shard_reader(f, shard=path, threads=threads), shard=path,
-                                    max_member_bytes=max_member_bytes, on_error=on_error)
+                                    max_member_bytes=max_member_bytes, on_error=on_error, stream_over=stream_over)
 
 
 def split_key(name: str) -> tuple[str, str]:
@@ -523,6 +572,24 @@ class TarWriter:
         if pad:
             self._out.write(bytes(pad))
         self._offset += len(header) + len(data) + pad
+        self.members += 1
+
+    def add_chunks(self, name: str, size: int, chunks: Iterable[bytes]) -> None:
+        """A member of ``size`` bytes given as chunks (never held whole); fewer or more bytes raise."""
+        header = tar_header(name, size)
+        self._out.write(header)
+        written = 0
+        for chunk in chunks:
+            written += len(chunk)
+            if written > size:
+                break
+            self._out.write(chunk)
+        if written != size:
+            raise ShardkitError(f"member data is {written} bytes, its header says {size}", member=name)
+        pad = -size % BLOCK
+        if pad:
+            self._out.write(bytes(pad))
+        self._offset += len(header) + size + pad
         self.members += 1
 
     def close(self) -> int:
