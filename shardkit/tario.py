@@ -20,6 +20,7 @@ every size is checked (>= 0, within the stream, within ``max_member_bytes``).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import stat
@@ -43,6 +44,9 @@ _REFUSED_TYPES = {b"1": "hard link", b"2": "symbolic link", b"3": "character dev
                   b"4": "block device", b"5": "directory", b"6": "FIFO"}
 
 
+_LARGE_READ = 4 << 20
+
+
 class ChunkReader:
     """Exact-size reads over an iterator of byte chunks (the decompressors' output)."""
 
@@ -61,6 +65,8 @@ class ChunkReader:
         if end <= len(buf):
             self._pos = end
             return buf[pos:end]
+        if n >= _LARGE_READ:
+            return self._read_large(n)
         parts = [buf[pos:]]
         have = len(buf) - pos
         for chunk in self._chunks:
@@ -73,6 +79,23 @@ class ChunkReader:
             have += len(chunk)
         self._buf, self._pos = b"", 0
         return b"".join(parts)
+
+    def _read_large(self, n: int) -> bytes:
+        # chunks go straight into one growing buffer whose bytes object getvalue() hands over without
+        # a copy: a large member costs about its size once, not twice (the parts, then their join)
+        out = io.BytesIO()
+        out.write(memoryview(self._buf)[self._pos:])
+        have = len(self._buf) - self._pos
+        self._buf, self._pos = b"", 0
+        for chunk in self._chunks:
+            need = n - have
+            if len(chunk) >= need:
+                out.write(memoryview(chunk)[:need])
+                self._buf, self._pos = chunk, need
+                break
+            out.write(chunk)
+            have += len(chunk)
+        return out.getvalue()
 
     def drain(self) -> None:
         """Consume the rest, so the decompressor checks the stream's end (CRCs, truncation)."""

@@ -143,15 +143,25 @@ def _partial_frames(data: bytes) -> int:
     return frames
 
 
-def _decode_soundfile(data: bytes) -> tuple[np.ndarray, int, int, bool]:
-    """``(samples, rate, header_frames, is_float)``; integer PCM decodes to int16 (cheaper, no NaN possible)."""
+_DECODE_BLOCK = 1 << 18  # frames decoded at a time: memory holds the member, not its decoded copy too
+
+
+def _decode_soundfile(data: bytes) -> tuple[tuple[int, int, int], int, int, bool]:
+    """``((frames, channels, bad), rate, header_frames, is_float)``, decoded in full, block by block.
+
+    ``bad`` counts NaN or infinite samples; integer PCM decodes to int16 (cheaper, no NaN possible).
+    """
     import soundfile as sf
 
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
             is_float = not f.subtype.startswith("PCM")
-            samples = f.read(dtype="float32" if is_float else "int16", always_2d=True)
-            return samples, f.samplerate, f.frames, is_float
+            frames = bad = 0
+            for block in f.blocks(blocksize=_DECODE_BLOCK, dtype="float32" if is_float else "int16", always_2d=True):
+                frames += len(block)
+                if is_float:
+                    bad += block.size - int(np.count_nonzero(np.isfinite(block)))
+            return (frames, f.channels, bad), f.samplerate, f.frames, is_float
     except Exception as err:  # libsndfile reports every failure as a generic error
         # error_string leaves out the "<_io.BytesIO object at 0x...>" that would make reports differ per run
         raise AudioError(f"soundfile cannot decode it: {getattr(err, 'error_string', None) or err}") from err
@@ -188,10 +198,13 @@ def check_audio(ext: str, data: bytes, options: ValidateOptions) -> tuple[list[t
 
             samples, rate = decode_torchaudio(data)
             is_float = True
+            counts = (samples.shape[0], samples.shape[1] if samples.ndim == 2 else 1,
+                      samples.size - int(np.count_nonzero(np.isfinite(samples))))
+            del samples
             if content == "flac":
                 declared = _flac_header_frames(data) or None
         else:
-            samples, rate, header_frames, is_float = _decode_soundfile(data)
+            counts, rate, header_frames, is_float = _decode_soundfile(data)
             if content == "flac" and header_frames:
                 declared = header_frames
     except AudioError as err:
@@ -205,16 +218,14 @@ def check_audio(ext: str, data: bytes, options: ValidateOptions) -> tuple[list[t
                     return problems, None
         problems.append((DECODE, err.reason))
         return problems, None
-    frames, channels = samples.shape[0], samples.shape[1] if samples.ndim == 2 else 1
+    frames, channels, bad = counts
     if frames == 0:
         problems.append((EMPTY_AUDIO, "decodes to 0 frames"))
     if declared and frames < declared:
         problems.append((TRUNCATED, f"header promises {declared} frames ({declared / rate:.3f} s), "
                                     f"the data holds {frames} ({frames / rate:.3f} s)"))
-    if is_float and frames:
-        bad = samples.size - int(np.count_nonzero(np.isfinite(samples)))
-        if bad:
-            problems.append((NAN, f"{bad} of {samples.size} samples are NaN or infinite"))
+    if is_float and frames and bad:
+        problems.append((NAN, f"{bad} of {frames * channels} samples are NaN or infinite"))
     if options.sample_rate is not None and rate != options.sample_rate:
         problems.append((SAMPLE_RATE, f"sample rate {rate} Hz, expected {options.sample_rate} Hz"))
     if options.channels is not None and channels != options.channels:

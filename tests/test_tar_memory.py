@@ -48,6 +48,10 @@ if what == "convert":
     from shardkit.convert import ConvertSettings, convert_shard
     entry = convert_shard(src, out, ConvertSettings(codec="zst", level=1))
     result = {"status": entry["status"], "error": entry["error"], "members": entry["members"]}
+elif what == "validate":
+    from shardkit.validate import ValidateOptions, validate_shard
+    r = validate_shard(src, ValidateOptions())
+    result = {"findings": r["findings"], "utterances": r["utterances"], "seconds": r["seconds"]}
 else:
     from shardkit.index import index_shard
     records = index_shard(src)
@@ -87,3 +91,20 @@ def test_index_reads_a_large_member_in_bounded_memory(tmp_path):
     with open(src, "rb") as f:  # the offsets point at the data
         f.seek(1536)
         assert f.read(4) == b"RIFF"
+
+
+@pytest.mark.parametrize("codec", ["none", "zst"])
+def test_validate_holds_the_member_once(tmp_path, codec):
+    """validate decodes the member in full, block by block: about the member's size, not twice it."""
+    src = tmp_path / "big.tar"
+    sparse_shard(src)
+    if codec == "zst":
+        import zstandard
+
+        with open(src, "rb") as f, open(tmp_path / "big.tar.zst", "wb") as out:
+            zstandard.ZstdCompressor(level=1).copy_stream(f, out)
+        src = tmp_path / "big.tar.zst"
+    result = run_child("validate", src)
+    assert result["findings"] == [] and result["utterances"] == 1, result
+    assert result["seconds"] == pytest.approx((BIG - 44) / 2 / 16000, abs=0.01)
+    assert result["peak_mb"] < 1.3 * BIG / 2**20 + 150, result
