@@ -309,3 +309,27 @@ def test_quarantine_keeps_names_unchanged_and_survives_a_vanished_source(tmp_pat
     vanished = next(line for line in lines if line["shard"] == str(gone))
     assert "vanished" in vanished["reasons"][0]
     assert str(tmp_path / "q" / "gone.tar") not in open(tmp_path / "q" / "data.list").read()
+
+
+def test_balance_refuses_a_source_whose_header_turned_hostile_after_indexing(tmp_path):
+    """balance reads members by the index's offsets; the header before each must still parse (tario)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shards = []
+    for i in range(2):
+        path = src / f"s{i}.tar"
+        path.write_bytes(plain([(f"c{i}/{n}", d) for n, d in good_members(3)]) + END)
+        shards.append(str(path))
+    result = run("index", *shards, "-o", tmp_path / "a.jsonl", "-q", "-j", "1")
+    assert result.exit_code == 0
+    blob = bytearray(open(shards[1], "rb").read())
+    second = BLOCK + len(good_members(3)[0][1]) + (-len(good_members(3)[0][1]) % BLOCK)  # header of member 2
+    blob[second + 108:second + 116] = b"12x45\x00\x00\x00"  # garbage uid, checksum fixed: tarfile stops here
+    blob[second + 148:second + 156] = b" " * 8
+    blob[second + 148:second + 156] = b"%06o\x00 " % sum(blob[second:second + BLOCK])
+    open(shards[1], "wb").write(bytes(blob))
+    args = ["balance", "--corpus", f"a={tmp_path / 'a.jsonl'}", "--world-size", "1", "--num-workers", "1",
+            "--num-shards", "1", "--codec", "none", "-q", "-j", "1", "-o", tmp_path / "out"]
+    result = run(*args)
+    assert result.exit_code == 1
+    assert "member is not where the index says" in result.output and "s1.tar" in result.output
