@@ -192,7 +192,9 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                     written.append((name, member_digest(name, data)))
                 pending.clear()
 
-            streaming = []  # non-empty while a large member is being copied: no salvage inside it
+            # the key of an utterance written before it was complete (a member too large to hold, or
+            # members past STREAM_MEMBER_BYTES together): --salvage cannot take it back
+            early = []
             try:
                 for name, data in iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
                                                      threads=settings.threads,
@@ -204,18 +206,20 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                         samples += 1
                     if isinstance(data, MemberStream):  # too large to hold: copied through in chunks
                         flush_pending()
-                        streaming.append(name)
+                        early[:] = [key]
                         written.append((name, copy_member(tar, name, data)))
-                        streaming.clear()
                         continue
                     if transform is not None:
                         name, data, info = transform(src, name, data)
                         if info:
                             transcode_info.append(info)
                     pending.append((name, data))
+                    if sum(len(d) for _, d in pending) > STREAM_MEMBER_BYTES:  # hold one utterance at most
+                        flush_pending()
+                        early[:] = [key]
                 flush_pending()
             except ShardkitError as err:
-                if not settings.salvage or not written and not pending or streaming:
+                if not settings.salvage or not written and not pending or early == [pending_key]:
                     raise
                 result["lost"] = {"error": str(err), "after_member": written[-1][0] if written else None,
                                   "dropped_members": [n for n, _ in pending]}

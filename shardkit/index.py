@@ -153,7 +153,8 @@ def index_shard(shard: str, corpus: str | None = None, *,
                             "file", shard=printable(shard))
     corpus = corpus or default_corpus_name(shard)
     members = iter_members_with_offsets(shard, max_member_bytes=max_member_bytes)
-    return [utterance_record(s, shard=shard, corpus=corpus) for s in group_samples(members, shard=shard)]
+    return [utterance_record(s, shard=shard, corpus=corpus) for s in group_samples(members, shard=shard,
+                                                                                    max_bytes=max_member_bytes)]
 
 
 def _index_task(args) -> tuple[list[dict] | None, str | None]:

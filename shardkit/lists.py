@@ -86,7 +86,7 @@ def check_shard(path: str, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, thr
                 result["members"] += 1
                 yield member
 
-        for _ in group_samples(counted(), shard=path):
+        for _ in group_samples(counted(), shard=path, max_bytes=max_member_bytes):
             result["utterances"] += 1
     except FileNotFoundError:
         result["error"] = "no such file"

@@ -23,6 +23,7 @@ callable receives each ``ShardkitError`` for a bad utterance and the reader goes
 
 from __future__ import annotations
 
+import io
 import logging
 import struct
 from zlib import adler32
@@ -33,7 +34,7 @@ import numpy as np
 from .audio import decode as decode_any
 from .audio import decode_soundfile, decode_torchaudio, parse_wav_header
 from .codecs import detect_codec, iter_decompressed
-from .errors import AudioError, CorruptStreamError, ShardkitError, TarFormatError, UsageError
+from .errors import AudioError, CorruptStreamError, MemberTooLargeError, ShardkitError, TarFormatError, UsageError
 from .tario import (AUDIO_EXTENSIONS, BLOCK, COMMON_DEVICE_FIELDS, COMMON_FIELDS, DEFAULT_MAX_MEMBER_BYTES,
                     iter_tar_members, open_shard, shard_reader, split_key)
 
@@ -42,6 +43,8 @@ log = logging.getLogger("shardkit.reader")
 DTYPES = ("float32", "int16", "float64")
 # Compressed bytes handed to zstd per read: large enough that Python overhead per call vanishes.
 ZSTD_READ_SIZE = 1 << 17
+# A zstd member above this is read in pieces into a growing buffer instead of one preallocated one.
+_LARGE_MEMBER = 64 << 20
 _INT16_SCALE = np.float32(1 / 32768)
 
 
@@ -121,6 +124,8 @@ class _ZstdMemberSource:
         """``(data, next_header, padded_whole)``: a member's data (short if the stream ends), the block
         after it (empty at the end of the stream), and whether its padding to 512 bytes was all there."""
         padded = size + (-size % BLOCK)
+        if padded > _LARGE_MEMBER:
+            return self._read_large_member(size, padded)
         buf = bytearray(padded + BLOCK)
         got = self._fill(memoryview(buf))
         header = bytes(buf[padded:got]) if got > padded else b""
@@ -130,6 +135,23 @@ class _ZstdMemberSource:
             return bytes(buf[:size]), header, got >= padded
         del buf[size:]  # shrinking by less than half keeps the buffer in place
         return buf, header, got >= padded
+
+    def _read_large_member(self, size: int, padded: int):
+        # grown as the data arrives: a header claiming a huge size costs what the stream holds, not the claim
+        out = io.BytesIO()
+        left = size
+        while left:
+            chunk = self.read(min(left, 1 << 22))
+            if not chunk:
+                break
+            out.write(chunk)
+            left -= len(chunk)
+        data = out.getvalue()
+        if left:
+            return data, b"", False
+        pad = self.read(padded - size) if padded > size else b""
+        whole = len(pad) == padded - size
+        return data, (self.read(BLOCK) if whole else b""), whole
 
     def drain(self) -> None:
         """Decompress the rest (record padding), so zstd verifies the frame checksum at its end."""
@@ -260,14 +282,16 @@ def _finish(utt: dict, problem: ShardkitError | None) -> dict:
 
 
 def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
-                     on_error: Callable[[ShardkitError], None] | None = None) -> Iterator[dict]:
+                     on_error: Callable[[ShardkitError], None] | None = None,
+                     max_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> Iterator[dict]:
     """Adjacent members with one key -> ``{key, shard, txt, audio_format, audio_bytes, ...}``.
 
     WeNet's rule (as ``shardkit.tario.group_samples``, in one pass without the intermediate
     sample): the key is the name before the last '.', members of an utterance are adjacent;
     ``txt`` is the UTF-8 transcript, the audio member the one with an audio extension (the last
     one when several, as in WeNet), any other extension is carried along as bytes. An utterance
-    without transcript or audio is an error (WeNet crashes or drops it).
+    without transcript or audio is an error (WeNet crashes or drops it), and so is one whose
+    members together pass ``max_bytes`` (their data is not kept: memory holds one utterance).
     """
     def finish(utt: dict, problem: ShardkitError | None) -> dict | None:
         try:
@@ -280,12 +304,20 @@ def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
 
     utt: dict | None = None
     problem: ShardkitError | None = None
+    held = 0
     for name, data in members:
         key, ext = split_key(name)
         if utt is None or utt["key"] != key:
             if utt is not None and (done := finish(utt, problem)) is not None:
                 yield done
-            utt, problem = {"key": key, "shard": shard}, None
+            utt, problem, held = {"key": key, "shard": shard}, None, 0
+        held += len(data)
+        if held > max_bytes:
+            if problem is None or not isinstance(problem, MemberTooLargeError):
+                problem = MemberTooLargeError(f"the members of key {key!r} together exceed the limit of {max_bytes} "
+                                              "bytes", shard=shard, member=name)
+            utt.pop("audio_bytes", None)
+            continue
         if ext == "txt":
             utt["txt"] = data
         elif ext in AUDIO_EXTENSIONS:
@@ -415,7 +447,7 @@ def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MA
     for path in shards:
         members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error)
         try:
-            yield from group_utterances(members, shard=path, on_error=on_error)
+            yield from group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes)
         except ShardkitError as err:
             if on_error is None:
                 raise

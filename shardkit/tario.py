@@ -548,20 +548,29 @@ def split_key(name: str) -> tuple[str, str]:
     return name[:pos], name[pos + 1:]
 
 
-def group_samples(members: Iterable[tuple[str, bytes]], *, shard: str = "") -> Iterator[dict]:
+def group_samples(members: Iterable[tuple[str, bytes]], *, shard: str = "",
+                  max_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> Iterator[dict]:
     """Group adjacent members by key into sample dicts, as WeNet does.
 
     Each sample: ``{"__key__", "__shard__", "__members__": [names in order], ext: bytes, ...}``.
     A later member with an extension already in the sample replaces its bytes (as in WeNet); the
-    ``__members__`` list still shows both, so validators can report it.
+    ``__members__`` list still shows both, so validators can report it. Memory holds one sample:
+    members of one key above ``max_bytes`` together raise ``MemberTooLargeError`` (a tuple's
+    first item counts as the member's data).
     """
     sample: dict | None = None
+    held = 0
     for name, data in members:
         key, ext = split_key(name)
         if sample is None or sample["__key__"] != key:
             if sample is not None:
                 yield sample
             sample = {"__key__": key, "__shard__": shard, "__members__": []}
+            held = 0
+        held += len(data[0] if isinstance(data, tuple) else data)
+        if held > max_bytes:
+            raise MemberTooLargeError(f"the members of key {key!r} together exceed the limit of {max_bytes} bytes",
+                                      shard=shard, member=name)
         sample["__members__"].append(name)
         sample[ext] = data
     if sample is not None:

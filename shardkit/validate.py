@@ -249,14 +249,17 @@ def iter_indexed_groups(path: str, options: ValidateOptions, on_unsafe: Callable
     index in the shard, counting the unsafe members passed to ``on_unsafe``, so that quarantine
     can route each member. A container error ends the scan: it is stored in ``state["error"]``
     and the utterance it cut is left in ``state["cut"]`` (not yielded: it may be incomplete).
+    Memory holds one utterance: once its members together pass ``options.max_member_bytes``, the
+    data of the next ones is not kept (``None``; validate_shard reports it).
     """
     counter = iter(range(1 << 62))
 
     def on_error(err: ShardkitError) -> None:
         on_unsafe(next(counter), err)
 
-    group: list[tuple[int, str, str, bytes]] = []
+    group: list[tuple[int, str, str, bytes | None]] = []
     key = None
+    held = 0  # bytes of the group's members held
     try:
         with open_shard(path) as f:
             members = iter_tar_members(shard_reader(f, shard=path, threads=options.threads), shard=path,
@@ -266,9 +269,10 @@ def iter_indexed_groups(path: str, options: ValidateOptions, on_unsafe: Callable
                 member_key, ext = split_key(name)
                 if group and member_key != key:
                     yield key, group
-                    group = []
+                    group, held = [], 0
                 key = member_key
-                group.append((index, name, ext, data))
+                held += len(data)
+                group.append((index, name, ext, data if held <= options.max_member_bytes or len(group) == 0 else None))
     except ShardkitError as err:
         state["error"] = err
         state["cut"] = (key, group)
@@ -341,9 +345,17 @@ def validate_shard(path: str, options: ValidateOptions) -> dict:
             problems.append((members[0][1], MISSING_TXT, f"utterance has no txt member (members: {names})"))
         elif len(txt) > 1:
             problems.append((txt[1][1], MULTIPLE_TXT, f"utterance has {len(txt)} txt members"))
+        dropped = [m[1] for m in members if m[3] is None]
+        if dropped:
+            problems.append((dropped[0], MEMBER_TOO_LARGE, f"the utterance's members together exceed the limit of "
+                                                           f"{options.max_member_bytes} bytes ({len(dropped)} not "
+                                                           "checked)"))
         for _, name, _, data in txt:
-            problems.extend((name, check, message) for check, message in check_text(data))
+            if data is not None:
+                problems.extend((name, check, message) for check, message in check_text(data))
         for _, name, ext, data in audio:
+            if data is None:
+                continue
             audio_problems, facts = check_audio(ext, data, options)
             problems.extend((name, check, message) for check, message in audio_problems)
             if facts is not None and name == audio[-1][1]:  # WeNet keeps the last audio member
