@@ -497,7 +497,7 @@ def open_regular(path: str) -> int:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise ShardkitError(f"is {_file_kind(mode)}, not a regular file (a shard must be a file; give a stream "
-                                "as pipe:CMD)", shard=escape_name(path))
+                                "as pipe:CMD or -)", shard=escape_name(path))
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

@@ -333,3 +333,24 @@ def test_balance_refuses_a_source_whose_header_turned_hostile_after_indexing(tmp
     result = run(*args)
     assert result.exit_code == 1
     assert "member is not where the index says" in result.output and "s1.tar" in result.output
+
+
+def test_standard_input_is_read_as_a_stream_and_a_fifo_argument_fails_at_once(tmp_path):
+    import subprocess
+    import sys
+
+    good = io.BytesIO()
+    w = TarWriter(good)
+    for name, data in good_members(2):
+        w.add(name, data)
+    w.close()
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    done = subprocess.run([sys.executable, "-m", "shardkit", "convert", "-", "-o", str(tmp_path / "out"), "--json",
+                           "-q"], input=good.getvalue(), capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["ok"] == 1 and out["members"] == 4
+    os.mkfifo(tmp_path / "ff.tar")  # no writer: opening it for reading the usual way would block forever
+    done = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(tmp_path / "ff.tar"), "-o",
+                           str(tmp_path / "out2"), "-q"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "is a FIFO, not a regular file" in done.stderr
