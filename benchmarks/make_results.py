@@ -6,7 +6,7 @@
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ORDER = ["convert", "transcode", "validate", "balance", "reader", "bench", "scaling", "executor", "make"]
+ORDER = ["convert", "transcode", "validate", "balance", "reader", "bench", "scaling", "executor", "make", "tar_hardening"]
 
 SUMMARY = """# Benchmark results
 
