@@ -354,3 +354,21 @@ def test_standard_input_is_read_as_a_stream_and_a_fifo_argument_fails_at_once(tm
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(tmp_path / "ff.tar"), "-o",
                            str(tmp_path / "out2"), "-q"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 1 and "is a FIFO, not a regular file" in done.stderr
+
+
+@pytest.mark.parametrize("codec", ["none", "bz2"])
+def test_balance_fails_the_shards_of_a_source_that_vanished_after_indexing(tmp_path, codec):
+    src = tmp_path / "src"
+    src.mkdir()
+    shards = []
+    for i in range(2):
+        blob = plain([(f"c{i}/{n}", d) for n, d in good_members(3)]) + END
+        shards.append(write(src / f"s{i}{SUFFIX[codec]}", blob, codec))
+    assert run("index", *shards, "-o", tmp_path / "a.jsonl", "-q", "-j", "1").exit_code == 0
+    os.unlink(shards[1])
+    result = run("balance", "--corpus", f"a={tmp_path / 'a.jsonl'}", "--world-size", "1", "--num-workers", "1",
+                 "--num-shards", "1", "--codec", "none", "-q", "-j", "1", "-o", tmp_path / "out", "--json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert [f["shard"] for f in doc["failures"]] == [str(tmp_path / "out" / "shards_000000000.tar")]
+    assert "cannot open source" in doc["failures"][0]["error"] and shards[1] in doc["failures"][0]["error"]
