@@ -36,7 +36,7 @@ from .audio import decode_soundfile, decode_torchaudio, parse_wav_header
 from .codecs import detect_codec, iter_decompressed
 from .errors import AudioError, CorruptStreamError, MemberTooLargeError, ShardkitError, TarFormatError, UsageError
 from .tario import (AUDIO_EXTENSIONS, BLOCK, COMMON_DEVICE_FIELDS, COMMON_FIELDS, DEFAULT_MAX_MEMBER_BYTES,
-                    iter_tar_members, open_shard, shard_reader, split_key)
+                    OCTAL_AS_ZERO, iter_tar_members, open_shard, shard_reader, split_key)
 
 log = logging.getLogger("shardkit.reader")
 
@@ -189,15 +189,15 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
     """
     read = source.read
     read_member = getattr(source, "read_member", None)
-    match_fields = COMMON_FIELDS.match
     count = 0
     offset = 0
     header = read(BLOCK)
     while True:
         if (len(header) == BLOCK and header[156] in _FAST_TYPES and not header[345]
-                and match_fields(header, 100, 156) and header[329:345] in COMMON_DEVICE_FIELDS
+                and header[100:156].translate(OCTAL_AS_ZERO) == COMMON_FIELDS
+                and header[329:345] in COMMON_DEVICE_FIELDS
                 and int(header[148:154], 8) == ((adler32(header[:256]) & 0xFFFF) + (adler32(header[256:]) & 0xFFFF)
-                                                + 254 - sum(header[148:156]))):
+                                                - (adler32(header[148:156]) & 0xFFFF) + 255)):
             size = int(header[124:135], 8)
             try:
                 name = header[:100].split(b"\x00", 1)[0].decode("utf-8")

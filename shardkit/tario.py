@@ -129,15 +129,28 @@ _NUMBER_FIELDS = (("mode", 100, 108), ("uid", 108, 116), ("gid", 116, 124), ("si
 # The number fields as tarfile, GNU tar and TarWriter write them for a regular member: mode, uid,
 # gid (7 octal digits and NUL), size, mtime (11 and NUL), checksum (6, NUL, space). A header whose
 # fields match this (and whose device fields are empty or zero) needs no field-by-field parse.
-COMMON_FIELDS = re.compile(rb"(?:[0-7]{7}\x00){3}(?:[0-7]{11}\x00){2}[0-7]{6}\x00 ")
+# The test: bytes 100-156 with every octal digit turned into "0" (and nothing else turned into
+# "0") equal COMMON_FIELDS, a third of a regular expression's cost.
+OCTAL_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x37 else b for b in range(256))
+COMMON_FIELDS = b"0000000\x00" * 3 + b"00000000000\x00" * 2 + b"000000\x00 "
 COMMON_DEVICE_FIELDS = frozenset({bytes(16), b"0000000\x000000000\x00"})
+
+
+def common_checksum(header: bytes) -> int:
+    """The unsigned header checksum (byte sum, checksum field counted as spaces), from zlib's C loop.
+
+    adler32's low half is 1 + the byte sum mod 65521; each piece's sum stays below 65521 (at most
+    256 * 255), so the pieces give the exact sum: ``a1 + a2 - 2`` for the header, minus
+    ``a3 - 1`` for the checksum field, plus 8 spaces (256).
+    """
+    return ((zlib.adler32(header[:256]) & 0xFFFF) + (zlib.adler32(header[256:]) & 0xFFFF)
+            - (zlib.adler32(header[148:156]) & 0xFFFF) + 255)
 
 
 def header_checksum_ok(header: bytes) -> bool:
     """tarfile's test: the stored checksum equals the unsigned or the signed byte sum (checksum field as spaces)."""
     stored = parse_number_field(header[148:156], "checksum")
-    unsigned = (zlib.adler32(header[:256]) & 0xFFFF) + (zlib.adler32(header[256:]) & 0xFFFF) - 2  # exact: < 65521 each
-    if stored == unsigned - sum(header[148:156]) + 256:
+    if stored == common_checksum(header):
         return True
     return stored == _signed_sum(header[:148]) + 256 + _signed_sum(header[156:])
 
@@ -150,10 +163,9 @@ def parse_header(header: bytes) -> tuple[bytes, bytes, int]:
     ``TarChecksumError`` or ``TarNumberFieldError`` (no location: the caller adds it) for every
     header tarfile would refuse, and for a negative size.
     """
-    if COMMON_FIELDS.match(header, 100, 156) and header[329:345] in COMMON_DEVICE_FIELDS:
+    if header[100:156].translate(OCTAL_AS_ZERO) == COMMON_FIELDS and header[329:345] in COMMON_DEVICE_FIELDS:
         size = int(header[124:135], 8)
-        if int(header[148:154], 8) != ((zlib.adler32(header[:256]) & 0xFFFF) + (zlib.adler32(header[256:]) & 0xFFFF)
-                                       - 2 - sum(header[148:156]) + 256) and not header_checksum_ok(header):
+        if int(header[148:154], 8) != common_checksum(header) and not header_checksum_ok(header):
             raise TarChecksumError("checksum mismatch")
     else:
         if not header_checksum_ok(header):
