@@ -14,6 +14,7 @@ Fixed seed (derandomized) and a bounded example count keep CI short; a longer ru
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 
@@ -237,3 +238,71 @@ def test_number_fields_read_as_tarfile_reads_them():
         except ShardkitError:
             got = None
         assert got == expected, field
+
+
+TARFILE_CHILD = r"""
+import io, json, sys, tarfile
+out = []
+for path in sys.stdin.read().split():
+    blob = open(path, "rb").read()
+    got = {}
+    for mode in ("r:*", "r|*"):
+        try:
+            with tarfile.open(fileobj=io.BytesIO(blob), mode=mode) as tar:
+                members = []
+                for m in tar:
+                    if not m.isreg():
+                        members = "not regular"
+                        break
+                    members.append([m.name.encode("utf-8", "surrogateescape").hex(), tar.extractfile(m).read().hex()])
+            got[mode] = members
+        except Exception as err:
+            got[mode] = "error " + type(err).__name__
+    out.append(got)
+print(json.dumps(out))
+"""
+
+
+def test_other_pythons_tarfile_read_what_shardkit_accepts(tmp_path):
+    """Python 3.10-3.13 parse pax headers differently: every archive shardkit accepts reads the same in each.
+
+    Runs where ``SHARDKIT_TARFILE_PYTHONS`` names interpreters (e.g. ``python3.10 python3.12
+    python3.13``); the archives are this file's mutations, drawn from a fixed seed.
+    """
+    import random
+    import subprocess
+
+    pythons = os.environ.get("SHARDKIT_TARFILE_PYTHONS", "").split()
+    if not pythons:
+        pytest.skip("set SHARDKIT_TARFILE_PYTHONS to interpreters to compare with")
+    rng = random.Random(13)
+    accepted = []
+    for i in range(min(EXAMPLES * 5, 5000)):
+        members = [(f"k{j}/u{rng.randrange(99)}.{rng.choice(['wav', 'txt'])}" + "x" * rng.choice([0, 0, 120]),
+                    rng.randbytes(rng.randrange(700))) for j in range(rng.randrange(1, 4))]
+        blob = bytearray(build(members, rng.choice(["gnu", "pax", "ustar", "writer"])))
+        if i % 3 == 0:
+            blob = bytearray(pax_member(b"".join(record(rng.choice([b"path", b"size", b"comment", b"hdrcharset"]),
+                                                        rng.choice([b"q.wav", b"12", b"-1", b"BINARY", b"a\xff"]),
+                                                        rng.choice([0, 0, 1, -1])) for _ in range(rng.randrange(3))))
+                             + bytes(1024))
+        blocks = header_blocks(bytes(blob)) if i % 3 else [0, 1024]
+        for _ in range(rng.randrange(0, 3)):
+            at = rng.choice(blocks) + rng.randrange(BLOCK)
+            if at < len(blob):
+                blob[at] = rng.randrange(256)
+                if rng.random() < 0.7 and blob[at - at % BLOCK + 257:at - at % BLOCK + 262] == b"ustar":
+                    fix_checksum(blob, at - at % BLOCK)
+        status, ours = shardkit_read(bytes(blob))
+        if status == "ok":
+            path = tmp_path / f"{i}.tar"
+            path.write_bytes(bytes(blob))
+            accepted.append((str(path), ours))
+    assert len(accepted) > 100
+    expected = [[[n.encode("utf-8", "surrogateescape").hex(), d.hex()] for n, d in ours] for _, ours in accepted]
+    for python in pythons:
+        done = subprocess.run([python, "-c", TARFILE_CHILD], input=" ".join(p for p, _ in accepted), text=True,
+                              capture_output=True, check=True, env={k: v for k, v in os.environ.items()
+                                                                    if k != "PYTHONPATH"})
+        for (path, _), want, got in zip(accepted, expected, json.loads(done.stdout)):
+            assert got == {"r:*": want, "r|*": want}, (python, path)
