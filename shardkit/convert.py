@@ -15,13 +15,13 @@ from typing import Callable
 
 from . import __version__
 from .codecs import CODECS, open_writer
-from .errors import ShardkitError, UsageError, VerificationError
+from .errors import ShardkitError, UsageError, VerificationError, printable
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .lifecycle import (AtomicFile, Journal, OutputLock, atomic_write_json, atomic_write_lines, claim_output,
                         load_json, os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts)
 from .split import slice_path, slice_record
-from .tario import DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_shard_members, split_key
+from .tario import DEFAULT_MAX_MEMBER_BYTES, MemberStream, TarWriter, iter_shard_members, split_key
 
 MANIFEST = "convert.json"
 JOURNAL = ".convert.journal.jsonl"
@@ -78,7 +78,34 @@ def combine_digests(entries: list[tuple[str, bytes]]) -> str:
 
 
 def read_member_digests(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> list[tuple[str, bytes]]:
-    return [(name, member_digest(name, data)) for name, data in iter_shard_members(path, max_member_bytes=max_member_bytes)]
+    """``(name, sha256 digest)`` per member; a large member is hashed in chunks, never held whole."""
+    return [(name, _stream_digest(data) if isinstance(data, MemberStream) else member_digest(name, data))
+            for name, data in iter_shard_members(path, max_member_bytes=max_member_bytes,
+                                                 stream_over=STREAM_MEMBER_BYTES)]
+
+
+# A member above this size is copied and verified in chunks (memory stays bounded whatever the member).
+STREAM_MEMBER_BYTES = 32 << 20
+
+
+def _stream_digest(body: MemberStream) -> bytes:
+    h = hashlib.sha256()
+    for chunk in body.chunks():
+        h.update(chunk)
+    return h.digest()
+
+
+def copy_member(tar: TarWriter, name: str, body: MemberStream) -> bytes:
+    """Copy a streamed member into ``tar`` chunk by chunk; its content digest."""
+    h = hashlib.sha256()
+
+    def hashed():
+        for chunk in body.chunks():
+            h.update(chunk)
+            yield chunk
+
+    tar.add_chunks(name, body.size, hashed())
+    return h.digest()
 
 
 def partial_path(dst: str) -> str:
@@ -144,6 +171,10 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
     from .remote import is_local
 
     try:
+        if printable(src) != src:  # data.list and convert.json are UTF-8 text: they could not name it
+            result["source"] = {"path": printable(src)}
+            raise ShardkitError("shard path is not UTF-8: data.list and convert.json could not name it or its "
+                                "output; rename the file", shard=printable(src))
         result["source"] = _source_info(src)
         if is_local(dst):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -163,22 +194,34 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                     written.append((name, member_digest(name, data)))
                 pending.clear()
 
+            # the key of an utterance written before it was complete (a member too large to hold, or
+            # members past STREAM_MEMBER_BYTES together): --salvage cannot take it back
+            early = []
             try:
                 for name, data in iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
-                                                     threads=settings.threads or 1):
+                                                     threads=settings.threads or 1,
+                                                     stream_over=None if transform else STREAM_MEMBER_BYTES):
                     key, _ = split_key(name)
                     if key != pending_key:
                         flush_pending()
                         pending_key = key
                         samples += 1
+                    if isinstance(data, MemberStream):  # too large to hold: copied through in chunks
+                        flush_pending()
+                        early[:] = [key]
+                        written.append((name, copy_member(tar, name, data)))
+                        continue
                     if transform is not None:
                         name, data, info = transform(src, name, data)
                         if info:
                             transcode_info.append(info)
                     pending.append((name, data))
+                    if sum(len(d) for _, d in pending) > STREAM_MEMBER_BYTES:  # hold one utterance at most
+                        flush_pending()
+                        early[:] = [key]
                 flush_pending()
             except ShardkitError as err:
-                if not settings.salvage or not written and not pending:
+                if not settings.salvage or not written and not pending or early == [pending_key]:
                     raise
                 result["lost"] = {"error": str(err), "after_member": written[-1][0] if written else None,
                                   "dropped_members": [n for n, _ in pending]}
@@ -199,6 +242,8 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                     raise VerificationError(f"written shard does not read back as written "
                                             f"({len(back)} vs {len(written)} members)", shard=dst, member=mismatch)
 
+            if is_local(src) and _source_info(src) != result["source"]:
+                raise ShardkitError("source changed while it was being converted; convert it again", shard=src)
             # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
             target.commit(verify if settings.verify else None)
         result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}

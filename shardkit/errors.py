@@ -55,6 +55,44 @@ class TarFormatError(ShardkitError):
     check = "tar"
 
 
+class TarChecksumError(TarFormatError):
+    """A header whose checksum does not match (tarfile stops reading there: the members after it are lost)."""
+
+    check = "tar_checksum"
+
+
+class TarNumberFieldError(TarFormatError):
+    """A numeric header field (mode, uid, gid, size, mtime, checksum, device) that is not a number, or a
+    negative size: tarfile stops reading there, or reads a member of a size no other reader agrees on."""
+
+    check = "tar_number_field"
+
+
+class TarPaxError(TarFormatError):
+    """A pax extended header whose records are malformed or that readers apply differently."""
+
+    check = "tar_pax"
+
+
+class TarZeroBlockError(TarFormatError):
+    """Data after an end-of-archive (zero) block: tarfile stops at the first zero block and loses it."""
+
+    check = "tar_zero_block"
+
+
+class TarNameChainError(TarFormatError):
+    """Long-name or pax headers chained for one member (readers disagree on which name wins), or an
+    extension header with no member after it."""
+
+    check = "tar_name_chain"
+
+
+class TarNameEncodingError(TarFormatError):
+    """A member name that is not UTF-8 or holds a NUL byte (the message shows it escaped)."""
+
+    check = "tar_name_encoding"
+
+
 class UnsafeMemberError(ShardkitError):
     """A member that must never be extracted or trusted: traversal, absolute, link, device."""
 
@@ -77,3 +115,24 @@ class VerificationError(ShardkitError):
     """A written output does not read back to what was read from the source."""
 
     check = "verify"
+
+
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8 text: bytes a file system name held that are not UTF-8 (Python keeps them as
+    surrogate escapes) become ``\\xNN``. Names that were UTF-8 come back unchanged."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def json_safe(obj):
+    """``obj`` with every string made ``printable``, so that a JSON report is always valid UTF-8."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {json_safe(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -18,12 +18,13 @@ records in memory at a time.
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from .errors import AudioError, ShardkitError
-from .tario import (AUDIO_EXTENSIONS, BLOCK, ChunkReader, DEFAULT_MAX_MEMBER_BYTES, group_samples, iter_tar_members,
-                    open_shard)
+from .errors import AudioError, ShardkitError, printable
+from .tario import (AUDIO_EXTENSIONS, BLOCK, ChunkReader, DEFAULT_MAX_MEMBER_BYTES, MemberStream, group_samples,
+                    iter_tar_members, open_shard)
 
 try:  # orjson parses index lines ~3x faster than json, which matters for millions of lines
     import orjson
@@ -59,9 +60,18 @@ class _CountingChunkReader(ChunkReader):
         return data
 
 
+# A member above this size is not held: its first HEAD_BYTES are read for the audio header, the rest skipped.
+STREAM_MEMBER_BYTES = 32 << 20
+HEAD_BYTES = 1 << 20
+
+
 def iter_members_with_offsets(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
-                              ) -> Iterator[tuple[str, tuple[bytes, int]]]:
-    """``(name, (data, offset))`` per member, offset = start of the data in the decompressed tar."""
+                              ) -> Iterator[tuple[str, tuple[bytes, int, int]]]:
+    """``(name, (data, offset, size))`` per member, offset = start of the data in the decompressed tar.
+
+    ``data`` is the member's bytes, or for a member above STREAM_MEMBER_BYTES only its first
+    HEAD_BYTES (memory stays bounded whatever the member's size).
+    """
     from .codecs import detect_codec, iter_decompressed
 
     with open_shard(path) as f:
@@ -71,16 +81,35 @@ def iter_members_with_offsets(path: str, *, max_member_bytes: int = DEFAULT_MAX_
         else:
             source = _CountingChunkReader(iter_decompressed(f, shard=path, codec=codec))
             where = lambda: source.position  # noqa: E731
-        # the reader yields after consuming the member's data and its padding to the 512-byte block
-        for name, data in iter_tar_members(source, shard=path, max_member_bytes=max_member_bytes):
+        # the reader yields after consuming the member's data and its padding to the 512-byte block;
+        # a streamed member before its data
+        for name, data in iter_tar_members(source, shard=path, max_member_bytes=max_member_bytes,
+                                           stream_over=STREAM_MEMBER_BYTES):
+            if isinstance(data, MemberStream):
+                start = where()
+                yield name, (next(data.chunks(HEAD_BYTES), b""), start, data.size)
+                continue
             size = len(data)
-            yield name, (data, where() - size - (-size % BLOCK))
+            yield name, (data, where() - size - (-size % BLOCK), size)
+
+
+def probe_member(data: bytes, size: int) -> dict:
+    """``shardkit.audio.probe`` facts of a member of ``size`` bytes given whole, or given its head only."""
+    from .audio import _UNKNOWN_SIZE, parse_wav_header, probe, sniff_format
+
+    if len(data) >= size or not (sniff_format(data) == "wav" and data[:4] == b"RIFF"):
+        return probe(data)  # whole, or a format whose header says its length (FLAC's STREAMINFO)
+    info = parse_wav_header(data)
+    (chunk_size,) = struct.unpack_from("<I", data, info.data_offset - 4)
+    available = size - info.data_offset
+    declared = available if chunk_size in _UNKNOWN_SIZE else chunk_size
+    frames = min(declared, available) // info.block_align
+    return {"format": "wav", "subtype": info.subtype, "sample_rate": info.sample_rate, "channels": info.channels,
+            "frames": frames, "frames_declared": declared // info.block_align, "duration": frames / info.sample_rate}
 
 
 def utterance_record(sample: dict, *, shard: str, corpus: str) -> dict:
     """The index line of one grouped utterance (members carry ``(data, offset)``)."""
-    from .audio import probe
-
     key = sample["__key__"]
     names = sample["__members__"]
     exts = [n[len(key) + 1:] for n in names]
@@ -92,16 +121,19 @@ def utterance_record(sample: dict, *, shard: str, corpus: str) -> dict:
     if len(set(exts)) != len(exts):
         raise ShardkitError(f"utterance {key!r} repeats a member extension ({', '.join(names)})", shard=shard)
     audio_name = f"{key}.{audio_ext}"
-    audio_data = sample[audio_ext][0]
+    audio_data, _, audio_size = sample[audio_ext]
     try:
-        info = probe(audio_data)
+        info = probe_member(audio_data, audio_size)
     except AudioError as err:
         raise err.located(shard=shard, member=audio_name)
+    if sample["txt"][2] > len(sample["txt"][0]):
+        raise ShardkitError(f"transcript member of {sample['txt'][2]} bytes is too large to index", shard=shard,
+                            member=f"{key}.txt")
     try:
         text_chars = len(sample["txt"][0].decode("utf-8"))
     except UnicodeDecodeError:
         raise ShardkitError("transcript is not UTF-8", shard=shard, member=f"{key}.txt") from None
-    members = [[name, sample[ext][1], len(sample[ext][0])] for name, ext in zip(names, exts)]
+    members = [[name, sample[ext][1], sample[ext][2]] for name, ext in zip(names, exts)]
     return {"shard": shard, "key": key, "corpus": corpus, "audio": audio_name, "format": info["format"],
             "bytes": sum(m[2] for m in members), "sample_rate": info["sample_rate"], "channels": info["channels"],
             "frames": info["frames"], "duration": round(info["duration"], 6), "text_chars": text_chars,
@@ -116,9 +148,13 @@ def default_corpus_name(shard: str) -> str:
 def index_shard(shard: str, corpus: str | None = None, *,
                 max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> list[dict]:
     """Index records of every utterance in one shard, in shard order. Raises a located ShardkitError."""
+    if printable(shard) != shard:
+        raise ShardkitError("shard path is not UTF-8: index lines are UTF-8 JSON and could not name it; rename the "
+                            "file", shard=printable(shard))
     corpus = corpus or default_corpus_name(shard)
     members = iter_members_with_offsets(shard, max_member_bytes=max_member_bytes)
-    return [utterance_record(s, shard=shard, corpus=corpus) for s in group_samples(members, shard=shard)]
+    return [utterance_record(s, shard=shard, corpus=corpus) for s in group_samples(members, shard=shard,
+                                                                                    max_bytes=max_member_bytes)]
 
 
 def _index_task(args) -> tuple[list[dict] | None, str | None]:

@@ -48,7 +48,9 @@ def expand_shards(args: list[str] | tuple[str, ...]) -> list[str]:
     """
     shards: list[str] = []
     for arg in args:
-        if os.path.isdir(arg):
+        if arg == "-":  # standard input, read as a stream
+            shards.append(arg)
+        elif os.path.isdir(arg):
             found = shards_in_dir(arg)
             if not found:
                 raise UsageError(f"folder holds no shards (looked for {', '.join(SHARD_PATTERNS[:4])}, ...)", shard=arg)

@@ -17,7 +17,7 @@ from typing import Callable
 from .codecs import codec_of_path, detect_codec
 from .errors import ShardkitError, UsageError
 from .inputs import SHARD_PATTERNS, shard_stem
-from .tario import DEFAULT_MAX_MEMBER_BYTES, group_samples, iter_shard_members
+from .tario import DEFAULT_MAX_MEMBER_BYTES, group_samples, iter_shard_members, open_regular
 
 SHARD_SUFFIXES = tuple(pattern[1:] for pattern in SHARD_PATTERNS)  # ".tar", ".tar.gz", ...
 # Python's tarfile reads these without help; zst needs the hook before 3.14 (see shardkit.wenet).
@@ -75,8 +75,8 @@ def check_shard(path: str, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, thr
     result = {"compression": None, "members": 0, "utterances": 0, "bytes": None, "error": None}
     problems: list[ShardkitError] = []
     try:
-        result["bytes"] = os.path.getsize(path)
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:  # a FIFO or device fails here, never blocks
+            result["bytes"] = os.fstat(f.fileno()).st_size
             result["compression"] = detect_codec(f.read(16))
         members = iter_shard_members(path, max_member_bytes=max_member_bytes, threads=threads,
                                      on_error=problems.append)
@@ -86,7 +86,7 @@ def check_shard(path: str, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, thr
                 result["members"] += 1
                 yield member
 
-        for _ in group_samples(counted(), shard=path):
+        for _ in group_samples(counted(), shard=path, max_bytes=max_member_bytes):
             result["utterances"] += 1
     except FileNotFoundError:
         result["error"] = "no such file"
@@ -267,10 +267,10 @@ def rewrite_list(list_path: str, out_path: str, *, suffix: str, new_dir: str | N
 
 def _suffix_problem(path: str) -> str | None:
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             found = detect_codec(f.read(16))
-    except FileNotFoundError:
-        return "no such file"
+    except ShardkitError as err:
+        return err.reason
     except OSError as err:
         return f"cannot read ({err.strerror or err})"
     expected = codec_of_path(path)

@@ -1,7 +1,8 @@
 """Inputs and outputs beyond local files: fsspec URLs (s3://, gs://, hdfs://, http(s)://) and pipes.
 
-- ``open_input(path)``: a local path, an fsspec URL, or ``pipe:CMD`` (WebDataset's convention:
-  the command's stdout is the shard, e.g. ``pipe:aws s3 cp s3://b/x.tar -``). Returns a binary
+- ``open_input(path)``: a local path, an fsspec URL, ``pipe:CMD`` (WebDataset's convention:
+  the command's stdout is the shard, e.g. ``pipe:aws s3 cp s3://b/x.tar -``) or ``-`` (standard
+  input). Returns a binary
   file object with ``peek``; failures raise ``ShardkitError`` naming the path or command.
 - ``publish_output(local_tmp, dest)``: the last step of an atomic write. Local: ``os.replace``.
   URL: upload to a temporary key beside the destination, then move it onto the final key
@@ -34,8 +35,13 @@ def is_url(path: str) -> bool:
     return bool(_URL.match(os.fspath(path)))
 
 
+STDIN = "-"
+
+
 def is_pipe(path: str) -> bool:
-    return os.fspath(path).startswith(PIPE_PREFIX)
+    """``pipe:CMD``, or ``-`` (standard input): an explicit stream, read once, front to back."""
+    path = os.fspath(path)
+    return path == STDIN or path.startswith(PIPE_PREFIX)
 
 
 def is_local(path: str) -> bool:
@@ -72,6 +78,8 @@ def _describe(err: BaseException) -> str:
 def open_input(path: str, *, storage_options: dict | None = None) -> io.BufferedIOBase:
     """Open a shard for streaming reads: local path, fsspec URL or ``pipe:CMD``."""
     path = os.fspath(path)
+    if path == STDIN:  # a duplicate of fd 0: closing the shard leaves the process's stdin open
+        return os.fdopen(os.dup(0), "rb", buffering=_READ_BUFFER)
     if is_pipe(path):
         return PipeReader(path[len(PIPE_PREFIX):])
     if not is_url(path):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import io
 import os
-import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
@@ -35,18 +34,25 @@ import numpy as np
 from . import __version__
 from .audio import EXTENSION_FORMATS, parse_wav_header, sniff_format
 from .codecs import CODECS, detect_codec, open_writer
-from .errors import AudioError, ShardkitError, UsageError
+from .errors import AudioError, ShardkitError, UsageError, json_safe, printable
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .lifecycle import (AtomicFile, DigestingTar, OutputLock, atomic_write_lines, claim_output, fsync_dir,
                         prepare_out_dir, remove_leftovers, verify_members)
 from .split import slice_path, slice_record
-from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_tar_members, open_shard, \
-    shard_reader, split_key
+from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_tar_members, open_regular, \
+    open_shard, shard_reader, split_key
 
 # Check names, as they appear in findings. Container:
 STREAM = "stream"  # compressed stream truncated or damaged
-TAR = "tar"  # malformed tar header, truncated member
+TAR = "tar"  # not a tar, truncated header or member
+# Headers that Python's tarfile (what WeNet and WebDataset read with) could read differently:
+TAR_CHECKSUM = "tar_checksum"  # a header's checksum does not match: tarfile stops there
+TAR_NUMBER_FIELD = "tar_number_field"  # garbage in mode/uid/gid/size/mtime/checksum/device fields, negative size
+TAR_PAX = "tar_pax"  # malformed pax records, a pax size that is not a number, GNU sparse, global path/size
+TAR_ZERO_BLOCK = "tar_zero_block"  # data after an end-of-archive block: tarfile stops at the first one
+TAR_NAME_CHAIN = "tar_name_chain"  # chained long-name/pax headers, or one with no member after it
+TAR_NAME_ENCODING = "tar_name_encoding"  # member name not UTF-8, or holding a NUL (shown escaped)
 UNSAFE_MEMBER = "unsafe_member"  # '..', absolute, link, device, directory
 MEMBER_TOO_LARGE = "member_too_large"
 EMPTY_SHARD = "empty_shard"
@@ -75,7 +81,8 @@ FORMAT_MISMATCH = "format_mismatch"
 KEY_DOT = "key_dot"  # a '.' in the key's last path part: WebDataset's key ends at the first '.', WeNet's at the last
 WARNINGS = (KEY_DOT,)
 
-CHECKS = (STREAM, TAR, UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
+CHECKS = (STREAM, TAR, TAR_CHECKSUM, TAR_NUMBER_FIELD, TAR_PAX, TAR_ZERO_BLOCK, TAR_NAME_CHAIN, TAR_NAME_ENCODING,
+          UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
           MULTIPLE_AUDIO, MULTIPLE_TXT, SPLIT_KEY, DUPLICATE_KEY, TEXT_ENCODING, EMPTY_TEXT, DECODE, TRUNCATED,
           EMPTY_AUDIO, NAN, SAMPLE_RATE, CHANNELS, DURATION, FORMAT_MISMATCH)
 
@@ -157,15 +164,25 @@ def _partial_frames(data: bytes) -> int:
     return frames
 
 
-def _decode_soundfile(data: bytes) -> tuple[np.ndarray, int, int, bool]:
-    """``(samples, rate, header_frames, is_float)``; integer PCM decodes to int16 (cheaper, no NaN possible)."""
+_DECODE_BLOCK = 1 << 18  # frames decoded at a time: memory holds the member, not its decoded copy too
+
+
+def _decode_soundfile(data: bytes) -> tuple[tuple[int, int, int], int, int, bool]:
+    """``((frames, channels, bad), rate, header_frames, is_float)``, decoded in full, block by block.
+
+    ``bad`` counts NaN or infinite samples; integer PCM decodes to int16 (cheaper, no NaN possible).
+    """
     import soundfile as sf
 
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
             is_float = not f.subtype.startswith("PCM")
-            samples = f.read(dtype="float32" if is_float else "int16", always_2d=True)
-            return samples, f.samplerate, f.frames, is_float
+            frames = bad = 0
+            for block in f.blocks(blocksize=_DECODE_BLOCK, dtype="float32" if is_float else "int16", always_2d=True):
+                frames += len(block)
+                if is_float:
+                    bad += block.size - int(np.count_nonzero(np.isfinite(block)))
+            return (frames, f.channels, bad), f.samplerate, f.frames, is_float
     except Exception as err:  # libsndfile reports every failure as a generic error
         # error_string leaves out the "<_io.BytesIO object at 0x...>" that would make reports differ per run
         raise AudioError(f"soundfile cannot decode it: {getattr(err, 'error_string', None) or err}") from err
@@ -202,10 +219,13 @@ def check_audio(ext: str, data: bytes, options: ValidateOptions) -> tuple[list[t
 
             samples, rate = decode_torchaudio(data)
             is_float = True
+            counts = (samples.shape[0], samples.shape[1] if samples.ndim == 2 else 1,
+                      samples.size - int(np.count_nonzero(np.isfinite(samples))))
+            del samples
             if content == "flac":
                 declared = _flac_header_frames(data) or None
         else:
-            samples, rate, header_frames, is_float = _decode_soundfile(data)
+            counts, rate, header_frames, is_float = _decode_soundfile(data)
             if content == "flac" and header_frames:
                 declared = header_frames
     except AudioError as err:
@@ -219,16 +239,14 @@ def check_audio(ext: str, data: bytes, options: ValidateOptions) -> tuple[list[t
                     return problems, None
         problems.append((DECODE, err.reason))
         return problems, None
-    frames, channels = samples.shape[0], samples.shape[1] if samples.ndim == 2 else 1
+    frames, channels, bad = counts
     if frames == 0:
         problems.append((EMPTY_AUDIO, "decodes to 0 frames"))
     if declared and frames < declared:
         problems.append((TRUNCATED, f"header promises {declared} frames ({declared / rate:.3f} s), "
                                     f"the data holds {frames} ({frames / rate:.3f} s)"))
-    if is_float and frames:
-        bad = samples.size - int(np.count_nonzero(np.isfinite(samples)))
-        if bad:
-            problems.append((NAN, f"{bad} of {samples.size} samples are NaN or infinite"))
+    if is_float and frames and bad:
+        problems.append((NAN, f"{bad} of {frames * channels} samples are NaN or infinite"))
     if options.sample_rate is not None and rate != options.sample_rate:
         problems.append((SAMPLE_RATE, f"sample rate {rate} Hz, expected {options.sample_rate} Hz"))
     if options.channels is not None and channels != options.channels:
@@ -252,14 +270,17 @@ def iter_indexed_groups(path: str, options: ValidateOptions, on_unsafe: Callable
     index in the shard, counting the unsafe members passed to ``on_unsafe``, so that quarantine
     can route each member. A container error ends the scan: it is stored in ``state["error"]``
     and the utterance it cut is left in ``state["cut"]`` (not yielded: it may be incomplete).
+    Memory holds one utterance: once its members together pass ``options.max_member_bytes``, the
+    data of the next ones is not kept (``None``; validate_shard reports it).
     """
     counter = iter(range(1 << 62))
 
     def on_error(err: ShardkitError) -> None:
         on_unsafe(next(counter), err)
 
-    group: list[tuple[int, str, str, bytes]] = []
+    group: list[tuple[int, str, str, bytes | None]] = []
     key = None
+    held = 0  # bytes of the group's members held
     try:
         with open_shard(path) as f:
             members = iter_tar_members(shard_reader(f, shard=path, threads=options.threads), shard=path,
@@ -269,9 +290,10 @@ def iter_indexed_groups(path: str, options: ValidateOptions, on_unsafe: Callable
                 member_key, ext = split_key(name)
                 if group and member_key != key:
                     yield key, group
-                    group = []
+                    group, held = [], 0
                 key = member_key
-                group.append((index, name, ext, data))
+                held += len(data)
+                group.append((index, name, ext, data if held <= options.max_member_bytes or len(group) == 0 else None))
     except ShardkitError as err:
         state["error"] = err
         state["cut"] = (key, group)
@@ -286,10 +308,12 @@ def _file_facts(path: str) -> tuple[int | None, str | None, str | None]:
         size = os.stat(path).st_size
         if not os.path.isfile(path):
             return None, None, "is not a regular file"
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             return size, detect_codec(f.read(16)), None
     except FileNotFoundError:
         return None, None, "no such file"
+    except ShardkitError as err:
+        return None, None, err.reason
     except OSError as err:
         return None, None, f"cannot read it ({err.strerror or err})"
 
@@ -307,7 +331,11 @@ def validate_shard(path: str, options: ValidateOptions) -> dict:
     rejected: list[list] = []
     result = {"shard": path, "bytes": None, "codec": None, "utterances": 0, "members": 0, "seconds": 0.0,
               "sample_rates": {}, "findings": findings, "keys": [], "rejected": rejected, "warnings": []}
+    result["stamp"] = _stamp(path)  # before reading: quarantine's second pass checks the source is the same
     size, codec, problem = _file_facts(path)
+    if problem is None and printable(path) != path:
+        size, codec, problem = None, None, ("shard path is not UTF-8: WeNet reads data.list as UTF-8 text and "
+                                            "cannot name it; rename the file")
     result["bytes"], result["codec"] = size, codec
     if problem is not None:
         findings.append(finding(path, None, None, MISSING_FILE, problem))
@@ -338,9 +366,17 @@ def validate_shard(path: str, options: ValidateOptions) -> dict:
             problems.append((members[0][1], MISSING_TXT, f"utterance has no txt member (members: {names})"))
         elif len(txt) > 1:
             problems.append((txt[1][1], MULTIPLE_TXT, f"utterance has {len(txt)} txt members"))
+        dropped = [m[1] for m in members if m[3] is None]
+        if dropped:
+            problems.append((dropped[0], MEMBER_TOO_LARGE, f"the utterance's members together exceed the limit of "
+                                                           f"{options.max_member_bytes} bytes ({len(dropped)} not "
+                                                           "checked)"))
         for _, name, _, data in txt:
-            problems.extend((name, check, message) for check, message in check_text(data))
+            if data is not None:
+                problems.extend((name, check, message) for check, message in check_text(data))
         for _, name, ext, data in audio:
+            if data is None:
+                continue
             audio_problems, facts = check_audio(ext, data, options)
             problems.extend((name, check, message) for check, message in audio_problems)
             if facts is not None and name == audio[-1][1]:  # WeNet keeps the last audio member
@@ -394,7 +430,6 @@ class _TapReader:
 
     def __init__(self, source):
         self._read = source.read
-        self.last = b""
         self.capture_left = 0
         self.captured: list[bytes] = []
 
@@ -404,7 +439,6 @@ class _TapReader:
             take = data[:self.capture_left]
             self.captured.append(take)
             self.capture_left -= len(take)
-        self.last = data
         return data
 
 
@@ -432,8 +466,17 @@ class _ShardOut:
         self._file.discard()
 
 
+def _stamp(path: str) -> list | None:
+    """``[size, mtime_ns]`` of a local file, None if it cannot be read: tells a source changed between passes."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
 def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], reject_keys: list[str],
-                     options: ValidateOptions) -> dict:
+                     options: ValidateOptions, stamp: list | None = None) -> dict:
     """Split ``src`` into ``<stem>.tar[.ext]`` (kept) and ``<stem>.rejects.tar[.ext]`` in ``out_dir``.
 
     ``rejected`` comes from ``validate_shard``; ``reject_keys`` are keys found in an earlier shard
@@ -442,8 +485,16 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
     """
     by_index = {entry[0]: entry for entry in rejected}
     drop_keys = set(reject_keys)
-    with open(src, "rb") as f:
-        codec = detect_codec(f.read(16))
+    try:
+        if stamp is not None and _stamp(src) != stamp:
+            raise ShardkitError("source changed or vanished since it was validated; validate it again", shard=src)
+        with open_shard(src) as f:
+            codec = detect_codec(f.read(16))
+    except ShardkitError as err:  # this shard's quarantine fails; the run goes on
+        return {"shard": src, "cleaned": None, "rejects": None, "kept_members": 0, "rejected_members": 0,
+                "lines": [{"shard": src, "member": None, "key": None, "checks": [err.check],
+                           "reasons": [f"{err.check}: {err.reason}; nothing of this shard was quarantined"],
+                           "rejects_shard": None}]}
     suffix = ".tar" + CODECS[codec].suffix
     cleaned = rejects = None
     lines: list[dict] = []
@@ -460,7 +511,10 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
         index, err, size = pending_unsafe
         pending_unsafe.clear()
         data = b"".join(tap.captured)
-        if size is not None and complete and len(data) == size:
+        if err.check == TAR_NAME_ENCODING:  # err.member is the escaped name: writing it would rename the member
+            line(err.member, None, [err.check], [f"{err.check}: {err.reason}",
+                                                 "not kept: its name cannot be written unchanged"], False)
+        elif size is not None and complete and len(data) == size:
             rejects.tar.add(err.member, data)
             line(err.member, None, [err.check], [f"{err.check}: {err.reason}"], True)
         else:
@@ -478,11 +532,8 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
 
             def on_error(err: ShardkitError) -> None:
                 flush_unsafe(tap, True)
-                try:  # the reader calls on_error right after reading the member's header
-                    info = tarfile.TarInfo.frombuf(tap.last, "utf-8", "surrogateescape")
-                    size = info.size if info.isreg() and info.size <= options.max_member_bytes else None
-                except tarfile.TarError:
-                    size = None
+                # the parser says how many data bytes follow a refused regular member (None: none to keep)
+                size = getattr(err, "member_size", None)
                 pending_unsafe[:] = [next(index_of), err, size]
                 tap.captured = []
                 tap.capture_left = size or 0
@@ -508,6 +559,8 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
                 flush_unsafe(tap, False)
                 line(None, None, [err.check], [f"{err.check}: {err.reason}; the rest of the shard cannot be read "
                                                f"and is not in either output"], False)
+        if stamp is not None and _stamp(src) != stamp:
+            raise ShardkitError("source changed while it was quarantined; validate it again", shard=src)
         result = {"shard": src, "cleaned": cleaned.finish(), "rejects": rejects.finish(),
                   "kept_members": counts["kept"], "rejected_members": counts["rejected"], "lines": lines}
         fsync_dir(os.path.dirname(os.path.join(out_dir, stem)))
@@ -519,6 +572,11 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
         if isinstance(err, OSError):
             raise ShardkitError(f"cannot write its quarantine outputs in {out_dir} ({err.strerror or err})",
                                 shard=src) from err
+        if isinstance(err, ShardkitError) and err.reason.startswith("source changed"):
+            return {"shard": src, "cleaned": None, "rejects": None, "kept_members": 0, "rejected_members": 0,
+                    "lines": [{"shard": src, "member": None, "key": None, "checks": [err.check],
+                               "reasons": [f"{err.check}: {err.reason}; nothing of this shard was quarantined"],
+                               "rejects_shard": None}]}
         raise
 
 
@@ -576,7 +634,7 @@ class ValidateReport:
                "quarantine": self.quarantine}
         if self.slice:
             doc["slice"] = self.slice
-        return doc
+        return json_safe(doc)  # names escaped where not UTF-8: always valid JSON
 
     @property
     def exit_code(self) -> int:
@@ -700,13 +758,14 @@ def _validate_claimed(shards, options, stems, slice_info, *, jobs, quarantine_di
 
     if quarantine_dir is not None:
         todo = [i for i, r in enumerate(results) if r["findings"] and r["codec"] is not None]
-        tasks = [(shards[i], quarantine_dir, stems[i], results[i]["rejected"], reject_keys.get(i, []), options)
-                 for i in todo]
+        tasks = [(shards[i], quarantine_dir, stems[i], results[i]["rejected"], reject_keys.get(i, []), options,
+                  results[i].get("stamp")) for i in todo]
         outcome = {todo[j]: r for j, r in run_tasks(_quarantine_task, tasks, jobs=jobs, executor=executor,
                                                      ray_address=ray_address)}
         report.quarantine = write_quarantine_lists(quarantine_dir, shards, results, [outcome[i] for i in todo],
                                                    split=split, keep_tree=keep_tree)
     for r in results:
+        r.pop("stamp", None)
         if not (slice_info and quarantine_dir is not None):
             r.pop("rejected", None)
     report.seconds = time.perf_counter() - started

@@ -114,7 +114,7 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
         assert [(r["format"], r["audio"]) for r in summary["bench"]] == [("none", "wav"), ("zst:3", "wav")]
         assert os.path.exists(summary["where"]["bench_chart"])
         if has_torch():
-            assert [r["workers"] for r in bench["loader"]] == [0, 1]
+            assert sorted({r["workers"] for r in bench["loader"]}) == [0, 1]  # int16 rows, float32 rows beside them
         assert "none WAV: size 1.00 of the WAV tar" in text and "<- this list" in text
 
 

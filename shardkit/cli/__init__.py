@@ -64,7 +64,10 @@ def emit_json(obj) -> None:
     """The one machine-readable report of a --json run, on stdout."""
     import json
 
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    from ..errors import json_safe
+
+    # a non-UTF-8 shard path or name is escaped (\xNN): the document is valid UTF-8 JSON, whatever the input holds
+    sys.stdout.write(json.dumps(json_safe(obj), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stdout.flush()
 
 
