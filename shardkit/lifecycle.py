@@ -607,3 +607,56 @@ def _raw_member_digests(path: str) -> list[tuple[str, bytes]]:
             data = tar.extractfile(info).read() if info.isreg() else b""
             out.append((info.name, hashlib.sha256(data).digest()))
     return out
+
+
+class HashingReader:
+    """Exact reads passed through from ``source``, with a running sha256 and count of every byte read."""
+
+    __slots__ = ("_read", "sha256", "size")
+
+    def __init__(self, source):
+        import hashlib
+
+        self._read = source.read
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        self.sha256.update(data)
+        self.size += len(data)
+        return data
+
+
+def verify_stream(expected: list[tuple[str, int]], sha256: bytes, size: int, *, shard: str,
+                  max_member_bytes: int = 1 << 31) -> Callable[[str], None]:
+    """A ``verify`` for ``AtomicFile.commit`` as strong as ``verify_members``, at one hash per byte.
+
+    The written shard must read back through shardkit's checked tar reader (decompressed when
+    compressed) as the members ``expected`` (names and sizes, in order), and the tar stream that
+    reader parses, from its first byte to its last, must have the ``sha256`` and ``size`` of the
+    tar stream the writer produced (a digest computed while writing, ``TarWriter`` output before
+    any compression). Equal streams that parse as the same names and sizes hold the same member
+    bytes, so no member is hashed on its own on either side.
+    """
+
+    def verify(tmp: str) -> None:
+        from .errors import VerificationError
+        from .tario import iter_tar_members, open_shard, shard_reader
+
+        with open_shard(tmp) as f:
+            stream = HashingReader(shard_reader(f, shard=tmp))
+            back = [(name, len(data)) for name, data in
+                    iter_tar_members(stream, shard=shard, max_member_bytes=max_member_bytes)]
+            while stream.read(1 << 20):  # whatever follows the end-of-archive blocks counts too
+                pass
+        if back != expected:
+            mismatch = next((a[0] for a, b in zip(expected, back) if a != b), None)
+            raise VerificationError(f"written shard does not read back as written "
+                                    f"({len(back)} vs {len(expected)} members)", shard=shard, member=mismatch)
+        if stream.size != size or stream.sha256.digest() != sha256:
+            raise VerificationError(f"written shard does not read back as written (its tar stream reads back as "
+                                    f"{stream.size} bytes with another sha256; {size} bytes were written)",
+                                    shard=shard)
+
+    return verify
