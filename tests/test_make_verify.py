@@ -116,3 +116,16 @@ def test_make_shard_publishes_nothing_when_the_read_back_differs(tmp_path, monke
     bad = make_shard(dst, wavs, MakeSettings(codec="none", level=None))
     assert bad["status"] == "failed" and "does not read back as written" in bad["error"]
     assert sorted(os.listdir(tmp_path)) == [f"u{i}.wav" for i in range(3)]  # no shard, no temporary file
+
+
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(name=st.text(st.characters(blacklist_categories=("Cs",)), max_size=120) | st.sampled_from(
+           ["a" * 99, "a" * 100, "a" * 101, "é" * 50, "spk1/utt00001.wav"]),
+       size=st.integers(0, 8 ** 11 - 1) | st.sampled_from([0, 511, 512, 8 ** 11, 2 ** 40]))
+def test_tar_header_template_is_tarfiles_header_byte_for_byte(name, size):
+    from shardkit.tario import _tarfile_header, tar_header
+
+    assert tar_header(name, size) == _tarfile_header(name, size)
