@@ -393,20 +393,40 @@ class AtomicFile:
     def flush(self) -> None:
         self.file.flush()
 
-    def commit(self, verify: Callable[[str], None] | None = None) -> None:
+    def commit(self, verify: Callable[[str], None] | None = None, *, sync_while_verifying: bool = False) -> None:
+        """``sync_while_verifying``: the fsync runs in a thread while ``verify`` reads the file back
+        (both see the same bytes: the read-back comes from the page cache either way), so the wait for
+        the disk overlaps the read-back's work; the rename still waits for both."""
+        syncing = None
         try:
             self.file.flush()
-            os.fsync(self.file.fileno())
+            if sync_while_verifying and verify is not None:
+                syncing = _Fsync(self.file.fileno())
+            else:
+                os.fsync(self.file.fileno())
             written, stored = self.file.tell(), os.fstat(self.file.fileno()).st_size
-            self.file.close()
+            if syncing is None:
+                self.file.close()
         except OSError as err:
+            if syncing is not None:
+                syncing.wait()
             raise output_error(err, self.dst) from None
-        if written != stored:
-            from .errors import VerificationError
+        try:
+            if written != stored:
+                from .errors import VerificationError
 
-            raise VerificationError(f"{stored} bytes on disk after writing {written}", shard=self.dst)
-        if verify is not None:
-            verify(self.tmp)
+                raise VerificationError(f"{stored} bytes on disk after writing {written}", shard=self.dst)
+            if verify is not None:
+                verify(self.tmp)
+        finally:
+            failed = syncing.wait() if syncing is not None else None
+        if syncing is not None:
+            try:
+                if failed is not None:
+                    raise failed
+                self.file.close()
+            except OSError as err:
+                raise output_error(err, self.dst) from None
         if _local(self.dst):
             try:
                 os.replace(self.tmp, self.dst)
@@ -435,6 +455,27 @@ class AtomicFile:
     def __exit__(self, *exc) -> None:
         if not self.committed:
             self.discard()
+
+
+class _Fsync:
+    """``os.fsync(fd)`` in a thread (it releases the GIL); ``wait()`` returns its OSError or None."""
+
+    def __init__(self, fd: int):
+        import threading
+
+        self.error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, args=(fd,), name="shardkit-fsync", daemon=True)
+        self._thread.start()
+
+    def _run(self, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as err:
+            self.error = err
+
+    def wait(self) -> OSError | None:
+        self._thread.join()
+        return self.error
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:

@@ -366,7 +366,8 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             if result["utterances"] == 0:
                 result["status"] = "empty"  # leaving the block unpublished removes the temporary file
             else:
-                target.commit(verify_stream(written, stream.sha256.digest(), stream.size, shard=dst))
+                target.commit(verify_stream(written, stream.sha256.digest(), stream.size, shard=dst),
+                              sync_while_verifying=True)
                 result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
                 result["status"] = "ok"
     except ShardkitError as err:

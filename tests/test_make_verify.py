@@ -129,3 +129,27 @@ def test_tar_header_template_is_tarfiles_header_byte_for_byte(name, size):
     from shardkit.tario import _tarfile_header, tar_header
 
     assert tar_header(name, size) == _tarfile_header(name, size)
+
+
+def test_sync_while_verifying_publishes_after_both_and_reports_a_failed_fsync(tmp_path, monkeypatch):
+    import errno
+
+    from shardkit.lifecycle import AtomicFile, OutputError
+
+    seen = []
+    dst = str(tmp_path / "out.bin")
+    with AtomicFile(dst) as f:
+        f.write(b"x" * 100000)
+        f.commit(lambda tmp: seen.append(open(tmp, "rb").read() == b"x" * 100000), sync_while_verifying=True)
+    assert seen == [True] and open(dst, "rb").read() == b"x" * 100000
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    dst2 = str(tmp_path / "out2.bin")
+    with pytest.raises(OutputError, match="No space left"):
+        with AtomicFile(dst2) as f:
+            f.write(b"y" * 1000)
+            f.commit(lambda tmp: None, sync_while_verifying=True)
+    assert sorted(os.listdir(tmp_path)) == ["out.bin"]  # nothing published, no temporary file left
