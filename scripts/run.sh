@@ -141,11 +141,14 @@ final_rc=0
 extras=bench
 needs='import shardkit'
 if [ "$with_torch" = true ]; then extras=bench,torch; needs='import shardkit, torch'; fi
+# Checked from / : `python -c` puts the current folder first on sys.path, so from the repository root
+# any python3 would import the checkout's shardkit without its dependencies (soundfile, click, ...).
+has_needs() { (cd / && "$1" -c "$needs") 2>/dev/null; }
 if [ -n "${SHARDKIT_PYTHON:-}" ]; then
   python=$SHARDKIT_PYTHON
-elif [ -x "$root/.venv/bin/python" ] && "$root/.venv/bin/python" -c "$needs" 2>/dev/null; then
+elif [ -x "$root/.venv/bin/python" ] && has_needs "$root/.venv/bin/python"; then
   python=$root/.venv/bin/python
-elif command -v python3 >/dev/null && python3 -c "$needs" 2>/dev/null; then
+elif command -v python3 >/dev/null && has_needs python3; then
   python=python3
 else
   if [ "$with_torch" = true ]; then
