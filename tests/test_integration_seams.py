@@ -3,6 +3,7 @@ integrated build (the recipe as a newcomer runs it, commands chained the way the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,3 +32,49 @@ def test_recipe_does_not_take_a_python3_that_only_sees_the_checkout(tmp_path):
     assert "run.sh: setting up" in result.stderr, result.stderr
     assert "FAKE-VENV" in result.stderr and "Traceback" not in result.stderr
     assert result.returncode != 0
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_validate_job_array_as_the_readme_runs_it(tmp_path, make_shards):
+    # README "Large corpora": `validate data.list --report /shared/v/validate.json --quarantine /shared/q
+    # --split I/3`, then `merge-reports /shared/v --command validate`, with nothing creating /shared/v
+    # first; the joined list's shards repeat file names across folders (quarantine mirrors them).
+    from shardkit.synth import CorpusSpec
+
+    a = make_shards("none", name="a", specs=(CorpusSpec("a", 6, 0.4, 1.0, "zh"),), utts_per_shard=3)
+    b = make_shards("none", name="b", specs=(CorpusSpec("b", 6, 0.4, 1.0, "en"),), utts_per_shard=3, seed=1)
+    assert os.path.basename(a[0]) == os.path.basename(b[0])
+    joined = tmp_path / "train.list"
+    joined.write_text("".join(p + "\n" for p in a + b))
+    # one bad utterance in b's first shard: its transcript (the first member) emptied
+    import io
+    import tarfile
+
+    with tarfile.open(b[0]) as t:
+        members = [(m, t.extractfile(m).read()) for m in t.getmembers()]
+    assert members[0][0].name.endswith(".txt")
+    members[0][0].size = 0
+    with tarfile.open(b[0], "w", format=tarfile.GNU_FORMAT) as t:
+        for i, (m, data) in enumerate(members):
+            t.addfile(m, io.BytesIO(b"" if i == 0 else data))
+    report = tmp_path / "v" / "validate.json"
+    for i in (1, 2, 3):
+        result = _cli("validate", joined, "--report", report, "--quarantine", tmp_path / "q", "--split", f"{i}/3",
+                      "-j", "1", "--quiet")
+        assert result.exit_code in (0, 1), result.output
+    merged = _cli("merge-reports", tmp_path / "v", "--command", "validate")
+    assert merged.exit_code == 1, merged.output  # findings
+    doc = json.loads(report.read_text())
+    assert doc["totals"]["findings"] == 1 and doc["totals"]["shards"] == len(a) + len(b)
+    listed = (tmp_path / "q" / "data.list").read_text().split()
+    assert len(listed) == len(a) + len(b)
+    cleaned = [p for p in listed if p.startswith(str(tmp_path / "q"))]
+    assert cleaned == [str(tmp_path / "q" / os.path.basename(os.path.dirname(b[0])) / os.path.basename(b[0]))]
+    assert set(listed) - set(cleaned) == set(a + b[1:])

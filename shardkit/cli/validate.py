@@ -74,8 +74,10 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
         report_path = slice_path(report_path, *split_slice)
     if report_path is not None:
         folder = os.path.dirname(os.path.abspath(report_path))
-        if not os.path.isdir(folder):
-            raise UsageError("the report's folder does not exist", shard=report_path)
+        try:  # made as `index -o` makes its folder: the README's job array writes into a fresh /shared/v
+            os.makedirs(folder, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"cannot create the report's folder: {err.strerror}", shard=report_path) from None
         from ..lifecycle import claim_output_file
 
         claim_output_file(report_path, list(shards))
