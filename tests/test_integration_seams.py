@@ -78,3 +78,27 @@ def test_validate_job_array_as_the_readme_runs_it(tmp_path, make_shards):
     cleaned = [p for p in listed if p.startswith(str(tmp_path / "q"))]
     assert cleaned == [str(tmp_path / "q" / os.path.basename(os.path.dirname(b[0])) / os.path.basename(b[0]))]
     assert set(listed) - set(cleaned) == set(a + b[1:])
+
+
+def test_json_is_one_document_on_stdout_when_a_command_fails(tmp_path, make_shards):
+    # `balance --json` over a corpus whose shards cannot be read used to print the error on stderr and
+    # nothing on stdout, so `shardkit ... --json | jq` saw no document at all.
+    good = make_shards("none", name="good")[0]
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(b"not a tar archive " * 64)
+    listing = tmp_path / "data.list"
+    listing.write_text(f"{good}\n{bad}\n")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    for args, code in [(["balance", "--corpus", f"a={listing}", "--world-size", "1", "--num-workers", "1",
+                         "-o", str(tmp_path / "bal")], 1),
+                       (["list", "check", str(tmp_path / "missing.list")], 2)]:
+        result = subprocess.run([sys.executable, "-m", "shardkit", *args, "--json"], env=env, capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == code, result.stderr
+        doc = json.loads(result.stdout)  # exactly one document, nothing else
+        assert doc["exit_code"] == code and doc["command"] == args[0]
+        assert doc["error"] and doc["error"] in result.stderr
+    assert str(bad) in json.loads(subprocess.run(
+        [sys.executable, "-m", "shardkit", "balance", "--corpus", f"a={listing}", "--world-size", "1",
+         "--num-workers", "1", "-o", str(tmp_path / "bal"), "--json"], env=env, capture_output=True, text=True,
+        timeout=120).stdout)["error"]
