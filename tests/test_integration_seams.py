@@ -102,3 +102,36 @@ def test_json_is_one_document_on_stdout_when_a_command_fails(tmp_path, make_shar
         [sys.executable, "-m", "shardkit", "balance", "--corpus", f"a={listing}", "--world-size", "1",
          "--num-workers", "1", "-o", str(tmp_path / "bal"), "--json"], env=env, capture_output=True, text=True,
         timeout=120).stdout)["error"]
+
+
+def test_make_job_array_merge_exits_1_when_utterances_were_skipped(tmp_path):
+    # A single `make` run that skips an utterance (here: its audio file is missing) exits 1; the merge
+    # of a `--split` job array over the same tables must say the same, not exit 0.
+    import numpy as np
+    import soundfile as sf
+
+    data = tmp_path / "kaldi"
+    data.mkdir()
+    scp, text = [], []
+    for i in range(4):
+        key = f"spk/u{i}"
+        path = data / f"u{i}.wav"
+        if i != 2:  # u2's audio is missing
+            t = np.arange(16000) / 16000
+            sf.write(path, (0.3 * np.sin(2 * np.pi * (200 + 50 * i) * t)).astype(np.float32), 16000, subtype="PCM_16")
+        scp.append(f"{key} {path}\n")
+        text.append(f"{key} word {i}\n")
+    (data / "wav.scp").write_text("".join(scp))
+    (data / "text").write_text("".join(text))
+    single = _cli("make", data, "-o", tmp_path / "one", "--utts-per-shard", "1", "-q")
+    assert single.exit_code == 1, single.output
+    for i in (1, 2):
+        sliced = _cli("make", data, "-o", tmp_path / "arr", "--utts-per-shard", "1", "--split", f"{i}/2", "-q")
+        assert sliced.exit_code in (0, 1), sliced.output
+    merged = _cli("merge-reports", tmp_path / "arr", "--command", "make", "--json")
+    assert merged.exit_code == 1, merged.output
+    doc = json.loads(merged.stdout)
+    assert doc["skipped_utterances"] == 1 and doc["statuses"] == {"ok": 3}
+    report = json.loads((tmp_path / "arr" / "make.json").read_text())
+    assert [f["key"] for f in report["findings"]] == ["spk/u2"]
+    assert len((tmp_path / "arr" / "data.list").read_text().split()) == 3
