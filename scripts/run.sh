@@ -216,7 +216,7 @@ for name in names:
     with open(path, encoding="utf-8") as f:
         rows += [(name, x["shard"], x["key"] or "-", x["check"], x["message"]) for x in json.load(f)["findings"]]
 print(f"  {len(rows)} findings (shard, key, check):")
-width = [max(len(r[i]) for r in rows[:shown]) for i in range(4)]
+width = [max([len(h)] + [len(r[i]) for r in rows[:shown]]) for i, h in enumerate(("corpus", "shard", "key", "check"))]
 print(f"    {'corpus':<{width[0]}}  {'shard':<{width[1]}}  {'key':<{width[2]}}  {'check':<{width[3]}}  reason")
 for r in rows[:shown]:
     print(f"    {r[0]:<{width[0]}}  {r[1]:<{width[1]}}  {r[2]:<{width[2]}}  {r[3]:<{width[3]}}  {r[4]}")
