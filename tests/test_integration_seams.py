@@ -135,3 +135,31 @@ def test_make_job_array_merge_exits_1_when_utterances_were_skipped(tmp_path):
     report = json.loads((tmp_path / "arr" / "make.json").read_text())
     assert [f["key"] for f in report["findings"]] == ["spk/u2"]
     assert len((tmp_path / "arr" / "data.list").read_text().split()) == 3
+
+
+def test_verify_against_moved_sources_whose_names_repeat(tmp_path, make_shards):
+    # convert mirrors corpora that name their shards alike (a/shards_000000000.tar, b/shards_000000000.tar)
+    # below OUT_DIR; verify --against matched moved sources by stem alone, so b's output was compared with
+    # a's source ("member order differs") and the right pair never checked.
+    from shardkit.synth import CorpusSpec
+
+    a = make_shards("bz2", name="a", specs=(CorpusSpec("a", 4, 0.4, 1.0, "zh"),), utts_per_shard=2)
+    b = make_shards("bz2", name="b", specs=(CorpusSpec("b", 4, 0.4, 1.0, "en"),), utts_per_shard=2, seed=1)
+    joined = tmp_path / "train.list"
+    joined.write_text("".join(p + "\n" for p in a + b))
+    out = tmp_path / "flac"
+    assert _cli("convert", joined, "-o", out, "--codec", "none", "--audio", "flac", "-j", "1", "-q").exit_code == 0
+    moved = tmp_path / "moved"
+    for src in (a, b):
+        shutil.copytree(os.path.dirname(src[0]), moved / os.path.basename(os.path.dirname(src[0])))
+    folder_a, folder_b = (str(moved / os.path.basename(os.path.dirname(s[0]))) for s in (a, b))
+    both = _cli("verify", out, "--against", folder_a, "--against", folder_b, "--json")
+    assert both.exit_code == 0, both.output
+    assert json.loads(both.stdout)["shards"] == len(a) + len(b)
+    # only a's sources given: b's outputs are not compared with a's namesakes, they are named as unmatched
+    only_a = _cli("verify", out, "--against", folder_a, "--json")
+    assert only_a.exit_code == 1
+    problems = json.loads(only_a.stdout)["problems"]
+    assert len(problems) == len(b)
+    assert all("no source among --against lies in a folder ending in" in p["reason"] for p in problems)
+    assert not any("differs" in p["reason"] for p in problems)
