@@ -163,3 +163,22 @@ def test_verify_against_moved_sources_whose_names_repeat(tmp_path, make_shards):
     assert len(problems) == len(b)
     assert all("no source among --against lies in a folder ending in" in p["reason"] for p in problems)
     assert not any("differs" in p["reason"] for p in problems)
+
+
+def test_loader_check_names_a_bad_shard_in_one_line_from_torch_workers(tmp_path, make_shards):
+    # torch re-raises a worker's ShardkitError as "Caught ... in DataLoader worker process 0. Original
+    # Traceback (most recent call last): ..."; loader-check printed that whole traceback as its error.
+    import pytest
+
+    pytest.importorskip("torch")
+    good = make_shards("none", name="good")
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(b"not a tar archive " * 64)
+    listing = tmp_path / "data.list"
+    listing.write_text("".join(p + "\n" for p in [*good, str(bad)]))
+    result = subprocess.run([sys.executable, "-m", "shardkit", "loader-check", str(listing), "--world-size", "1",
+                             "--num-workers", "1", "--engine", "torch"], env={**os.environ, "PYTHONPATH": ROOT},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Caught" not in result.stderr, result.stderr
+    assert f"Error: {bad}: not a tar archive" in result.stderr
