@@ -182,3 +182,20 @@ def test_loader_check_names_a_bad_shard_in_one_line_from_torch_workers(tmp_path,
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr and "Caught" not in result.stderr, result.stderr
     assert f"Error: {bad}: not a tar archive" in result.stderr
+
+
+def test_a_mirrored_convert_output_folder_points_to_its_list(tmp_path, make_shards):
+    # convert mirrors corpora with repeated shard names below OUT_DIR, so OUT_DIR itself holds no shard;
+    # giving that folder to the next command (as the README does with folders) must say where the list is.
+    from shardkit.synth import CorpusSpec
+
+    a = make_shards("none", name="a", specs=(CorpusSpec("a", 2, 0.4, 1.0, "zh"),), utts_per_shard=2)
+    b = make_shards("none", name="b", specs=(CorpusSpec("b", 2, 0.4, 1.0, "en"),), utts_per_shard=2, seed=1)
+    joined = tmp_path / "train.list"
+    joined.write_text("".join(p + "\n" for p in a + b))
+    out = tmp_path / "zst"
+    assert _cli("convert", joined, "-o", out, "-j", "1", "-q").exit_code == 0
+    result = _cli("validate", out, "-q")
+    assert result.exit_code == 2
+    assert "folder holds no shards" in result.output and f"pass its list, {out / 'data.list'}" in result.output
+    assert _cli("validate", out / "data.list", "-q").exit_code == 0
