@@ -53,9 +53,9 @@ class _Commands(click.Group):
 
     @staticmethod
     def _fail(ctx, args, err, code):
-        click.echo(f"Error: {err}", err=True)
         if "--json" in args and not _json_emitted:  # --json promises one document on stdout, failures included
             emit_json({"command": args[0], "error": str(err), "exit_code": code})
+        click.echo(f"Error: {err}", err=True)
         ctx.exit(code)
 
 
