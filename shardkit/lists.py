@@ -63,8 +63,21 @@ def read_list_lines(list_path: str) -> list[ListLine]:
         raise UsageError("no such list file", shard=list_path) from None
     except IsADirectoryError:
         raise UsageError("is a folder, not a list file", shard=list_path) from None
-    except (OSError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        if _looks_like_shard(list_path):
+            raise UsageError("is a shard, not a list file (list commands take data.list files; "
+                             "`shardkit validate` reads shards)", shard=list_path) from None
         raise UsageError(f"cannot read list file ({err})", shard=list_path) from err
+    except OSError as err:
+        raise UsageError(f"cannot read list file ({err})", shard=list_path) from err
+
+
+def _looks_like_shard(path: str) -> bool:
+    from .codecs import detect_codec
+
+    with open(path, "rb") as f:
+        head = f.read(512)
+    return detect_codec(head) != "none" or head[257:262] == b"ustar"
 
 
 # ---------------------------------------------------------------------------------------- check

@@ -199,3 +199,13 @@ def test_a_mirrored_convert_output_folder_points_to_its_list(tmp_path, make_shar
     assert result.exit_code == 2
     assert "folder holds no shards" in result.output and f"pass its list, {out / 'data.list'}" in result.output
     assert _cli("validate", out / "data.list", "-q").exit_code == 0
+
+
+def test_list_commands_given_a_shard_say_so(make_shards):
+    # `shardkit list check shard.tar` failed with "cannot read list file ('utf-8' codec can't decode ...)"
+    for codec in ("none", "zst"):
+        shard = make_shards(codec, name=f"s-{codec}")[0]
+        for args in (["list", "check", shard], ["list", "concat", shard, "-o", shard + ".list"]):
+            result = _cli(*args)
+            assert result.exit_code == 2
+            assert f"{shard}: is a shard, not a list file" in result.output, result.output
