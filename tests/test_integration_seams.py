@@ -209,3 +209,15 @@ def test_list_commands_given_a_shard_say_so(make_shards):
             result = _cli(*args)
             assert result.exit_code == 2
             assert f"{shard}: is a shard, not a list file" in result.output, result.output
+
+
+def test_wds_webdataset_without_webdataset_names_the_extra(monkeypatch):
+    # the core install (what scripts/run.sh sets up) has no webdataset: a bare ModuleNotFoundError before
+    import shardkit.wds
+    from shardkit.errors import UsageError
+
+    monkeypatch.setitem(sys.modules, "webdataset", None)  # import webdataset -> ImportError
+    import pytest
+
+    with pytest.raises(UsageError, match=r"pip install 'shardkit\[wds\]'"):
+        shardkit.wds.WebDataset(["x.tar"])
