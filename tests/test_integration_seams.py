@@ -221,3 +221,19 @@ def test_wds_webdataset_without_webdataset_names_the_extra(monkeypatch):
 
     with pytest.raises(UsageError, match=r"pip install 'shardkit\[wds\]'"):
         shardkit.wds.WebDataset(["x.tar"])
+
+
+def test_index_refuses_to_write_over_its_input_list(tmp_path, make_shards):
+    # `index data.list -o data.list` replaced the list with the index (exit 0): the claim saw only the
+    # shards the list names, not the list itself.
+    paths = make_shards("none", name="idx")
+    listing = tmp_path / "data.list"
+    listing.write_text("".join(p + "\n" for p in paths))
+    before = listing.read_bytes()
+    os.link(listing, tmp_path / "hard.list")
+    for out in (listing, tmp_path / "hard.list"):
+        result = _cli("index", listing, "-o", out, "-q")
+        assert result.exit_code == 2, result.output
+        assert "destroy the input" in result.output or "is input" in result.output, result.output
+    assert listing.read_bytes() == before
+    assert _cli("index", listing, "-o", tmp_path / "index.jsonl", "-q").exit_code == 0
