@@ -163,6 +163,8 @@ def test_verify_against_moved_sources_whose_names_repeat(tmp_path, make_shards):
     assert len(problems) == len(b)
     assert all("no source among --against lies in a folder ending in" in p["reason"] for p in problems)
     assert not any("differs" in p["reason"] for p in problems)
+    text = _cli("verify", out, "--against", folder_a)
+    assert "key None" not in text.output and ": this shard's name repeats; no source among --against" in text.output
 
 
 def test_loader_check_names_a_bad_shard_in_one_line_from_torch_workers(tmp_path, make_shards):
