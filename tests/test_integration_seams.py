@@ -239,3 +239,25 @@ def test_index_refuses_to_write_over_its_input_list(tmp_path, make_shards):
         assert "destroy the input" in result.output or "is input" in result.output, result.output
     assert listing.read_bytes() == before
     assert _cli("index", listing, "-o", tmp_path / "index.jsonl", "-q").exit_code == 0
+
+
+def test_list_rewrite_dir_finds_convert_mirrored_outputs(tmp_path, make_shards):
+    # convert mirrors corpora whose shard names repeat (OUT/a/shards_000000000.tar.zst, OUT/b/...);
+    # `list rewrite --dir OUT` put every line at OUT/<name> and refused the list (no such file).
+    from shardkit.synth import CorpusSpec
+
+    a = make_shards("bz2", name="a", specs=(CorpusSpec("a", 4, 0.4, 1.0, "zh"),), utts_per_shard=2)
+    b = make_shards("bz2", name="b", specs=(CorpusSpec("b", 2, 0.4, 1.0, "en"),), utts_per_shard=2, seed=1)
+    joined = tmp_path / "train.list"
+    joined.write_text("".join(p + "\n" for p in a + b))
+    out = tmp_path / "zst"
+    assert _cli("convert", joined, "-o", out, "-j", "1", "-q").exit_code == 0
+    result = _cli("list", "rewrite", joined, "--suffix", ".tar.zst", "--dir", out, "-o", tmp_path / "zst.list")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "zst.list").read_text() == (out / "data.list").read_text()
+    # names that do not repeat keep the flat layout convert gives them
+    flat = _cli("list", "rewrite", os.path.join(os.path.dirname(a[0]), "data.list"), "--suffix", ".tar",
+                "--dir", tmp_path / "plain", "--no-check", "-o", tmp_path / "plain.list")
+    assert flat.exit_code == 0, flat.output
+    assert (tmp_path / "plain.list").read_text().split() == \
+        [str(tmp_path / "plain" / os.path.basename(p).replace(".tar.bz2", ".tar")) for p in a]
