@@ -13,6 +13,10 @@ Two figures, each checked while timed:
   figures place it: ``copy`` (read the audio the same way and write it into as many files as
   there are shards, each fsynced and renamed: the floor of any atomic packer) and ``plan`` (the
   input side alone: read the entries, probe, check, plan; its share of the packing time).
+  ``vcopy``: the copy floor of a packer that records and verifies a sha256 (every byte hashed as
+  written, each file read back and hashed again before its rename), without tar or checks.
+  ``read_cold``/``pack_cold``: the read and the pack again, each right after the source's files
+  were dropped from the page cache (``posix_fadvise(DONTNEED)``), as a corpus read once comes.
 * ``plan``: peak RSS (VmHWM of a fresh process) of planning only (read, probe, check, plan;
   nothing written) a synthetic 1,000,000-line NeMo manifest: 1,000 long recordings, 1,000
   segments each (1.2-2.4 s, keys ``stem-OFFSETms``, ~35-character transcripts). The recordings
@@ -156,6 +160,22 @@ def iter_audio(fmt: str, corpus: dict):
                     yield data
 
 
+def source_files(fmt: str, corpus: dict) -> list[str]:
+    """The files holding the source's audio (the audio files, the Parquet file, the tars)."""
+    return corpus["paths"] if fmt in ("kaldi", "wenet-raw", "nemo", "lhotse") else corpus["sources"][fmt]
+
+
+def evict(paths: list[str]) -> None:
+    """Drop the files' pages from the page cache (POSIX_FADV_DONTNEED; clean pages go, no root
+    needed), so the next read comes from the disk: a corpus being packed is read once, cold."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def read_alone(fmt: str, corpus: dict) -> int:
     """Read every audio byte the way the source holds it; returns the bytes read."""
     total = sum(len(data) for data in iter_audio(fmt, corpus))
@@ -163,28 +183,41 @@ def read_alone(fmt: str, corpus: dict) -> int:
     return total
 
 
-def copy_alone(fmt: str, corpus: dict, out: str, files: int) -> int:
+def copy_alone(fmt: str, corpus: dict, out: str, files: int, *, verified: bool = False) -> int:
     """Read the audio as the source holds it and write it into ``files`` files, each fsynced and
     renamed (what any atomic packer must do at least): the floor of packing, without tar, hashing,
-    planning or checks."""
+    planning or checks. ``verified``: also what a packer that records and verifies a sha256 must
+    do at least: hash every byte as it is written, read each file back and hash it again."""
+    import hashlib
+
     os.makedirs(out, exist_ok=True)
     per_file = -(-corpus["utterances"] // files)
-    written, f, index = 0, None, 0
+    written, f, index, digest = 0, None, 0, None
+
+    def finish(f, digest):
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        if verified:
+            back = hashlib.sha256()
+            with open(f.name, "rb", buffering=0) as g:
+                while chunk := g.read(1 << 20):
+                    back.update(chunk)
+            assert back.digest() == digest.digest()
+        os.replace(f.name, f.name[:-8])
+
     for i, data in enumerate(iter_audio(fmt, corpus)):
         if i % per_file == 0:
             if f is not None:
-                f.flush()
-                os.fsync(f.fileno())
-                f.close()
-                os.replace(f.name, f.name[:-8])
+                finish(f, digest)
             f = open(os.path.join(out, f"copy{index:04d}.partial"), "wb")
+            digest = hashlib.sha256()
             index += 1
         f.write(data)
+        if verified:
+            digest.update(data)
         written += len(data)
-    f.flush()
-    os.fsync(f.fileno())
-    f.close()
-    os.replace(f.name, f.name[:-8])
+    finish(f, digest)
     return written
 
 
@@ -224,7 +257,8 @@ def plan_only(fmt: str, corpus: dict) -> int:
 def bench_pack(args) -> dict:
     corpus = build_pack_corpus(args.work_dir, args.minutes)
     read_alone("kaldi", corpus)  # warm the page cache
-    times = {fmt: {"read": [], "plan": [], "copy": [], "pack": []} for fmt in SOURCES}
+    times = {fmt: {"read": [], "plan": [], "copy": [], "vcopy": [], "pack": [], "read_cold": [], "pack_cold": []}
+             for fmt in SOURCES}
     shards = None
     for _ in range(args.repeats):
         for fmt in SOURCES:  # interleaved
@@ -241,16 +275,35 @@ def bench_pack(args) -> dict:
             t = time.perf_counter()
             copy_alone(fmt, corpus, os.path.join(args.work_dir, "copy", fmt), shards)
             times[fmt]["copy"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            copy_alone(fmt, corpus, os.path.join(args.work_dir, "copy", fmt), shards, verified=True)
+            times[fmt]["vcopy"].append(time.perf_counter() - t)
+            # the same read and pack with the source's files dropped from the page cache first
+            evict(source_files(fmt, corpus))
+            t = time.perf_counter()
+            read_alone(fmt, corpus)
+            times[fmt]["read_cold"].append(time.perf_counter() - t)
+            evict(source_files(fmt, corpus))
+            t = time.perf_counter()
+            pack(fmt, corpus, os.path.join(args.work_dir, "out", fmt))
+            times[fmt]["pack_cold"].append(time.perf_counter() - t)
     hours = corpus["seconds"] / 3600
     result = {"audio_hours": round(hours, 4), "utterances": corpus["utterances"], "shards": shards,
               "per_source": {}}
     for fmt in SOURCES:
-        read, plan, copy, packed = (statistics.median(times[fmt][k]) for k in ("read", "plan", "copy", "pack"))
+        read, plan, copy, vcopy, packed, read_cold, pack_cold = (statistics.median(times[fmt][k]) for k in (
+            "read", "plan", "copy", "vcopy", "pack", "read_cold", "pack_cold"))
         result["per_source"][fmt] = {"read_s": round(read, 4), "plan_s": round(plan, 4), "copy_s": round(copy, 4),
                                      "pack_s": round(packed, 4), "plan_share_of_pack": round(plan / packed, 3),
                                      "read_h_per_s": round(hours / read, 2), "copy_h_per_s": round(hours / copy, 2),
                                      "pack_h_per_s": round(hours / packed, 2),
-                                     "pack_vs_read": round(read / packed, 3), "pack_vs_copy": round(copy / packed, 3)}
+                                     "pack_vs_read": round(read / packed, 3), "pack_vs_copy": round(copy / packed, 3),
+                                     "vcopy_s": round(vcopy, 4), "vcopy_h_per_s": round(hours / vcopy, 2),
+                                     "pack_vs_vcopy": round(vcopy / packed, 3),
+                                     "read_cold_s": round(read_cold, 4), "pack_cold_s": round(pack_cold, 4),
+                                     "read_cold_h_per_s": round(hours / read_cold, 2),
+                                     "pack_cold_h_per_s": round(hours / pack_cold, 2),
+                                     "pack_vs_read_cold": round(read_cold / pack_cold, 3)}
     return result
 
 

@@ -38,7 +38,7 @@ commands to record it are in "Scaling".
 | reader (17) | `iter_samples` as documented >= 0.95x of a tuned process | 0.97x (0.94x of the baseline's tuned rate; was 0.75x) | met |
 | transcode (17) | CLI -j1 verified >= 0.9x libsndfile encode + decode; unverified >= 0.9x encode | 0.70x / 0.59x (transcode step 0.93x / 0.92x; the rest is convert's digests + start-up; convert's side: -q imports no tqdm, 1.008x / 1.018x CPU; the read-back keeps SHA-256, a CRC check saved <1%) | not met |
 | recipe | default demo run < 5 min on 2 cores | 45 s | met |
-| make sources | pack >= 0.8x reading the audio alone (keep, each source) | 0.04-0.43x (warm cache: writer's hash + fsync dominate; input side 4-28% of pack time) | not met |
+| make sources | pack >= 0.8x reading the audio alone (keep, each source) | 0.23-0.30x of a cold-cache read, 0.08-0.26x warm (was 0.05-0.19x); 0.38-0.42x of the bare copy floor, 0.72-0.96x of a verified copy floor (sha256 as written + read-back): limit is sha256 twice per byte + fsync | not met |
 | make sources | plan a 1 M-line manifest < 300 MB | 240.8 MB peak RSS, 11 s | met |
 | webdataset | WebDataset + shardkit's handler >= 0.8x shardkit's reader, plain WAV / zst:3 | 0.96x / 0.96x with shardkit's reader stage (`shardkit.wds.WebDataset`); 0.41x / 0.78x on WebDataset's own tarfile (its reader alone: 0.58x / 0.91x) | met with the reader stage only |
 """

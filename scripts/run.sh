@@ -141,11 +141,14 @@ final_rc=0
 extras=bench
 needs='import shardkit'
 if [ "$with_torch" = true ]; then extras=bench,torch; needs='import shardkit, torch'; fi
+# Checked from / : `python -c` puts the current folder first on sys.path, so from the repository root
+# any python3 would import the checkout's shardkit without its dependencies (soundfile, click, ...).
+has_needs() { (cd / && "$1" -c "$needs") 2>/dev/null; }
 if [ -n "${SHARDKIT_PYTHON:-}" ]; then
   python=$SHARDKIT_PYTHON
-elif [ -x "$root/.venv/bin/python" ] && "$root/.venv/bin/python" -c "$needs" 2>/dev/null; then
+elif [ -x "$root/.venv/bin/python" ] && has_needs "$root/.venv/bin/python"; then
   python=$root/.venv/bin/python
-elif command -v python3 >/dev/null && python3 -c "$needs" 2>/dev/null; then
+elif command -v python3 >/dev/null && has_needs python3; then
   python=python3
 else
   if [ "$with_torch" = true ]; then
@@ -213,7 +216,7 @@ for name in names:
     with open(path, encoding="utf-8") as f:
         rows += [(name, x["shard"], x["key"] or "-", x["check"], x["message"]) for x in json.load(f)["findings"]]
 print(f"  {len(rows)} findings (shard, key, check):")
-width = [max(len(r[i]) for r in rows[:shown]) for i in range(4)]
+width = [max([len(h)] + [len(r[i]) for r in rows[:shown]]) for i, h in enumerate(("corpus", "shard", "key", "check"))]
 print(f"    {'corpus':<{width[0]}}  {'shard':<{width[1]}}  {'key':<{width[2]}}  {'check':<{width[3]}}  reason")
 for r in rows[:shown]:
     print(f"    {r[0]:<{width[0]}}  {r[1]:<{width[1]}}  {r[2]:<{width[2]}}  {r[3]:<{width[3]}}  {r[4]}")

@@ -53,7 +53,11 @@ def expand_shards(args: list[str] | tuple[str, ...]) -> list[str]:
         elif os.path.isdir(arg):
             found = shards_in_dir(arg)
             if not found:
-                raise UsageError(f"folder holds no shards (looked for {', '.join(SHARD_PATTERNS[:4])}, ...)", shard=arg)
+                hint = ""  # convert's output mirrored below its folder (repeated shard names) holds its list on top
+                if os.path.isfile(os.path.join(arg, "data.list")):
+                    hint = f"; pass its list, {os.path.join(arg, 'data.list')}"
+                raise UsageError(f"folder holds no shards (looked for {', '.join(SHARD_PATTERNS[:4])}, ...){hint}",
+                                 shard=arg)
             shards.extend(os.path.abspath(p) for p in found)
         elif is_list_file(arg) and (os.path.exists(arg) or not _GLOB_CHARS & set(arg)):
             shards.extend(read_list(arg))

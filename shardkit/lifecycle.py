@@ -393,20 +393,40 @@ class AtomicFile:
     def flush(self) -> None:
         self.file.flush()
 
-    def commit(self, verify: Callable[[str], None] | None = None) -> None:
+    def commit(self, verify: Callable[[str], None] | None = None, *, sync_while_verifying: bool = False) -> None:
+        """``sync_while_verifying``: the fsync runs in a thread while ``verify`` reads the file back
+        (both see the same bytes: the read-back comes from the page cache either way), so the wait for
+        the disk overlaps the read-back's work; the rename still waits for both."""
+        syncing = None
         try:
             self.file.flush()
-            os.fsync(self.file.fileno())
+            if sync_while_verifying and verify is not None:
+                syncing = _Fsync(self.file.fileno())
+            else:
+                os.fsync(self.file.fileno())
             written, stored = self.file.tell(), os.fstat(self.file.fileno()).st_size
-            self.file.close()
+            if syncing is None:
+                self.file.close()
         except OSError as err:
+            if syncing is not None:
+                syncing.wait()
             raise output_error(err, self.dst) from None
-        if written != stored:
-            from .errors import VerificationError
+        try:
+            if written != stored:
+                from .errors import VerificationError
 
-            raise VerificationError(f"{stored} bytes on disk after writing {written}", shard=self.dst)
-        if verify is not None:
-            verify(self.tmp)
+                raise VerificationError(f"{stored} bytes on disk after writing {written}", shard=self.dst)
+            if verify is not None:
+                verify(self.tmp)
+        finally:
+            failed = syncing.wait() if syncing is not None else None
+        if syncing is not None:
+            try:
+                if failed is not None:
+                    raise failed
+                self.file.close()
+            except OSError as err:
+                raise output_error(err, self.dst) from None
         if _local(self.dst):
             try:
                 os.replace(self.tmp, self.dst)
@@ -435,6 +455,27 @@ class AtomicFile:
     def __exit__(self, *exc) -> None:
         if not self.committed:
             self.discard()
+
+
+class _Fsync:
+    """``os.fsync(fd)`` in a thread (it releases the GIL); ``wait()`` returns its OSError or None."""
+
+    def __init__(self, fd: int):
+        import threading
+
+        self.error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, args=(fd,), name="shardkit-fsync", daemon=True)
+        self._thread.start()
+
+    def _run(self, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as err:
+            self.error = err
+
+    def wait(self) -> OSError | None:
+        self._thread.join()
+        return self.error
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
@@ -607,3 +648,56 @@ def _raw_member_digests(path: str) -> list[tuple[str, bytes]]:
             data = tar.extractfile(info).read() if info.isreg() else b""
             out.append((info.name, hashlib.sha256(data).digest()))
     return out
+
+
+class HashingReader:
+    """Exact reads passed through from ``source``, with a running sha256 and count of every byte read."""
+
+    __slots__ = ("_read", "sha256", "size")
+
+    def __init__(self, source):
+        import hashlib
+
+        self._read = source.read
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        self.sha256.update(data)
+        self.size += len(data)
+        return data
+
+
+def verify_stream(expected: list[tuple[str, int]], sha256: bytes, size: int, *, shard: str,
+                  max_member_bytes: int = 1 << 31) -> Callable[[str], None]:
+    """A ``verify`` for ``AtomicFile.commit`` as strong as ``verify_members``, at one hash per byte.
+
+    The written shard must read back through shardkit's checked tar reader (decompressed when
+    compressed) as the members ``expected`` (names and sizes, in order), and the tar stream that
+    reader parses, from its first byte to its last, must have the ``sha256`` and ``size`` of the
+    tar stream the writer produced (a digest computed while writing, ``TarWriter`` output before
+    any compression). Equal streams that parse as the same names and sizes hold the same member
+    bytes, so no member is hashed on its own on either side.
+    """
+
+    def verify(tmp: str) -> None:
+        from .errors import VerificationError
+        from .tario import iter_tar_members, open_shard, shard_reader
+
+        with open_shard(tmp) as f:
+            stream = HashingReader(shard_reader(f, shard=tmp))
+            back = [(name, len(data)) for name, data in
+                    iter_tar_members(stream, shard=shard, max_member_bytes=max_member_bytes)]
+            while stream.read(1 << 20):  # whatever follows the end-of-archive blocks counts too
+                pass
+        if back != expected:
+            mismatch = next((a[0] for a, b in zip(expected, back) if a != b), None)
+            raise VerificationError(f"written shard does not read back as written "
+                                    f"({len(back)} vs {len(expected)} members)", shard=shard, member=mismatch)
+        if stream.size != size or stream.sha256.digest() != sha256:
+            raise VerificationError(f"written shard does not read back as written (its tar stream reads back as "
+                                    f"{stream.size} bytes with another sha256; {size} bytes were written)",
+                                    shard=shard)
+
+    return verify

@@ -63,8 +63,21 @@ def read_list_lines(list_path: str) -> list[ListLine]:
         raise UsageError("no such list file", shard=list_path) from None
     except IsADirectoryError:
         raise UsageError("is a folder, not a list file", shard=list_path) from None
-    except (OSError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        if _looks_like_shard(list_path):
+            raise UsageError("is a shard, not a list file (list commands take data.list files; "
+                             "`shardkit validate` reads shards)", shard=list_path) from None
         raise UsageError(f"cannot read list file ({err})", shard=list_path) from err
+    except OSError as err:
+        raise UsageError(f"cannot read list file ({err})", shard=list_path) from err
+
+
+def _looks_like_shard(path: str) -> bool:
+    from .codecs import detect_codec
+
+    with open(path, "rb") as f:
+        head = f.read(512)
+    return detect_codec(head) != "none" or head[257:262] == b"ustar"
 
 
 # ---------------------------------------------------------------------------------------- check
@@ -236,6 +249,7 @@ def rewrite_list(list_path: str, out_path: str, *, suffix: str, new_dir: str | N
     _refuse_overwriting_inputs(out_path, [list_path])
     new_dir = os.path.abspath(new_dir) if new_dir is not None else None
     lines = read_list_lines(list_path)
+    moved = _moved_like_convert(lines, suffix, new_dir, list_path) if new_dir is not None else {}
     out_lines, problems, rewritten, urls = [], [], 0, 0
     for line in lines:
         if not line.is_entry:
@@ -245,6 +259,7 @@ def rewrite_list(list_path: str, out_path: str, *, suffix: str, new_dir: str | N
             new = rewrite_entry(line.text, suffix, new_dir)
         except UsageError as err:
             raise UsageError(f"line {line.number}: {err.reason}", shard=list_path) from None
+        new = moved.get(line.resolved(), new)
         rewritten += new != line.text
         out_lines.append(new)
         urls += "://" in new
@@ -263,6 +278,21 @@ def rewrite_list(list_path: str, out_path: str, *, suffix: str, new_dir: str | N
     return {"list": list_path, "out": os.path.abspath(out_path), "lines": len(lines),
             "entries": sum(l.is_entry for l in lines), "rewritten": rewritten, "checked": check,
             "urls_not_checked": urls if check else 0}
+
+
+def _moved_like_convert(lines: list[ListLine], suffix: str, new_dir: str, list_path: str) -> dict[str, str]:
+    """Where convert put each listed shard in ``new_dir``: ``NEW_DIR/<stem><suffix>``, or, when
+    shard names repeat (corpora joined in one list), below the folders it mirrors (one rule,
+    ``inputs.plan_output_paths``)."""
+    from .inputs import plan_output_paths
+
+    local = list(dict.fromkeys(l.resolved() for l in lines if l.is_entry and not l.is_url))
+    if not local:
+        return {}
+    try:
+        return dict(zip(local, plan_output_paths(local, new_dir, suffix)))
+    except UsageError:  # names that even the mirrored layout cannot tell apart: each line as it is
+        return {}
 
 
 def _suffix_problem(path: str) -> str | None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from .errors import ShardkitError
+
 ENGINES = ("auto", "torch", "shardkit")
 
 
@@ -69,6 +71,17 @@ def _batch_figures(batch: list[dict]) -> tuple[int, float, list[str]]:
     return len(batch), seconds, [sample["key"] for sample in batch]
 
 
+def _from_worker(err: ShardkitError) -> ShardkitError:
+    """A worker's ShardkitError as its one line: torch re-raises it in the trainer with the message
+    "Caught X in DataLoader worker process N. Original Traceback ..." ending in "module.X: message"."""
+    text = str(err)
+    if not text.startswith("Caught ") or "Original Traceback" not in text:
+        return err
+    last = text.rstrip().splitlines()[-1]
+    name = f"{type(err).__module__}.{type(err).__name__}: "
+    return ShardkitError(last[len(name):] if last.startswith(name) else last)
+
+
 def read_rank(data_list: str, *, rank: int, world_size: int, num_workers: int, batch_size: int, seed: int = 0,
               epoch: int = 0) -> dict:
     """Utterances, batches and seconds one rank reads in one epoch, through a real DataLoader."""
@@ -82,11 +95,14 @@ def read_rank(data_list: str, *, rank: int, world_size: int, num_workers: int, b
     utterances = batches = 0
     seconds = 0.0
     keys: list[str] = []
-    for count, batch_seconds, batch_keys in loader:
-        utterances += count
-        batches += 1
-        seconds += batch_seconds
-        keys += batch_keys
+    try:
+        for count, batch_seconds, batch_keys in loader:
+            utterances += count
+            batches += 1
+            seconds += batch_seconds
+            keys += batch_keys
+    except ShardkitError as err:
+        raise _from_worker(err) from None
     return {"rank": rank, "utterances": utterances, "batches": batches, "seconds": round(seconds, 3), "keys": keys}
 
 

@@ -28,9 +28,8 @@ from .convert import HashingFile, file_sha256, load_report, output_size, remote_
 from .errors import AudioError, ShardkitError, UsageError
 from .executor import run_tasks
 from .kaldi import Segment, WavEntry, parse_segments, parse_text, parse_wav_scp, read_table, run_pipe
-from .lifecycle import (AtomicFile, DigestingTar, Journal, OutputLock, atomic_write_json, atomic_write_lines,
-                        claim_output, os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts,
-                        verify_members)
+from .lifecycle import (AtomicFile, Journal, OutputLock, atomic_write_json, atomic_write_lines, claim_output,
+                        os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts, verify_stream)
 from .split import inputs_digest, slice_path, slice_record
 from .tario import AUDIO_EXTENSIONS, TarWriter
 
@@ -340,7 +339,11 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
         with AtomicFile(dst) as target:
             hashing = HashingFile(target.file)
             out = open_writer(hashing, settings.codec, settings.level)
-            tar = DigestingTar(TarWriter(out))
+            # the tar stream's digest, computed while writing, is what the read-back is checked against
+            # (for a plain tar the file's own digest, which the report records anyway)
+            stream = hashing if settings.codec == "none" else HashingFile(out)
+            tar = TarWriter(stream)
+            written: list[tuple[str, int]] = []
             for utt in utterances:
                 try:
                     ext, audio = utterance_audio(utt, settings)
@@ -351,8 +354,10 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
                     result["skipped"].append(finding(utt["key"], "unreadable_audio",
                                                      f"cannot read {err.filename or ''} ({err.strerror or err})"))
                     continue
-                tar.add(f"{utt['key']}.txt", utt["text"].encode("utf-8"))
-                tar.add(f"{utt['key']}.{ext}", audio)
+                text = utt["text"].encode("utf-8")
+                for name, data in ((f"{utt['key']}.txt", text), (f"{utt['key']}.{ext}", audio)):
+                    tar.add(name, data)
+                    written.append((name, len(data)))
                 result["utterances"] += 1
                 result["seconds"] += utt["seconds"]
             result["tar_bytes"] = tar.close()
@@ -361,7 +366,8 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             if result["utterances"] == 0:
                 result["status"] = "empty"  # leaving the block unpublished removes the temporary file
             else:
-                target.commit(verify_members(tar.written, shard=dst))
+                target.commit(verify_stream(written, stream.sha256.digest(), stream.size, shard=dst),
+                              sync_while_verifying=True)
                 result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
                 result["status"] = "ok"
     except ShardkitError as err:

@@ -100,6 +100,7 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
         merged[entries_key] = entries
     problems = [entry for entry in entries if isinstance(entry, dict)
                 and (entry.get("status") in FAILED_STATUSES or entry.get("findings"))]
+    skipped = len(merged.get("findings") or []) if kind == "make" else 0  # skipped utterances: a run's exit 1
     if kind == "balance" and not problems and isinstance(merged.get("sources"), dict):
         from .balance import WORK_DIR, recorded_index_files  # the indexes go below: the report must not name them
 
@@ -125,5 +126,6 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
 
         shutil.rmtree(os.path.join(out_dir, ".balance"), ignore_errors=True)
     return {"command": "merge-reports", "report": command, "out_dir": out_dir, "slices": count,
-            "entries": len(entries), "statuses": statuses, "problems": len(problems),
+            "entries": len(entries), "statuses": statuses, "problems": len(problems) + skipped,
+            **({"skipped_utterances": skipped} if kind == "make" else {}),
             "manifest": manifest, "data_list": data_list, "listed": len(lines) if data_list else None}

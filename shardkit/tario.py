@@ -590,7 +590,21 @@ def group_samples(members: Iterable[tuple[str, bytes]], *, shard: str = "",
 
 
 def tar_header(name: str, size: int) -> bytes:
-    """Deterministic header(s) for a regular member: fixed mtime, uid/gid 0, no user names."""
+    """Deterministic header(s) for a regular member: fixed mtime, uid/gid 0, no user names.
+
+    Byte for byte what ``tarfile`` writes in GNU format: a name that fits its 100-byte field and a
+    size below 8 GiB fill in a template (name, size, checksum); anything else goes through tarfile.
+    """
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= 100 and 0 <= size < _OCTAL_SIZE_LIMIT and b"\x00" not in raw:
+        field = b"%011o\x00" % size
+        checksum = _TEMPLATE_SUM + sum(raw) + sum(field)
+        return b"".join((raw, bytes(100 - len(raw)), _TEMPLATE[100:124], field, _TEMPLATE[136:148],
+                         b"%06o\x00 " % checksum, _TEMPLATE[156:]))
+    return _tarfile_header(name, size)
+
+
+def _tarfile_header(name: str, size: int) -> bytes:
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = FIXED_MTIME
@@ -598,6 +612,12 @@ def tar_header(name: str, size: int) -> bytes:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+
+
+_OCTAL_SIZE_LIMIT = 8 ** 11
+_TEMPLATE = _tarfile_header("", 0)
+# the checksum of a header is the sum of its bytes with the checksum field as 8 spaces
+_TEMPLATE_SUM = sum(_TEMPLATE[100:124]) + sum(_TEMPLATE[136:148]) + 8 * 32 + sum(_TEMPLATE[156:])
 
 
 class TarWriter:

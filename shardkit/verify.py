@@ -65,6 +65,28 @@ def _zip_strict(a, b, problem):
         yield x, y
 
 
+def _match_moved_source(out_dir, output, recorded, by_stem, output_stems):
+    """The --against shard that replaces ``recorded``: by stem, and where stems repeat (corpora that
+    name their shards alike, whose outputs convert mirrored below OUT_DIR) by the output's folders."""
+    stem = shard_stem(recorded)
+    candidates = by_stem.get(stem, [])
+    if not candidates:
+        return None, "no source among --against with this shard's stem"
+    if len(candidates) == 1 and output_stems.get(stem, 0) <= 1:
+        return candidates[0], None
+    rel_dir = os.path.relpath(os.path.dirname(os.path.abspath(output)), os.path.abspath(out_dir))
+    parts = [] if rel_dir == os.curdir else rel_dir.split(os.sep)
+    matching = [c for c in candidates
+                if parts and os.path.dirname(os.path.abspath(c)).split(os.sep)[-len(parts):] == parts]
+    if len(matching) == 1:
+        return matching[0], None
+    if len(matching) > 1:
+        return None, (f"{len(matching)} sources among --against match this shard's name and folder {rel_dir!r} "
+                      f"({', '.join(sorted(matching)[:3])})")
+    return None, (f"this shard's name repeats; no source among --against lies in a folder ending in {rel_dir!r} "
+                  f"(same name: {', '.join(sorted(candidates)[:3])})")
+
+
 def run_verify(out_dir: str, against: list[str] | None = None) -> dict:
     """Verify every shard recorded in OUT_DIR/convert.json against its source.
 
@@ -74,21 +96,23 @@ def run_verify(out_dir: str, against: list[str] | None = None) -> dict:
     manifest = load_json(os.path.join(out_dir, "convert.json"))
     if manifest is None:
         raise UsageError("no readable convert.json (run shardkit convert first)", shard=out_dir)
-    by_stem = {}
+    by_stem: dict[str, list[str]] = {}
     if against:
-        by_stem = {shard_stem(p): p for p in expand_shards(against)}
+        for path in expand_shards(against):
+            by_stem.setdefault(shard_stem(path), []).append(path)
+    entries = [entry for entry in manifest["shards"] if entry.get("output")]
+    output_stems: dict[str, int] = {}
+    for entry in entries:
+        output_stems[shard_stem(entry["source"]["path"])] = output_stems.get(shard_stem(entry["source"]["path"]), 0) + 1
     results = []
-    for entry in manifest["shards"]:
-        if not entry.get("output"):
-            continue
+    for entry in entries:
         output = entry["output"]["path"]
         source = entry["source"]["path"]
         if against:
-            source = by_stem.get(shard_stem(source))
+            source, reason = _match_moved_source(out_dir, output, source, by_stem, output_stems)
             if source is None:
                 results.append({"shard": output, "source": None, "members": 0, "problems": [
-                    {"shard": output, "source": None, "key": None, "member": None,
-                     "reason": "no source among --against with this shard's stem"}]})
+                    {"shard": output, "source": None, "key": None, "member": None, "reason": reason}]})
                 continue
         recorded = {i["member"].rsplit(".", 1)[0] + "." + i["to"]: i["pcm_sha256"]
                     for i in entry.get("transcoded") or [] if i.get("action") == "transcoded"}

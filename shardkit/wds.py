@@ -235,7 +235,10 @@ def WebDataset(urls, **kwargs):  # noqa: N802  (a drop-in for the class it retur
     Audio arrives as bytes, so ``.decode(...)`` with any handler works; ``.map(decode_audio())``
     is the fast way to decode it.
     """
-    import webdataset
+    try:
+        import webdataset
+    except ImportError:
+        raise UsageError("shardkit.wds.WebDataset needs webdataset: pip install 'shardkit[wds]'") from None
 
     dataset = webdataset.WebDataset(urls, **kwargs)
     if kwargs.get("cache_dir") or kwargs.get("select_files") or kwargs.get("rename_files") or \

@@ -485,3 +485,15 @@ def test_resample_turns_keep_into_wav(tmp_path):
         assert rate == 8000 and len(samples) == len(int16(made[key][1])) // 2
     refused = make(tmp_path / "wds", "-o", tmp_path / "x", "--audio-format", "keep", "--resample", "8000")
     assert refused.exit_code == 2 and "cannot --resample" in refused.stderr
+
+
+def test_glob_patterns_expand_like_every_other_command(tmp_path):
+    pytest.importorskip("webdataset")
+    made = _wds_fixture(tmp_path)
+    result = make(str(tmp_path / "wds" / "train-*.tar"), "-o", tmp_path / "out", "--codec", "none")
+    assert result.exit_code == 1, result.output  # the planted bad entries, nothing else
+    assert sorted(wenet_read(tmp_path / "out")) == sorted(made)
+    assert findings(tmp_path / "out") == {"notext": "no_transcript", "badaudio": "unreadable_audio"}
+    nothing = make("--from", "wds", str(tmp_path / "wds" / "none-*.tar"), "-o", tmp_path / "out2")
+    assert nothing.exit_code == 2
+    assert "glob pattern matches no file" in nothing.output

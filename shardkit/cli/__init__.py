@@ -40,14 +40,26 @@ class _Commands(click.Group):
         return importlib.import_module(f"{__name__}.{module}").command
 
     def invoke(self, ctx):
+        global _json_emitted
+        _json_emitted = False
+        protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args  # click < 8.2
+        args = [*protected, *ctx.args]  # before click consumes them
         try:
             return super().invoke(ctx)
         except UsageError as err:
-            click.echo(f"Error: {err}", err=True)
-            ctx.exit(2)
+            self._fail(ctx, args, err, 2)
         except ShardkitError as err:
-            click.echo(f"Error: {err}", err=True)
-            ctx.exit(1)
+            self._fail(ctx, args, err, 1)
+
+    @staticmethod
+    def _fail(ctx, args, err, code):
+        if "--json" in args and not _json_emitted:  # --json promises one document on stdout, failures included
+            emit_json({"command": args[0], "error": str(err), "exit_code": code})
+        click.echo(f"Error: {err}", err=True)
+        ctx.exit(code)
+
+
+_json_emitted = False
 
 
 @click.group(cls=_Commands, context_settings=CONTEXT_SETTINGS,
@@ -67,6 +79,8 @@ def emit_json(obj) -> None:
     from ..errors import json_safe
 
     # a non-UTF-8 shard path or name is escaped (\xNN): the document is valid UTF-8 JSON, whatever the input holds
+    global _json_emitted
+    _json_emitted = True
     sys.stdout.write(json.dumps(json_safe(obj), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stdout.flush()
 

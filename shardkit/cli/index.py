@@ -45,6 +45,11 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     split_slice = parse_split(split) if split else None
+    from ..lifecycle import claim_output_file
+    from ..split import slice_path
+
+    # the arguments themselves too: build_index sees only the shards a data.list names, not the list
+    claim_output_file(slice_path(output, *split_slice) if split_slice else output, [s for s in shards if s != "-"])
     paths = expand_shards(list(shards))
     total = len(select_slice(paths, *split_slice) if split_slice else paths)
     bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="index")

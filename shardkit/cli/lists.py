@@ -75,7 +75,8 @@ Examples:
 @click.argument("list_path", metavar="LIST", type=click.Path(dir_okay=False))
 @click.option("--suffix", required=True, help="New shard suffix: .tar, .tar.zst, .tar.gz, .tar.bz2, .tar.xz, ...")
 @click.option("--dir", "new_dir", type=click.Path(file_okay=False), default=None,
-              help="Also move every shard path into this folder (made absolute).")
+              help="Also move every shard path into this folder (made absolute), where convert -o put it: "
+                   "below the mirrored folders when shard names repeat.")
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Every new path must exist and hold the compression its suffix names.")
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False),

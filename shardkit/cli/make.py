@@ -110,9 +110,10 @@ def command(source, source_format, wav_scp, text, segments, key_field, text_fiel
     elif not source:
         raise UsageError("name a SOURCE (or --wav-scp and --text): see shardkit make --help")
     else:
-        from ..sources import detect_format
+        from ..sources import detect_format, expand_globs
 
-        fmt = source_format or detect_format(list(source))
+        source = expand_globs(list(source))
+        fmt = source_format or detect_format(source)
     if fmt == "kaldi" and not kaldi_flags:
         if len(source) != 1 or not os.path.isdir(source[0]):
             raise UsageError("--from kaldi takes one data directory (holding wav.scp and text)")

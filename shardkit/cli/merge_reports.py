@@ -37,7 +37,7 @@ def command(out_dir, report, as_json, quiet):
     redone across slices (a slice sees only its own keys). With --quarantine, the quarantine
     folder's rejects.slice-I-of-N.jsonl and data.slice-I-of-N.list become rejects.jsonl and
     data.list; a shard that holds a key of an earlier slice is quarantined again from its source.
-    Exit 1 if there is any finding.
+    Exit 1 if there is any finding (make: any skipped utterance, as a single run).
     """
     from ..merge import merge_reports
 
@@ -48,6 +48,8 @@ def command(out_dir, report, as_json, quiet):
         statuses = ", ".join(f"{status} {n}" for status, n in sorted(summary["statuses"].items()))
         if "findings" in summary:
             statuses = f"{summary['findings']} findings in {summary['problems']} shards"
+        if summary.get("skipped_utterances"):
+            statuses += f"{'; ' if statuses else ''}{summary['skipped_utterances']} utterances skipped"
         listed = f"; list: {summary['data_list']}" if summary["data_list"] else ""
         click.echo(f"merged {summary['slices']} slices of {report}: {summary['entries']} entries"
                    f"{f' ({statuses})' if statuses else ''}; report: {summary['manifest']}{listed}", err=True)

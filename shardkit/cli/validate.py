@@ -73,12 +73,14 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     if split_slice:
         report_path = slice_path(report_path, *split_slice)
     if report_path is not None:
-        folder = os.path.dirname(os.path.abspath(report_path))
-        if not os.path.isdir(folder):
-            raise UsageError("the report's folder does not exist", shard=report_path)
         from ..lifecycle import claim_output_file
 
         claim_output_file(report_path, list(shards))
+        folder = os.path.dirname(os.path.abspath(report_path))
+        try:  # made as `index -o` makes its folder: the README's job array writes into a fresh /shared/v
+            os.makedirs(folder, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"cannot create the report's folder: {err.strerror}", shard=report_path) from None
     jobs_n = jobs or os.cpu_count() or 1
     options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
                               max_duration=max_duration, max_member_bytes=max_member_bytes,

@@ -28,7 +28,8 @@ def command(out_dir, against, as_json):
     if as_json:
         emit_json(report)
     for problem in report["problems"]:
-        click.echo(f"{problem['shard']}: key {problem['key']!r}: {problem['reason']}", err=True)
+        key = f"key {problem['key']!r}: " if problem.get("key") is not None else ""
+        click.echo(f"{problem['shard']}: {key}{problem['reason']}", err=True)
     click.echo(f"verified {report['shards']} shards, {report['members']} members: "
                f"{'all match' if report['ok'] else str(len(report['problems'])) + ' problems'}", err=True)
     sys.exit(0 if report["ok"] else 1)

@@ -196,6 +196,23 @@ def iter_entries(fmt: str, paths: list[str], options: SourceOptions) -> Iterator
     return read(paths, options)
 
 
+def expand_globs(paths: list[str]) -> list[str]:
+    """Each argument holding ``*``, ``?`` or ``[`` replaced by its sorted matches, as every other
+    command reads SHARDS; a pattern that matches nothing is a usage error. URLs are left alone."""
+    import glob
+
+    out = []
+    for path in paths:
+        if "://" in path or not set("*?[") & set(path) or os.path.exists(path):
+            out.append(path)
+            continue
+        matches = sorted(glob.glob(path))
+        if not matches:
+            raise UsageError("glob pattern matches no file", shard=path)
+        out += matches
+    return out
+
+
 def expand(paths: list[str], suffixes: tuple[str, ...]) -> list[str]:
     """Files named, with each folder replaced by its files ending in one of ``suffixes`` (sorted)."""
     out = []
