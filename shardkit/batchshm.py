@@ -28,6 +28,8 @@ import weakref
 
 import numpy as np
 
+from .lifecycle import pid_alive
+
 HEADER = 64  # the busy flag, padded to a cache line
 ALIGN = 64
 MIN_SEGMENT = 1 << 20
@@ -216,16 +218,6 @@ class _Mapping:
 _MAPPINGS: dict[tuple, _Mapping] = {}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 def _attach(key, fd, size, generation, offset, shape, dtype):
     """Unpickling in the trainer: the tensor as a view of this process's mapping of the segment."""
     import torch
@@ -238,7 +230,7 @@ def _attach(key, fd, size, generation, offset, shape, dtype):
             raise ShardkitError(f"a batch refers to shared-memory segment {key} that this process never received "
                                 "(batches of a DataLoader worker must go to one process)")
         for old_key, old in list(_MAPPINGS.items()):  # segments of workers that have exited
-            if old.idle() and not _alive(old.pid):
+            if old.idle() and not pid_alive(old.pid):
                 del _MAPPINGS[old_key]
                 old.mm.close()
         mapping = _MAPPINGS[key] = _Mapping(fd.detach(), size, key[1])

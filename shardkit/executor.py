@@ -32,6 +32,7 @@ from contextlib import closing
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import ShardkitError, UsageError
+from .lifecycle import pid_alive
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'shardkit[ray]'"
@@ -281,21 +282,11 @@ def _pool_worker_init(main_pid: int, initializer, initargs) -> None:
     """First thing in every pool worker: die with the forkserver (PDEATHSIG) and with the main
     process (watchdog: the worker's parent is the forkserver, not the main process)."""
     die_with_parent()
-    if os.getppid() == 1 or not _alive(main_pid):
+    if os.getppid() == 1 or not pid_alive(main_pid):
         os._exit(1)
     watch_parent(main_pid)
     if initializer is not None:
         initializer(*initargs)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def forkserver_context():

@@ -175,12 +175,13 @@ def lock_name(command: str, split: tuple[int, int] | None = None) -> str:
     return f".shardkit-{command}.lock" if split is None else f".shardkit-{command}.slice-{split[0]}-of-{split[1]}.lock"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this id exists on this host (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except OSError:
         return True
     return True
 
@@ -277,7 +278,7 @@ class OutputLock:
         return self
 
     def _without_flock(self, holder: dict | None) -> None:
-        if holder and (holder.get("host") != socket.gethostname() or _pid_alive(int(holder.get("pid") or 0))):
+        if holder and (holder.get("host") != socket.gethostname() or pid_alive(int(holder.get("pid") or 0))):
             raise UsageError(f"this filesystem refuses locks and {self._holder_text(holder)} is recorded in "
                              f"{self.path}; if that run is gone, remove the file and run again",
                              shard=os.path.dirname(self.path))
