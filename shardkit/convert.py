@@ -15,13 +15,14 @@ from typing import Callable
 
 from . import __version__
 from .codecs import CODECS, open_writer
-from .errors import ShardkitError, UsageError, VerificationError, printable
+from .errors import ShardkitError, UsageError, printable
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
 from .lifecycle import (AtomicFile, Journal, OutputLock, atomic_write_json, atomic_write_lines, claim_output,
-                        load_json, os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts)
+                        load_json, os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts,
+                        verify_members)
 from .split import slice_path, slice_record
-from .tario import DEFAULT_MAX_MEMBER_BYTES, MemberStream, TarWriter, iter_shard_members, split_key
+from .tario import DEFAULT_MAX_MEMBER_BYTES, STREAM_MEMBER_BYTES, MemberStream, TarWriter, iter_shard_members, split_key
 
 MANIFEST = "convert.json"
 JOURNAL = ".convert.journal.jsonl"
@@ -75,24 +76,6 @@ def combine_digests(entries: list[tuple[str, bytes]]) -> str:
     for name, digest in entries:
         h.update(name.encode("utf-8", "surrogateescape") + b"\x00" + digest)
     return h.hexdigest()
-
-
-def read_member_digests(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> list[tuple[str, bytes]]:
-    """``(name, sha256 digest)`` per member; a large member is hashed in chunks, never held whole."""
-    return [(name, _stream_digest(data) if isinstance(data, MemberStream) else member_digest(name, data))
-            for name, data in iter_shard_members(path, max_member_bytes=max_member_bytes,
-                                                 stream_over=STREAM_MEMBER_BYTES)]
-
-
-# A member above this size is copied and verified in chunks (memory stays bounded whatever the member).
-STREAM_MEMBER_BYTES = 32 << 20
-
-
-def _stream_digest(body: MemberStream) -> bytes:
-    h = hashlib.sha256()
-    for chunk in body.chunks():
-        h.update(chunk)
-    return h.digest()
 
 
 def copy_member(tar: TarWriter, name: str, body: MemberStream) -> bytes:
@@ -234,18 +217,11 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
             result["members_digest"] = combine_digests(written)
             if transcode_info:
                 result["transcoded"] = transcode_info
-
-            def verify(tmp):
-                back = read_member_digests(tmp, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
-                if back != written:
-                    mismatch = next((a[0] for a, b in zip(written, back) if a != b), None)
-                    raise VerificationError(f"written shard does not read back as written "
-                                            f"({len(back)} vs {len(written)} members)", shard=dst, member=mismatch)
-
             if is_local(src) and _source_info(src) != result["source"]:
                 raise ShardkitError("source changed while it was being converted; convert it again", shard=src)
             # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
-            target.commit(verify if settings.verify else None)
+            readback = verify_members(written, shard=dst, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
+            target.commit(readback if settings.verify else None)
         result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
         result["status"] = "salvaged" if result["lost"] else "ok"
     except ShardkitError as err:

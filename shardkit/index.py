@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from .errors import AudioError, ShardkitError, printable
-from .tario import (AUDIO_EXTENSIONS, BLOCK, ChunkReader, DEFAULT_MAX_MEMBER_BYTES, MemberStream, group_samples,
-                    iter_tar_members, open_shard)
+from .tario import (AUDIO_EXTENSIONS, BLOCK, DEFAULT_MAX_MEMBER_BYTES, STREAM_MEMBER_BYTES, ChunkReader, MemberStream,
+                    group_samples, iter_tar_members, open_shard)
 
 try:  # orjson parses index lines ~3x faster than json, which matters for millions of lines
     import orjson
@@ -60,8 +60,8 @@ class _CountingChunkReader(ChunkReader):
         return data
 
 
-# A member above this size is not held: its first HEAD_BYTES are read for the audio header, the rest skipped.
-STREAM_MEMBER_BYTES = 32 << 20
+# A member above STREAM_MEMBER_BYTES is not held: its first HEAD_BYTES are read for the audio header,
+# the rest skipped.
 HEAD_BYTES = 1 << 20
 
 

@@ -618,22 +618,34 @@ def verify_members(expected: list[tuple[str, bytes]], *, shard: str, max_member_
     """
 
     def verify(tmp: str) -> None:
-        import hashlib
-
         from .errors import VerificationError
-        from .tario import iter_shard_members
 
-        if raw_names:
-            back = _raw_member_digests(tmp)
-        else:
-            back = [(name, hashlib.sha256(data).digest())
-                    for name, data in iter_shard_members(tmp, max_member_bytes=max_member_bytes)]
+        back = _raw_member_digests(tmp) if raw_names else member_digests(tmp, max_member_bytes=max_member_bytes)
         if back != expected:
             mismatch = next((a[0] for a, b in zip(expected, back) if a != b), None)
             raise VerificationError(f"written shard does not read back as written "
                                     f"({len(back)} vs {len(expected)} members)", shard=shard, member=mismatch)
 
     return verify
+
+
+def member_digests(path: str, *, max_member_bytes: int = 1 << 31) -> list[tuple[str, bytes]]:
+    """``(name, sha256 of data)`` per member, read with shardkit's checked reader; a member above
+    ``tario.STREAM_MEMBER_BYTES`` is hashed in chunks, never held whole."""
+    import hashlib
+
+    from .tario import STREAM_MEMBER_BYTES, MemberStream, iter_shard_members
+
+    def digest(data) -> bytes:
+        if not isinstance(data, MemberStream):
+            return hashlib.sha256(data).digest()
+        h = hashlib.sha256()
+        for chunk in data.chunks():
+            h.update(chunk)
+        return h.digest()
+
+    return [(name, digest(data)) for name, data in
+            iter_shard_members(path, max_member_bytes=max_member_bytes, stream_over=STREAM_MEMBER_BYTES)]
 
 
 def _raw_member_digests(path: str) -> list[tuple[str, bytes]]:

@@ -36,6 +36,8 @@ BLOCK = 512
 RECORD = 20 * BLOCK
 ZERO_BLOCK = bytes(BLOCK)
 DEFAULT_MAX_MEMBER_BYTES = 2 << 30
+# A member above this size is not held whole by the commands that can stream it (copy, digest, index).
+STREAM_MEMBER_BYTES = 32 << 20
 FIXED_MTIME = 0
 AUDIO_EXTENSIONS = frozenset({"wav", "flac", "mp3", "m4a", "ogg", "opus", "wma"})
 
