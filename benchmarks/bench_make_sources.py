@@ -16,7 +16,10 @@ Two figures, each checked while timed:
   ``vcopy``: the copy floor of a packer that records and verifies a sha256 (every byte hashed as
   written, each file read back and hashed again before its rename), without tar or checks.
   ``read_cold``/``pack_cold``: the read and the pack again, each right after the source's files
-  were dropped from the page cache (``posix_fadvise(DONTNEED)``), as a corpus read once comes.
+  were dropped from the page cache (``posix_fadvise(DONTNEED)``), as a corpus read once comes;
+  ``pack_cold_no_verify``: the cold pack as ``make --no-verify`` (no read-back before the rename).
+  ``--jobs`` sets make's ``-j`` for every pack row (the read rows stay one reader: the disk's rate);
+  ``--minutes`` and ``--shard-duration`` size the corpus and its shards.
 * ``plan``: peak RSS (VmHWM of a fresh process) of planning only (read, probe, check, plan;
   nothing written) a synthetic 1,000,000-line NeMo manifest: 1,000 long recordings, 1,000
   segments each (1.2-2.4 s, keys ``stem-OFFSETms``, ~35-character transcripts). The recordings
@@ -50,6 +53,9 @@ def parse_args():
     p.add_argument("--minutes", type=float, default=20.0, help="Audio in the packing corpus.")
     p.add_argument("--entries", type=int, default=1_000_000, help="Lines of the synthetic planning manifest.")
     p.add_argument("--only", choices=("pack", "plan"), default=None)
+    p.add_argument("--jobs", type=int, default=1, help="make's -j for the pack rows (the read rows stay one reader).")
+    p.add_argument("--shard-duration", type=float, default=300.0, help="Seconds of audio per packed shard.")
+    p.add_argument("--sources", default=",".join(SOURCES), help="Comma-separated subset of: " + ", ".join(SOURCES))
     p.add_argument("--json-out", default=None)
     p.add_argument("--plan-child", default=None, help=argparse.SUPPRESS)
     return p.parse_args()
@@ -221,17 +227,19 @@ def copy_alone(fmt: str, corpus: dict, out: str, files: int, *, verified: bool =
     return written
 
 
-def pack(fmt: str, corpus: dict, out: str) -> dict:
+def pack(fmt: str, corpus: dict, out: str, *, jobs: int = 1, shard_duration: float = 300.0,
+         verify: bool = True) -> dict:
     from shardkit.make import MakeSettings, run_make
     from shardkit.make_sources import run_make_from
 
-    settings = MakeSettings(codec="none", level=None, audio_format="keep", shard_duration=300.0)
+    settings = MakeSettings(codec="none", level=None, audio_format="keep", shard_duration=shard_duration,
+                            verify=verify)
     if fmt == "kaldi":
         src = corpus["sources"]["kaldi"][0]
-        report = run_make(os.path.join(src, "wav.scp"), os.path.join(src, "text"), out, settings, jobs=1,
+        report = run_make(os.path.join(src, "wav.scp"), os.path.join(src, "text"), out, settings, jobs=jobs,
                           overwrite=True)
     else:
-        report = run_make_from(fmt, corpus["sources"][fmt], out, settings, jobs=1, overwrite=True)
+        report = run_make_from(fmt, corpus["sources"][fmt], out, settings, jobs=jobs, overwrite=True)
     summary = report.summary()
     assert summary["utterances"] == corpus["utterances"], (fmt, summary["utterances"], summary["findings"][:3])
     assert abs(summary["audio_seconds"] - corpus["seconds"]) < 0.01 * corpus["utterances"], fmt
@@ -257,11 +265,17 @@ def plan_only(fmt: str, corpus: dict) -> int:
 def bench_pack(args) -> dict:
     corpus = build_pack_corpus(args.work_dir, args.minutes)
     read_alone("kaldi", corpus)  # warm the page cache
-    times = {fmt: {"read": [], "plan": [], "copy": [], "vcopy": [], "pack": [], "read_cold": [], "pack_cold": []}
-             for fmt in SOURCES}
+    sources = [fmt for fmt in args.sources.split(",") if fmt]
+    unknown = set(sources) - set(SOURCES)
+    if unknown:
+        raise SystemExit(f"--sources: unknown {sorted(unknown)}; choose from {', '.join(SOURCES)}")
+    packing = {"jobs": args.jobs, "shard_duration": args.shard_duration}
+    times = {fmt: {"read": [], "plan": [], "copy": [], "vcopy": [], "pack": [], "read_cold": [], "pack_cold": [],
+                   "pack_cold_nv": []}
+             for fmt in sources}
     shards = None
     for _ in range(args.repeats):
-        for fmt in SOURCES:  # interleaved
+        for fmt in sources:  # interleaved
             t = time.perf_counter()
             read_alone(fmt, corpus)
             times[fmt]["read"].append(time.perf_counter() - t)
@@ -269,7 +283,7 @@ def bench_pack(args) -> dict:
             assert plan_only(fmt, corpus) == corpus["utterances"]
             times[fmt]["plan"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            summary = pack(fmt, corpus, os.path.join(args.work_dir, "out", fmt))
+            summary = pack(fmt, corpus, os.path.join(args.work_dir, "out", fmt), **packing)
             times[fmt]["pack"].append(time.perf_counter() - t)
             shards = summary["shards"]
             t = time.perf_counter()
@@ -285,14 +299,19 @@ def bench_pack(args) -> dict:
             times[fmt]["read_cold"].append(time.perf_counter() - t)
             evict(source_files(fmt, corpus))
             t = time.perf_counter()
-            pack(fmt, corpus, os.path.join(args.work_dir, "out", fmt))
+            pack(fmt, corpus, os.path.join(args.work_dir, "out", fmt), **packing)
             times[fmt]["pack_cold"].append(time.perf_counter() - t)
+            evict(source_files(fmt, corpus))  # and once more as `make --no-verify` (no read-back)
+            t = time.perf_counter()
+            pack(fmt, corpus, os.path.join(args.work_dir, "out", fmt), verify=False, **packing)
+            times[fmt]["pack_cold_nv"].append(time.perf_counter() - t)
     hours = corpus["seconds"] / 3600
-    result = {"audio_hours": round(hours, 4), "utterances": corpus["utterances"], "shards": shards,
+    result = {"audio_hours": round(hours, 4), "utterances": corpus["utterances"], "shards": shards, **packing,
               "per_source": {}}
-    for fmt in SOURCES:
-        read, plan, copy, vcopy, packed, read_cold, pack_cold = (statistics.median(times[fmt][k]) for k in (
-            "read", "plan", "copy", "vcopy", "pack", "read_cold", "pack_cold"))
+    for fmt in sources:
+        read, plan, copy, vcopy, packed, read_cold, pack_cold, pack_cold_nv = (
+            statistics.median(times[fmt][k]) for k in (
+                "read", "plan", "copy", "vcopy", "pack", "read_cold", "pack_cold", "pack_cold_nv"))
         result["per_source"][fmt] = {"read_s": round(read, 4), "plan_s": round(plan, 4), "copy_s": round(copy, 4),
                                      "pack_s": round(packed, 4), "plan_share_of_pack": round(plan / packed, 3),
                                      "read_h_per_s": round(hours / read, 2), "copy_h_per_s": round(hours / copy, 2),
@@ -303,7 +322,9 @@ def bench_pack(args) -> dict:
                                      "read_cold_s": round(read_cold, 4), "pack_cold_s": round(pack_cold, 4),
                                      "read_cold_h_per_s": round(hours / read_cold, 2),
                                      "pack_cold_h_per_s": round(hours / pack_cold, 2),
-                                     "pack_vs_read_cold": round(read_cold / pack_cold, 3)}
+                                     "pack_vs_read_cold": round(read_cold / pack_cold, 3),
+                                     "pack_cold_no_verify_h_per_s": round(hours / pack_cold_nv, 2),
+                                     "pack_no_verify_vs_read_cold": round(read_cold / pack_cold_nv, 3)}
     return result
 
 

@@ -118,6 +118,45 @@ def test_make_shard_publishes_nothing_when_the_read_back_differs(tmp_path, monke
     assert sorted(os.listdir(tmp_path)) == [f"u{i}.wav" for i in range(3)]  # no shard, no temporary file
 
 
+def test_no_verify_skips_only_the_read_back(tmp_path, monkeypatch):
+    """``make --no-verify`` publishes the same bytes, and hands no read-back to the commit."""
+    from click.testing import CliRunner
+
+    from shardkit.cli import main
+    from shardkit.lifecycle import AtomicFile
+
+    wav_scp, text = tmp_path / "wav.scp", tmp_path / "text"
+    lines_wav, lines_text = [], []
+    for i in range(4):
+        p = tmp_path / f"u{i}.wav"
+        p.write_bytes(encode(speech_like(0.7 + 0.1 * i, RATE, seed=i), RATE, "wav"))
+        lines_wav.append(f"u{i} {p}")
+        lines_text.append(f"u{i} HELLO {i}")
+    wav_scp.write_text("\n".join(lines_wav) + "\n")
+    text.write_text("\n".join(lines_text) + "\n")
+    real_commit = AtomicFile.commit
+    handed: list = []
+
+    def commit(self, verify=None, **kwargs):
+        if self.dst.endswith(".tar"):
+            handed.append(verify)
+        return real_commit(self, verify, **kwargs)
+
+    monkeypatch.setattr(AtomicFile, "commit", commit)
+
+    def run(out, *extra):
+        handed.clear()
+        result = CliRunner().invoke(main, ["make", "--wav-scp", str(wav_scp), "--text", str(text), "-o", str(out),
+                                           "--codec", "none", "--utts-per-shard", "2", "-j", "1", "-q", *extra])
+        assert result.exit_code == 0, result.output
+        return {n: (out / n).read_bytes() for n in sorted(os.listdir(out)) if n.endswith(".tar")}, list(handed)
+
+    verified, checks = run(tmp_path / "verified")
+    assert len(verified) == 2 and len(checks) == 2 and all(callable(c) for c in checks)
+    unverified, checks = run(tmp_path / "unverified", "--no-verify")
+    assert unverified == verified and checks == [None, None]
+
+
 from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
 
 

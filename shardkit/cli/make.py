@@ -59,6 +59,8 @@ Examples:
                    "scale [default: keep, or wav with segments, a channel choice or --resample].")
 @click.option("--resample", type=click.IntRange(min=1), default=None, metavar="HZ",
               help="Convert every utterance to this sample rate (soxr, high quality).")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Read every written shard back (names, sizes and the sha256 of its tar stream) before naming it.")
 @click.option("--allow-pipes", is_flag=True,
               help="Run 'command |' entries of wav.scp (and Lhotse command sources) with sh and read their output.")
 @jobs_option
@@ -68,7 +70,7 @@ Examples:
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(source, source_format, wav_scp, text, segments, key_field, text_field, audio_field, channel, out_dir,
-            shard_duration, utts_per_shard, codec, audio_format, resample, allow_pipes, jobs, executor, ray_address,
+            shard_duration, utts_per_shard, codec, audio_format, resample, verify, allow_pipes, jobs, executor, ray_address,
             split, overwrite, as_json, quiet):
     """Pack speech data into WeNet-style shards: a Kaldi data directory, a WeNet raw data.list, a NeMo
     or Lhotse manifest, Parquet files or WebDataset tars (SOURCE, format by --from or recognised).
@@ -128,7 +130,8 @@ def command(source, source_format, wav_scp, text, segments, key_field, text_fiel
     elif segments is not None:
         raise UsageError("--segments is for Kaldi data directories")
     settings = MakeSettings(codec=codec_name, level=level, audio_format=audio_format, resample=resample,
-                            shard_duration=shard_duration, utts_per_shard=utts_per_shard, allow_pipes=allow_pipes)
+                            shard_duration=shard_duration, utts_per_shard=utts_per_shard, allow_pipes=allow_pipes,
+                            verify=verify)
     progress = ShardProgress("make", quiet=quiet)
     if fmt == "kaldi":
         report = run_make(wav_scp, text, out_dir, settings, segments=segments, jobs=jobs, overwrite=overwrite,
