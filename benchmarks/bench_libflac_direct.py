@@ -3,9 +3,10 @@
 Encodes the same speech-like audio (``shardkit.synth``, 16 kHz mono int16) with:
 
 * soundfile (libsndfile with the libFLAC it bundles, what shardkit uses), and decodes it back;
-* the system's libFLAC called directly through ctypes (``libFLAC.so.12``, Debian's libflac12),
-  with its verify mode (an internal decoder checks every frame as it is encoded: the guarantee
-  shardkit's separate decode gives) and its MD5 signature on or off, at levels 0 and 5.
+* libFLAC called directly through ctypes: the system's (``libFLAC.so.12``, Debian's libflac12) and
+  the one pyFLAC bundles (when pyflac is installed), with its verify mode (an internal decoder
+  checks every frame as it is encoded: the guarantee shardkit's separate decode gives) and its MD5
+  signature on or off, at levels 0 (fixed predictors), 3 (the cheapest LPC level) and 5.
 
 CPU seconds, best of ``--repeat`` (this process only). A direct libFLAC path would have to beat
 libsndfile's encode + decode to be worth a binding of shardkit's own.
@@ -40,14 +41,29 @@ def parse_args():
     return p.parse_args()
 
 
-def load_libflac():
-    name = ctypes.util.find_library("FLAC") or "libFLAC.so.12"
+def load_libflacs() -> dict:
+    """The libFLAC builds on this machine: the system's and pyFLAC's bundled one."""
+    import glob
+
+    found = {}
+    candidates = [("system", ctypes.util.find_library("FLAC") or "libFLAC.so.12")]
     try:
-        lib = ctypes.CDLL(name)
-    except OSError as err:
-        raise SystemExit(f"no system libFLAC ({err}); apt-get install libflac12") from None
-    lib.FLAC__stream_encoder_new.restype = ctypes.c_void_p
-    return lib
+        import pyflac
+
+        bundled = glob.glob(os.path.join(os.path.dirname(pyflac.__file__), "libraries", "linux-x86_64", "libFLAC*.so"))
+        candidates += [("pyflac-bundled", path) for path in bundled[:1]]
+    except ImportError:
+        pass
+    for label, name in candidates:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        lib.FLAC__stream_encoder_new.restype = ctypes.c_void_p
+        found[label] = lib
+    if not found:
+        raise SystemExit("no libFLAC here (apt-get install libflac12, or pip install pyflac)")
+    return found
 
 
 def libflac_encode(lib, samples: np.ndarray, *, verify: bool, md5: bool, level: int) -> bytes:
@@ -109,19 +125,22 @@ def main(args) -> None:
     assert np.array_equal(decoded, samples)
     rows["soundfile decode"] = seconds
     rows["soundfile encode + decode (the verified limit)"] = rows["soundfile encode (level 5)"] + seconds
-    lib = load_libflac()
-    for level in (0, 5):
-        for verify in (False, True):
-            for md5 in (False, True):
+    sizes = {"soundfile encode (level 5)": len(encoded) / samples.nbytes}
+    for label, lib in load_libflacs().items():
+        for level in (0, 3, 5):
+            for verify, md5 in ((False, True), (True, True), (True, False)):
                 seconds, data = best_cpu(lambda: libflac_encode(lib, samples, verify=verify, md5=md5, level=level),
                                          args.repeat)
                 assert np.array_equal(sf.read(io.BytesIO(data), dtype="int16")[0], samples)
-                rows[f"libFLAC direct level {level}, verify {'on' if verify else 'off'}, "
-                     f"md5 {'on' if md5 else 'off'}"] = seconds
+                row = f"libFLAC {label} level {level}, verify {'on' if verify else 'off'}, md5 {'on' if md5 else 'off'}"
+                rows[row], sizes[row] = seconds, len(data) / samples.nbytes
     audio_hours = len(samples) / RATE / 3600
     emit_results({"machine": machine_info(), "audio_hours": round(audio_hours, 4),
                   "cpu_s": {k: round(v, 4) for k, v in rows.items()},
-                  "hours_per_cpu_s": {k: round(audio_hours / v, 3) for k, v in rows.items()}}, args.json_out)
+                  "hours_per_cpu_s": {k: round(audio_hours / v, 3) for k, v in rows.items()},
+                  "vs_verified_limit": {k: round(rows["soundfile encode + decode (the verified limit)"] / v, 3)
+                                        for k, v in rows.items()},
+                  "size_vs_pcm": {k: round(v, 4) for k, v in sizes.items()}}, args.json_out)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ commands to record it are in "Scaling".
 | convert | one job bz2 -> zst:3 >= 1.2x `lbzip2 -dc -n1 \\| zstd -3 -T1` | 1.23x (default threads); 0.80x pinned to 1 thread (limit: indexed_bzip2 alone is 1.06x) | met with default |
 | convert | two jobs on two cores >= 1.7x one job | 1.84x (1.87x in bench_scaling) | met |
 | convert | peak memory < 200 MB converting a 1 GB shard | 42.5 MB | met |
-| convert (17) | whole machine bz2 -> zst:3 >= 1.1x `lbzip2 -dc -n2 \\| zstd -3 -T2`, 5 shards, 2 cores | 0.99x quiet, 0.93x busy (was 0.87x / 0.86x): threads per task as it starts; CPU on par with the pipeline (0.99-1.0x), so ~1.0x is the limit with verification (`--no-verify` 1.07x busy) | not met |
+| convert (17) | whole machine bz2 -> zst:3 >= 1.1x `lbzip2 -dc -n2 \\| zstd -3 -T2`, 5 shards, 2 cores | 0.99x quiet, 0.93x busy (was 0.87x / 0.86x): threads per task as it starts; CPU on par with the pipeline (0.99-1.0x); measured ceiling with nothing but decoding and compressing 1.125x, ~1.01x with convert's verification work (`--no-verify` 1.07x busy) | not met (above the verified ceiling) |
 | convert (17) | >= 0.9x linear scaling 1 -> 16 jobs | not measured: no 16-core machine lent | not measured |
 | transcode | bz2 -> FLAC-in-tar >= 0.8x of bz2 decode + FLAC encode | 0.77-0.78x verified (ceiling ~0.85x), 0.88-0.91x `--no-verify` | met unverified only |
 | transcode | WAV tar -> FLAC-in-tar >= 1 h/s per core | 0.36-0.40 h/s verified, 0.58-0.67 unverified (libsndfile encodes 1.04-1.07 h/s) | not met |
@@ -36,9 +36,9 @@ commands to record it are in "Scaling".
 | reader | zst:3 shardkit >= 50x WeNet-style bz2 + torchaudio | 53x | met |
 | loader (17) | K workers >= 0.8x of 0 workers, h per CPU-s, plain and zst:3 | 1.06 / 0.83 plain, 1.00 / 0.91 zst:3 (float32 / int16 batches; was 0.29-0.61) | met |
 | reader (17) | `iter_samples` as documented >= 0.95x of a tuned process | 0.97x (0.94x of the baseline's tuned rate; was 0.75x) | met |
-| transcode (17) | CLI -j1 verified >= 0.9x libsndfile encode + decode; unverified >= 0.9x encode | 0.70x / 0.59x (transcode step 0.93x / 0.92x; the rest is convert's digests + start-up; convert's side: -q imports no tqdm, 1.008x / 1.018x CPU; the read-back keeps SHA-256, a CRC check saved <1%) | not met |
+| transcode (17) | CLI -j1 verified >= 0.9x libsndfile encode + decode; unverified >= 0.9x encode | 0.70x / 0.59x (transcode step 0.93x / 0.92x; the rest is convert's digests + start-up; convert's side: -q imports no tqdm, 1.008x / 1.018x CPU; the read-back keeps SHA-256, a CRC check saved <1%); 0.9x needs a codec 1.47x faster than libsndfile's: only libFLAC's verify mode at levels 0-2 without MD5 (1.54x, no LPC) gets there; at level 5 the best is 1.17x (~0.81x CLI) | not met (not at level 5 with these libraries) |
 | recipe | default demo run < 5 min on 2 cores | 45 s | met |
-| make sources | pack >= 0.8x reading the audio alone (keep, each source) | 0.23-0.30x of a cold-cache read, 0.08-0.26x warm (was 0.05-0.19x); 0.38-0.42x of the bare copy floor, 0.72-0.96x of a verified copy floor (sha256 as written + read-back): limit is sha256 twice per byte + fsync | not met |
+| make sources | pack >= 0.8x reading the audio alone (keep, each source) | 0.23-0.30x of a cold-cache read, 0.08-0.26x warm (was 0.05-0.19x); 0.72-0.96x of a verified copy floor (sha256 as written + read-back); 8-h corpus: 0.20-0.29x cold with `-j 1`, 0.25-0.38x with `-j 2`, `--no-verify` 0.25-0.42x: the VM's disk reads at 750-1,100 MB/s, faster than two cores hash, write and fsync | not met |
 | make sources | plan a 1 M-line manifest < 300 MB | 240.8 MB peak RSS, 11 s | met |
 | webdataset | WebDataset + shardkit's handler >= 0.8x shardkit's reader, plain WAV / zst:3 | 0.96x / 0.96x with shardkit's reader stage (`shardkit.wds.WebDataset`); 0.41x / 0.78x on WebDataset's own tarfile (its reader alone: 0.58x / 0.91x) | met with the reader stage only |
 """
