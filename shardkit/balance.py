@@ -844,8 +844,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     import tempfile
 
     from . import __version__
-    from .lifecycle import (Journal, OutputLock, atomic_write_json, atomic_write_lines, claim_output, load_json,
-                            prepare_out_dir, remove_leftovers, this_run)
+    from .lifecycle import (Journal, atomic_write_json, atomic_write_lines, claim_output, claimed_output_dir, load_json,
+                            remove_leftovers, this_run)
     from .partition import plan_figures
 
     started = time.perf_counter()
@@ -861,15 +861,12 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     from contextlib import ExitStack
 
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
-        lock = None
         if dry_run:
             work_dir = scratch
         else:
-            claim_output(out_dir, [s for c in corpora for s in c.sources if os.path.isfile(s)], what="OUT_DIR")
-            out_dir = prepare_out_dir(out_dir)
+            out_dir, _ = stack.enter_context(claimed_output_dir(
+                out_dir, [s for c in corpora for s in c.sources if os.path.isfile(s)], "balance", split, urls=False))
             work_dir = os.path.join(out_dir, WORK_DIR)
-            lock = OutputLock(out_dir, "balance", split).acquire()
-            stack.callback(lock.release)
         index_files = resolve_index_files(corpora, os.path.join(work_dir, "index"), jobs=jobs,
                                           on_index=lambda *a: event("indexed", *a),
                                           on_corpus=lambda *a: event("indexing", *a), executor=executor,

@@ -17,10 +17,10 @@ from . import __version__
 from .codecs import CODECS, open_writer
 from .errors import ShardkitError, UsageError, printable
 from .executor import run_tasks
-from .inputs import expand_shards, plan_output_paths
-from .lifecycle import (AtomicFile, Journal, OutputLock, atomic_write_json, atomic_write_lines, claim_output,
-                        load_json, os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts,
-                        verify_members)
+from .inputs import STDIN, expand_shards, plan_output_paths
+from .lifecycle import (AtomicFile, Journal, atomic_write_json, atomic_write_lines, claimed_output_dir, load_json,
+                        note, os_reason, remove_leftovers, this_run, this_run_counts, verify_members)
+from .lifecycle import remote_journal_dir  # noqa: F401  (moved to lifecycle; still importable from here)
 from .split import slice_path, slice_record
 from .tario import DEFAULT_MAX_MEMBER_BYTES, STREAM_MEMBER_BYTES, MemberStream, TarWriter, iter_shard_members, split_key
 
@@ -237,6 +237,8 @@ def _still_valid(entry: dict | None, src: str, dst: str, settings: ConvertSettin
     """Whether a previous run's entry proves ``dst`` is this source converted with these settings."""
     if not entry or entry.get("status") not in OK_STATUSES or not entry.get("output"):
         return False
+    if src == STDIN:  # nothing to stat: another stream may come in under the same name
+        return False
     if entry.get("settings") != settings.output_affecting():
         return False
     try:
@@ -354,58 +356,46 @@ def run_convert(
     executor: str = "local",
     ray_address: str | None = None,
     split: tuple[int, int] | None = None,
+    stdin_name: str | None = None,
 ) -> ConvertReport:
     """Convert every shard named by ``shard_args`` into ``out_dir``; see the module docstring.
+
+    SOURCE ``-`` reads one shard from standard input; its output is ``OUT_DIR/stdin.tar<suffix>``,
+    or ``stdin_name``'s stem (``--stdin-name``) in place of ``stdin``. A rerun always converts it
+    again: a stream cannot be compared with what an earlier run converted.
 
     ``executor``/``ray_address``: where tasks run (shardkit.executor). ``split=(I, N)``: only the
     I-th of N contiguous slices of the input list, reported as convert.slice-I-of-N.json and
     data.slice-I-of-N.list for ``shardkit merge-reports``. ``keep_tree``: the output layout, see
     :func:`shardkit.inputs.plan_output_paths` (None: mirror the input folders when file names repeat).
     """
-    from .remote import is_local, is_pipe, is_url
+    from .remote import is_url
 
-    if is_pipe(out_dir):
-        raise UsageError("OUT_DIR cannot be a pipe: command; give a folder or a URL", shard=out_dir)
     shards = expand_shards(shard_args)
+    if stdin_name is not None and STDIN not in shards:
+        raise UsageError("--stdin-name names the output of SOURCE - (standard input), and no SHARDS argument is -")
     suffix = ".tar" + CODECS[settings.codec].suffix
-    outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree)
-    claim_output(out_dir, shards + [a for a in shard_args if os.path.isfile(a)], outputs, what="OUT_DIR")
-    if is_url(out_dir):
-        # the journal stays on this machine (a store has no fsynced append); a rerun elsewhere
-        # resumes from the convert.json the last finished run published
-        out_dir = out_dir.rstrip("/")
-        journal_dir = remote_journal_dir(out_dir)
-        os.makedirs(journal_dir, exist_ok=True)
-        manifest_path, data_list = f"{out_dir}/{MANIFEST}", f"{out_dir}/data.list"
+    outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree, stdin_name=stdin_name)
+    # one run per folder and slice at a time; a URL's journal (and lock) stay on this machine (a
+    # store has no fsynced append): a rerun elsewhere resumes from the convert.json the last run published
+    with claimed_output_dir(out_dir, shards + [a for a in shard_args if os.path.isfile(a)], "convert", split,
+                            outputs=outputs) as (out_dir, journal_dir):
+        join = (lambda name: f"{out_dir}/{name}") if is_url(out_dir) else (lambda name: os.path.join(out_dir, name))
+        manifest_path, data_list = join(MANIFEST), join("data.list")
         journal_path = os.path.join(journal_dir, JOURNAL)
-    else:
-        out_dir = prepare_out_dir(out_dir)
-        manifest_path = os.path.join(out_dir, MANIFEST)
-        data_list = os.path.join(out_dir, "data.list")
-        journal_path = os.path.join(out_dir, JOURNAL)
-    reports = [manifest_path]
-    slice_info = None
-    if split is not None:  # outputs were planned over the whole list, so slices cannot collide
-        slice_info = slice_record(shards, *split)
-        shards = shards[slice_info["start"]:slice_info["stop"]]
-        outputs = outputs[slice_info["start"]:slice_info["stop"]]
-        manifest_path, data_list, journal_path = (slice_path(path, *split)
-                                                  for path in (manifest_path, data_list, journal_path))
-        reports.insert(0, manifest_path)
-    # one run per folder and slice at a time; a URL's folder is locked through its local journal folder
-    lock = OutputLock(os.path.dirname(journal_path), "convert", split).acquire()
-    try:
+        reports = [manifest_path]
+        slice_info = None
+        if split is not None:  # outputs were planned over the whole list, so slices cannot collide
+            slice_info = slice_record(shards, *split)
+            shards = shards[slice_info["start"]:slice_info["stop"]]
+            outputs = outputs[slice_info["start"]:slice_info["stop"]]
+            manifest_path, data_list, journal_path = (slice_path(path, *split)
+                                                      for path in (manifest_path, data_list, journal_path))
+            reports.insert(0, manifest_path)
         return _convert_claimed(shards, outputs, settings, out_dir=out_dir, reports=reports, journal_path=journal_path,
                                 manifest_path=manifest_path, data_list=data_list, slice_info=slice_info,
                                 overwrite=overwrite, jobs=jobs, executor=executor, ray_address=ray_address,
                                 on_plan=on_plan, on_result=on_result)
-    finally:
-        lock.release()
-        if is_url(out_dir):
-            try:
-                os.rmdir(os.path.dirname(journal_path))
-            except OSError:  # another slice's journal is still there
-                pass
 
 
 def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_path, manifest_path, data_list,
@@ -430,6 +420,9 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
     todo = []
     for i, (src, dst) in enumerate(zip(shards, outputs)):
         entry = previous.get(dst)
+        if not overwrite and entry and src == STDIN and entry["source"].get("path") == src:
+            note(f"{dst}: standard input cannot be compared with the stream an earlier run converted into it; "
+                 f"converting it again")
         if not overwrite and entry and entry["source"].get("path") == src and _still_valid(entry, src, dst, settings):
             results[i] = {**entry, "status": "skipped", "previous_status": entry["status"], "this_run": "skipped"}
             if on_result:
@@ -477,14 +470,6 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
 
 
 # --- URL outputs (any fsspec store) ------------------------------------------------------------
-
-
-def remote_journal_dir(out_url: str, command: str = "convert") -> str:
-    """This machine's folder for the journal (and lock) of a run into ``out_url``: the same for every rerun."""
-    import tempfile
-
-    digest = hashlib.sha256(out_url.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"shardkit-{command}-{digest}")
 
 
 def load_report(path: str) -> dict | None:

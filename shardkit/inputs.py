@@ -48,7 +48,7 @@ def expand_shards(args: list[str] | tuple[str, ...]) -> list[str]:
     """
     shards: list[str] = []
     for arg in args:
-        if arg == "-":  # standard input, read as a stream
+        if arg == STDIN:  # standard input, read as a stream
             shards.append(arg)
         elif os.path.isdir(arg):
             found = shards_in_dir(arg)
@@ -91,9 +91,31 @@ def shard_stem(path: str) -> str:
     return name
 
 
-def plan_output_paths(shards: list[str], out_dir: str, suffix: str, *, keep_tree: bool | None = None) -> list[str]:
+STDIN = "-"  # the SHARDS argument that reads one shard from standard input (shardkit.remote.STDIN)
+STDIN_STEM = "stdin"
+
+
+def stdin_stem(name: str | None) -> str:
+    """The output stem of SOURCE ``-``: ``stdin``, or ``--stdin-name NAME`` without a shard suffix
+    (``shards_000000001.tar.bz2`` -> ``shards_000000001``). A NAME that is not one plain, visible
+    file name (empty, starting with ``.``, holding a ``/`` or a NUL) is a UsageError."""
+    if name is None:
+        return STDIN_STEM
+    stem = shard_stem(name)
+    if not stem or stem.startswith(".") or "/" in name or os.sep in name or "\x00" in name:
+        raise UsageError(f"--stdin-name takes one file name, not {name!r} (it names the output of SOURCE -, "
+                         f"inside the output folder)")
+    return stem
+
+
+def plan_output_paths(shards: list[str], out_dir: str, suffix: str, *, keep_tree: bool | None = None,
+                      stdin_name: str | None = None) -> list[str]:
     """Output path per input shard (pure: no I/O); one rule for every command that writes one
     output per input shard (convert, validate --quarantine).
+
+    Standard input (SOURCE ``-``) has no name of its own: its output is
+    ``OUT_DIR/stdin<suffix>``, or ``OUT_DIR/<stdin_name's stem><suffix>`` (see :func:`stdin_stem`),
+    always directly in OUT_DIR, whatever the layout of the other shards.
 
     ``keep_tree=None`` (the default) decides from the names: when every input has its own file
     name the outputs are ``OUT_DIR/<stem><suffix>``; when two inputs share one (every WeNet corpus
@@ -104,31 +126,35 @@ def plan_output_paths(shards: list[str], out_dir: str, suffix: str, *, keep_tree
     twice is always a UsageError. An OUT_DIR URL (``s3://bucket/prefix``) gives URLs under it,
     joined with ``/``.
     """
+    stem = stdin_stem(stdin_name)
     if keep_tree is None:
-        flat = _outputs(shards, out_dir, suffix, tree=False)
+        flat = _outputs(shards, out_dir, suffix, stem, tree=False)
         if len(set(flat)) == len(flat):
             return flat
         _refuse_repeated_shards(shards)
-        return _refuse_collisions(shards, _outputs(shards, out_dir, suffix, tree=True), keep_tree)
-    return _refuse_collisions(shards, _outputs(shards, out_dir, suffix, tree=keep_tree), keep_tree)
+        return _refuse_collisions(shards, _outputs(shards, out_dir, suffix, stem, tree=True), keep_tree)
+    return _refuse_collisions(shards, _outputs(shards, out_dir, suffix, stem, tree=keep_tree), keep_tree)
 
 
-def _outputs(shards: list[str], out_dir: str, suffix: str, *, tree: bool) -> list[str]:
+def _outputs(shards: list[str], out_dir: str, suffix: str, stdin: str, *, tree: bool) -> list[str]:
+    named = [s for s in shards if s != STDIN]  # standard input lies in no folder: it is not mirrored
+    tree = tree and bool(named)
     if "://" in out_dir:  # a URL: no abspath, and '/' joins on every platform
         base = out_dir.rstrip("/")
-        common = _common_folder(shards) if tree else None
+        common = _common_folder(named) if tree else None
         outputs = []
         for s in shards:
-            rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if tree else "."
-            outputs.append(posixpath.join(base, shard_stem(s) + suffix) if rel == "."
-                           else posixpath.join(base, rel, shard_stem(s) + suffix))
+            rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if tree and s != STDIN else "."
+            name = (stdin if s == STDIN else shard_stem(s)) + suffix
+            outputs.append(posixpath.join(base, name) if rel == "." else posixpath.join(base, rel, name))
         return outputs
     out_dir = os.path.abspath(out_dir)
     if tree:
-        common = _common_folder(shards)
-        return [os.path.normpath(os.path.join(out_dir, os.path.relpath(os.path.dirname(s), common),
+        common = _common_folder(named)
+        return [os.path.join(out_dir, stdin + suffix) if s == STDIN else
+                os.path.normpath(os.path.join(out_dir, os.path.relpath(os.path.dirname(s), common),
                                               shard_stem(s) + suffix)) for s in shards]
-    return [os.path.join(out_dir, shard_stem(s) + suffix) for s in shards]
+    return [os.path.join(out_dir, (stdin if s == STDIN else shard_stem(s)) + suffix) for s in shards]
 
 
 def _common_folder(shards: list[str]) -> str:
@@ -150,6 +176,8 @@ def _refuse_collisions(shards: list[str], outputs: list[str], keep_tree: bool | 
             if seen[out] == shard:
                 raise UsageError(f"shard given twice (both would write {out})", shard=shard)
             hint = "; drop --flat to mirror their folders" if keep_tree is False else ""
+            if STDIN in (seen[out], shard):
+                hint = "; give standard input's output another name with --stdin-name"
             raise UsageError(f"{seen[out]} and {shard} would both write {out}{hint}")
         seen[out] = shard
     return outputs

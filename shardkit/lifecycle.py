@@ -33,6 +33,7 @@ import secrets
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from typing import Callable, Iterable, Sequence
 
 from .errors import UsageError
@@ -84,7 +85,9 @@ def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (
     or an output file that is an input file (the same inode: a hard link, or a symlink to it).
 
     ``inputs`` are shard or list files (URLs and pipes are skipped); ``outputs`` the planned files.
-    Costs one ``realpath`` per distinct input folder and one ``lstat`` per planned output (and, only
+    A planned output in a sub-folder of ``out_dir`` (outputs that mirror the input folders) is
+    refused the same way when that sub-folder is, by real path, an input's folder. Costs one
+    ``realpath`` per distinct input or output folder and one ``lstat`` per planned output (and, only
     when an output is a symlink or has several links, one ``stat`` per input).
     """
     if not _local(out_dir):
@@ -93,6 +96,7 @@ def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (
     inputs = [os.fspath(p) for p in inputs]
     inputs = [p for p in inputs if _local(p)]
     real_folders: dict[str, str] = {}
+    input_folders: dict[str, str] = {}  # real folder -> the first input in it
     for path in inputs:
         parent = os.path.dirname(os.path.abspath(path))
         real = real_folders.get(parent)
@@ -101,6 +105,21 @@ def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (
         if real == out_real:
             raise UsageError(f"{what} holds input {path} (both are {out_real} by real path), so outputs could "
                              f"overwrite inputs; choose another folder", shard=out_dir)
+        input_folders.setdefault(real, path)
+    # outputs that mirror the input folders below OUT_DIR (--keep-tree) land in an input's folder when
+    # OUT_DIR holds the inputs' folders: OUT_DIR itself passed, its sub-folder does not
+    out_folders: dict[str, str] = {}
+    for out in outputs:
+        if not _local(out):
+            continue
+        parent = os.path.dirname(os.path.abspath(out))
+        if parent in out_folders:
+            continue
+        real = out_folders[parent] = os.path.realpath(parent)
+        if real in input_folders:
+            raise UsageError(f"{what} would write {out} into the folder of input {input_folders[real]} ({real} "
+                             f"by real path), so outputs could overwrite inputs; choose another folder",
+                             shard=out_dir)
     _claim_files(outputs, inputs)
 
 
@@ -299,6 +318,58 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# --------------------------------------------------------------------------------- claimed folder
+
+
+def remote_journal_dir(out_url: str, command: str = "convert") -> str:
+    """This machine's folder for the journal (and lock) of a run into ``out_url``: the same for every rerun."""
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(out_url.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"shardkit-{command}-{digest}")
+
+
+@contextmanager
+def claimed_output_dir(out_dir: str, inputs: Iterable[str], command: str, split: tuple[int, int] | None = None, *,
+                       outputs: Sequence[str] = (), what: str = "OUT_DIR", urls: bool = True):
+    """Steps 1 and 2 for a command that writes into a folder: ``with claimed_output_dir(...) as (out_dir,
+    journal_dir):`` runs the body while this run holds the folder.
+
+    Refuses a pipe (``-``, ``pipe:CMD``), claims the folder against ``inputs`` and the planned
+    ``outputs`` (:func:`claim_output`), creates it and proves it writable, and takes the
+    :class:`OutputLock` of ``command`` and ``split``; the lock is released however the body ends.
+    Yields the absolute folder and the folder for the journal and lock: the same folder, or for a
+    URL ``out_dir`` (``urls=True``; else refused) the URL without its trailing ``/`` and a local
+    folder (:func:`remote_journal_dir`, a store has no fsynced append nor locks), removed at the
+    end unless another slice's journal is still in it.
+    """
+    from .remote import is_pipe, is_url
+
+    if is_pipe(out_dir):
+        raise UsageError(f"{what} cannot be a pipe: command; give a folder{' or a URL' if urls else ''}",
+                         shard=out_dir)
+    if is_url(out_dir) and not urls:
+        raise UsageError(f"{what} must be a local folder (this command does not write to URLs)", shard=out_dir)
+    claim_output(out_dir, inputs, outputs, what=what)
+    if not is_url(out_dir):
+        out_dir = journal_dir = prepare_out_dir(out_dir)
+    else:
+        out_dir = out_dir.rstrip("/")
+        journal_dir = remote_journal_dir(out_dir, command)
+        os.makedirs(journal_dir, exist_ok=True)
+    lock = OutputLock(journal_dir, command, split).acquire()
+    try:
+        yield out_dir, journal_dir
+    finally:
+        lock.release()
+        if journal_dir != out_dir:
+            try:
+                os.rmdir(journal_dir)
+            except OSError:  # another slice's journal is still there
+                pass
 
 
 # --------------------------------------------------------------------------------- atomic files

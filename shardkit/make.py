@@ -24,12 +24,12 @@ import numpy as np
 
 from . import __version__
 from .codecs import CODECS, open_writer
-from .convert import HashingFile, file_sha256, load_report, output_size, remote_journal_dir
+from .convert import HashingFile, file_sha256, load_report, output_size
 from .errors import AudioError, ShardkitError, UsageError
 from .executor import run_tasks
 from .kaldi import Segment, WavEntry, parse_segments, parse_text, parse_wav_scp, read_table, run_pipe
-from .lifecycle import (AtomicFile, Journal, OutputLock, atomic_write_json, atomic_write_lines, claim_output,
-                        os_reason, prepare_out_dir, remove_leftovers, this_run, this_run_counts, verify_stream)
+from .lifecycle import (AtomicFile, Journal, atomic_write_json, atomic_write_lines, claim_output, claimed_output_dir,
+                        os_reason, remove_leftovers, this_run, this_run_counts, verify_stream)
 from .split import inputs_digest, slice_path, slice_record
 from .tario import AUDIO_EXTENSIONS, TarWriter
 
@@ -568,29 +568,10 @@ def map_member_keys(utterances: list[dict]) -> tuple[list[dict], dict[str, str],
 
 
 def claimed_run(out_dir: str, claim_inputs: list[str], split: tuple[int, int] | None, body: Callable[[str, str], MakeReport]) -> MakeReport:
-    """Claim and lock OUT_DIR (a folder or a URL, whose journal lives in a local folder), then run
-    ``body(out_dir, journal_dir)``; the lock is released however it ends."""
-    from .remote import is_pipe, is_url
-
-    if is_pipe(out_dir):
-        raise UsageError("OUT_DIR cannot be a pipe: command; give a folder or a URL", shard=out_dir)
-    if is_url(out_dir):
-        out_dir = out_dir.rstrip("/")
-        journal_dir = remote_journal_dir(out_dir, "make")
-        os.makedirs(journal_dir, exist_ok=True)
-    else:
-        claim_output(out_dir, claim_inputs, what="OUT_DIR")
-        out_dir = journal_dir = prepare_out_dir(out_dir)
-    lock = OutputLock(journal_dir, "make", split).acquire()
-    try:
+    """``body(out_dir, journal_dir)`` inside ``lifecycle.claimed_output_dir`` (OUT_DIR claimed, created
+    and locked; a URL's journal in a local folder)."""
+    with claimed_output_dir(out_dir, claim_inputs, "make", split) as (out_dir, journal_dir):
         return body(out_dir, journal_dir)
-    finally:
-        lock.release()
-        if journal_dir != out_dir:
-            try:
-                os.rmdir(journal_dir)
-            except OSError:  # another slice's journal is still there
-                pass
 
 
 def write_shards(count: int, shard_utterances: Callable[[int], list[dict]], findings: list[dict],

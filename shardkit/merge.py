@@ -8,9 +8,10 @@ circle.
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 
 from .errors import ShardkitError, UsageError
-from .lifecycle import atomic_write_json, atomic_write_lines
+from .lifecycle import OutputLock, atomic_write_json, atomic_write_lines
 from .split import ENTRIES_KEY, FAILED_STATUSES, MAY_DIFFER, _found_slices, _load_slice, _without, slice_path
 
 
@@ -65,6 +66,27 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
                 raise ShardkitError(f"slices 1 and {i} disagree on {key!r} (run with other settings or "
                                     f"another shardkit version); rerun the odd one", shard=out_dir)
 
+    with ExitStack() as locks:
+        for folder in _written_folders(out_dir, kind, docs):
+            locks.enter_context(OutputLock(folder, kind))
+        return _write_merged(out_dir, command, kind, docs, count, entries_key)
+
+
+def _written_folders(out_dir: str, kind: str, docs: list[dict]) -> list[str]:
+    """The folders a merge writes into, each locked as an un-sliced run of ``kind`` locks it, so that
+    a merge and such a run never write one folder at once: OUT_DIR, and validate's quarantine folder."""
+    folders = [out_dir]
+    quarantine = next((doc["quarantine"] for doc in docs if doc.get("quarantine")), None)
+    if kind == "validate" and quarantine and os.path.isdir(quarantine["dir"]) and \
+            os.path.realpath(quarantine["dir"]) != os.path.realpath(out_dir):
+        folders.append(quarantine["dir"])
+    return folders
+
+
+def _write_merged(out_dir: str, command: str, kind: str, docs: list[dict], count: int, entries_key: str) -> dict:
+    """The writing half of ``merge_reports``, once the slices are checked and the folders locked."""
+    report_name = f"{command}.json"
+    first = docs[0]
     manifest = os.path.join(out_dir, report_name)
     if kind == "validate":
         from .validate import merge_slice_reports

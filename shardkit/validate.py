@@ -23,6 +23,7 @@ the codec's default level) and written under a temporary name, fsynced and renam
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -37,8 +38,8 @@ from .codecs import CODECS, detect_codec, open_writer
 from .errors import AudioError, ShardkitError, UsageError, json_safe, printable
 from .executor import run_tasks
 from .inputs import expand_shards, plan_output_paths
-from .lifecycle import (AtomicFile, DigestingTar, OutputLock, atomic_write_lines, claim_output, fsync_dir,
-                        prepare_out_dir, remove_leftovers, verify_members)
+from .lifecycle import (AtomicFile, DigestingTar, atomic_write_lines, claimed_output_dir, fsync_dir, remove_leftovers,
+                        verify_members)
 from .split import slice_path, slice_record
 from .tario import AUDIO_EXTENSIONS, DEFAULT_MAX_MEMBER_BYTES, TarWriter, iter_tar_members, open_regular, \
     open_shard, shard_reader, split_key
@@ -699,30 +700,32 @@ def run_validate(shard_args: list[str], options: ValidateOptions, *, jobs: int |
     check_options(options)
     shards = expand_shards(shard_args)
     stems = None
+    claimed = contextlib.nullcontext((None, None))
     if quarantine_dir is not None:
         stems = plan_quarantine(shards, quarantine_dir, keep_tree)  # over the whole list: slices never collide
-        quarantine_dir = os.path.abspath(quarantine_dir)
-        claim_output(quarantine_dir, shards + [a for a in shard_args if os.path.isfile(a)],
-                     what="the quarantine folder")
-        if any(os.path.abspath(s).startswith(quarantine_dir + os.sep) for s in shards if "://" not in s):
-            raise UsageError("the quarantine folder holds source shards; choose another folder", shard=quarantine_dir)
-        quarantine_dir = prepare_out_dir(quarantine_dir)
-    slice_info = None
-    if split is not None:
-        slice_info = slice_record(shards, *split)
-        shards = shards[slice_info["start"]:slice_info["stop"]]
-        stems = stems[slice_info["start"]:slice_info["stop"]] if stems else stems
-    lock = OutputLock(quarantine_dir, "validate", split).acquire() if quarantine_dir is not None else None
-    try:
+        # every output's folder is claimed too: mirrored outputs (--keep-tree) never land beside a source
+        claimed = claimed_output_dir(quarantine_dir, shards + [a for a in shard_args if os.path.isfile(a)],
+                                     "validate", split, outputs=quarantine_outputs(os.path.abspath(quarantine_dir),
+                                                                                   stems),
+                                     what="the quarantine folder", urls=False)
+    with claimed as (quarantine_dir, _):
+        slice_info = None
+        if split is not None:
+            slice_info = slice_record(shards, *split)
+            shards = shards[slice_info["start"]:slice_info["stop"]]
+            stems = stems[slice_info["start"]:slice_info["stop"]] if stems else stems
         if stems is not None:  # temporary files a killed run left (its lock died with it)
-            remove_leftovers(os.path.join(quarantine_dir, stem + part + ".tar" + codec.suffix) for stem in stems
-                             for part in ("", ".rejects") for codec in CODECS.values())
+            remove_leftovers(quarantine_outputs(quarantine_dir, stems))
         return _validate_claimed(shards, options, stems, slice_info, jobs=jobs, quarantine_dir=quarantine_dir,
                                  on_plan=on_plan, on_result=on_result, executor=executor, ray_address=ray_address,
                                  split=split, keep_tree=keep_tree)
-    finally:
-        if lock is not None:
-            lock.release()
+
+
+def quarantine_outputs(quarantine_dir: str, stems: list[str]) -> list[str]:
+    """Every name quarantine may write for these stems (cleaned and rejects shard, in any codec: a
+    shard keeps its source's)."""
+    return [os.path.join(quarantine_dir, stem + part + ".tar" + codec.suffix) for stem in stems
+            for part in ("", ".rejects") for codec in CODECS.values()]
 
 
 def _validate_claimed(shards, options, stems, slice_info, *, jobs, quarantine_dir, on_plan, on_result, executor,

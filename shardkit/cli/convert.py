@@ -16,7 +16,8 @@ Examples:
   shardkit convert shards/ -o flac --codec none --audio flac  # WAV members -> FLAC, plain tar
   shardkit convert data.list -o zst --executor ray             # one Ray task per shard
   shardkit convert data.list -o zst --split 2/3                # job array slice 2 of 3; then merge-reports
-  shardkit convert data.list -o s3://bucket/corpus/zst         # any fsspec URL: upload, then move into place""")
+  shardkit convert data.list -o s3://bucket/corpus/zst         # any fsspec URL: upload, then move into place
+  curl -s https://host/shards_000000007.tar.bz2 | shardkit convert - -o zst --stdin-name shards_000000007""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
               help="Output folder, or an fsspec URL (s3://bucket/prefix, gs://..., hdfs://...).")
@@ -34,6 +35,9 @@ Examples:
               help="Outputs mirror the input folders below their common parent (--keep-tree), or all go "
                    "directly in OUT_DIR (--flat; two inputs with one file name are then an error) "
                    "[default: mirror only when input file names repeat].")
+@click.option("--stdin-name", metavar="NAME", default=None,
+              help="Output name of SOURCE - (one shard on standard input): OUT_DIR/NAME.tar[.zst]; a shard suffix "
+                   "in NAME is dropped [default: stdin].")
 @click.option("--overwrite", is_flag=True, help="Redo every shard, even those a previous run finished.")
 @click.option("--salvage", is_flag=True,
               help="For a damaged source, keep every complete utterance before the damage.")
@@ -46,14 +50,17 @@ Examples:
 @executor_options("Convert only slice I of N of the shard list (job arrays); join with `shardkit merge-reports`.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
-def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, overwrite, salvage, max_member_bytes,
-            audio, flac_level, executor, ray_address, split, as_json, quiet):
+def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, stdin_name, overwrite, salvage,
+            max_member_bytes, audio, flac_level, executor, ray_address, split, as_json, quiet):
     """Re-pack SHARDS (bz2/gz/xz/zst/plain tar) into zstd or plain tar, member for member.
 
     SHARDS are shard files, folders of shards, glob patterns or WeNet data.list files (one shard
-    path per line). Outputs are OUT_DIR/<stem>.tar[.zst], plus OUT_DIR/data.list (absolute paths,
-    input order) and OUT_DIR/convert.json (per shard: source, output sha256, digests, status).
-    Writes go to a temporary name, are fsynced and renamed; a rerun skips finished shards.
+    path per line); `-` reads one shard from standard input. Outputs are OUT_DIR/<stem>.tar[.zst]
+    (standard input's: OUT_DIR/stdin.tar[.zst], or the --stdin-name), plus OUT_DIR/data.list
+    (absolute paths, input order) and OUT_DIR/convert.json (per shard: source, output sha256,
+    digests, status). Writes go to a temporary name, are fsynced and renamed; a rerun skips
+    finished shards, except standard input's, which it converts again (a stream cannot be
+    compared with what an earlier run read).
     With a URL OUT_DIR each shard is written and verified in a local temporary file ($TMPDIR),
     uploaded to a temporary key and moved onto its name (no partial object under a final name); the
     data.list and convert.json are published the same way. A rerun checks each finished output's
@@ -67,6 +74,9 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     split_slice = parse_split(split) if split else None
+    if "-" in shards and sys.stdin is not None and sys.stdin.isatty():
+        raise UsageError("SOURCE - reads a shard from standard input, which is a terminal here; pipe one in: "
+                         "curl -s URL | shardkit convert - -o OUT_DIR")
 
     name, default_level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
     # default: cores // min(jobs, shards not yet started), chosen as each task starts; Ray: 1 CPU per task
@@ -80,7 +90,7 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, ove
     progress = ShardProgress("convert", quiet=quiet, byte_key="tar_bytes")
     report = run_convert(list(shards), out_dir, settings, jobs=jobs, keep_tree=keep_tree, overwrite=overwrite,
                          on_result=progress.on_result, on_plan=progress.on_plan, executor=executor,
-                         ray_address=ray_address, split=split_slice)
+                         ray_address=ray_address, split=split_slice, stdin_name=stdin_name)
     progress.close()
     summary = report.summary()
     if as_json:

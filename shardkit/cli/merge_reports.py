@@ -32,6 +32,9 @@ def command(out_dir, report, as_json, quiet):
     checks that all N slices are there and were cut from the same input list with the same
     settings, and writes OUT_DIR/COMMAND.json and OUT_DIR/data.list as one run over the whole
     list would have (atomically; the slice files are kept). Exit 1 if a merged entry failed.
+    While it writes it holds the folder lock a run of COMMAND without --split takes (for validate,
+    on the quarantine folder too): if such a run is writing there, the merge refuses (exit 2)
+    naming its pid and host, and a run started during the merge refuses the same way.
 
     validate: findings are joined in input order, totals summed, and the duplicate-key check is
     redone across slices (a slice sees only its own keys). With --quarantine, the quarantine
