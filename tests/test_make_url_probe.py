@@ -181,7 +181,8 @@ def test_a_truncated_wav_url_is_reported_with_its_key_as_a_local_one_is(tmp_path
         assert [(f["key"], f["check"]) for f in found] == [("spk/cut", "unreadable_audio")]
         assert found[0]["reason"] == (f"{location}: WAV header promises 96000 frames, the file holds "
                                       f"{(len(cut) - 44) // 2} (truncated)")
-    assert probe_audio(url) == f"{url}: WAV header promises 96000 frames, the file holds {(len(cut) - 44) // 2} (truncated)"
+    assert probe_audio(url) == (f"{url}: WAV header promises 96000 frames, the file holds {(len(cut) - 44) // 2} "
+                                "(truncated)")
 
 
 def test_an_object_that_changes_size_after_planning_fails_its_entry_by_key(tmp_path, store, monkeypatch):
@@ -274,7 +275,8 @@ def http_folder(request, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(RangeHandler, directory=str(folder)))
+    handler = functools.partial(RangeHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.ranges, server.served = request.param, Counter()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
