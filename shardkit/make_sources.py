@@ -293,7 +293,7 @@ class ShardBuilder:
             if audio.startswith("pipe:"):
                 return {"command": audio[5:]}
             if is_url(audio):
-                return {"url": audio, "name": audio}
+                return {"url": audio, "name": audio, "size": int(self.fsize[i])}  # checked when fetched
             return {"path": audio, "size": int(self.fsize[i]), "mtime_ns": int(self.fmtime[i])}
         path = c.containers[cid]
         size, mtime = self.container_stat[cid]

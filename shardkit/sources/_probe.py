@@ -45,41 +45,85 @@ def probe_torchcodec(data: bytes) -> tuple[float, int, int] | None:
     return float(seconds), int(meta.sample_rate), int(meta.num_channels or 1)
 
 
+HEAD_BYTES = 1 << 16  # what planning reads of a file or URL: enough for a WAV header or FLAC's STREAMINFO
+
+
+def probe_head(head: bytes, size: int, location: str) -> tuple[float, int, int] | str | None:
+    """``(seconds, sample_rate, channels)`` from the first bytes of audio whose full length is ``size``,
+    the reason it is not usable, or None when the head does not tell (another format, a WAV whose
+    data size is unknown or lies past the head, a FLAC that does not state its length).
+
+    A WAV by shardkit's own header parser (~30x faster than libsndfile), truncation checked against
+    ``size``; a FLAC from its STREAMINFO block."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        try:
+            wav = parse_wav_header(head)
+        except ShardkitError:
+            return None
+        unknown_size = wav.frames_declared * wav.block_align == len(head) - wav.data_offset
+        if unknown_size and size > len(head):
+            return None
+        present = (size - wav.data_offset) // wav.block_align
+        if wav.frames_declared > present:
+            return f"{location}: WAV header promises {wav.frames_declared} frames, the file holds {present} (truncated)"
+        if wav.frames_declared <= 0:
+            return f"{location} holds no audio (0 frames)"
+        return wav.frames_declared / wav.sample_rate, wav.sample_rate, wav.channels
+    if head[:4] == b"fLaC" and len(head) >= 42 and head[4] & 0x7F == 0:  # STREAMINFO: always the first block
+        bits = int.from_bytes(head[18:26], "big")  # rate 20 bits, channels-1 3, bits-1 5, total samples 36
+        rate, channels, frames = bits >> 44, ((bits >> 41) & 7) + 1, bits & ((1 << 36) - 1)
+        if rate <= 0 or frames <= 0:  # 0 samples: the encoder did not know the length
+            return None
+        return frames / rate, rate, channels
+    return None
+
+
+def probe_url(url: str) -> tuple | str:
+    """``probe_audio`` for an fsspec URL: the object's size and its first ``HEAD_BYTES`` (a ranged
+    read); the rest of the object too only when its head does not tell (another format, a streamed WAV)."""
+    from ..remote import _describe, filesystem
+
+    try:
+        fs, path = filesystem(url, None)
+        size = fs.size(path)
+        head = fs.cat_file(path, start=0, end=HEAD_BYTES if size is None else min(size, HEAD_BYTES))
+        facts = probe_head(head, size, url) if size is not None else None
+        if facts is None and size is not None and len(head) < size:
+            rest = fs.cat_file(path, start=len(head), end=size)
+            head = rest if len(rest) == size else head + rest  # a server that ignores ranges sends it all
+    except ShardkitError as err:
+        return f"cannot read {url} ({err.reason})"
+    except Exception as err:  # drivers raise their own families (botocore, aiohttp, OSError)
+        return f"cannot read {url} ({_describe(err)})"
+    if facts is None:
+        if size is None and len(head) <= HEAD_BYTES:  # a length the store does not tell: read it all
+            from .fetch import _url_bytes
+
+            head = _url_bytes(url)
+        facts, size = probe_bytes(head), len(head)
+    return facts if isinstance(facts, str) else (*facts, size, 0)
+
+
 def probe_audio(location: str) -> tuple | str:
     """``(seconds, sample_rate, channels, size, mtime_ns)`` of a file, URL or ``pipe:`` command
-    from its header, or the reason it cannot be read."""
+    from its header, or the reason it cannot be read. A URL's mtime_ns is 0."""
     import soundfile as sf
 
     try:
-        if location.startswith("pipe:") or is_url(location):
-            if location.startswith("pipe:"):
-                from ..kaldi import run_pipe
+        if location.startswith("pipe:"):
+            from ..kaldi import run_pipe
 
-                data = run_pipe(location[5:], key=location)
-            else:
-                from .fetch import _url_bytes
-
-                data = _url_bytes(location)
+            data = run_pipe(location[5:], key=location)
             facts = probe_bytes(data)
             return facts if isinstance(facts, str) else (*facts, len(data), 0)
+        if is_url(location):
+            return probe_url(location)
         with open(location, "rb") as f:
             st = os.fstat(f.fileno())
-            head = f.read(1 << 16)
-        if head[:4] == b"RIFF" and head[8:12] == b"WAVE":  # PCM WAV: our own header parser, ~30x faster
-            try:
-                wav = parse_wav_header(head)
-            except ShardkitError:
-                wav = None
-            unknown_size = wav is not None and wav.frames_declared * wav.block_align == len(head) - wav.data_offset
-            if wav is not None and not (unknown_size and st.st_size > len(head)):
-                present = (st.st_size - wav.data_offset) // wav.block_align
-                if wav.frames_declared > present:
-                    return f"{location}: WAV header promises {wav.frames_declared} frames, the file holds " \
-                           f"{present} (truncated)"
-                if wav.frames_declared <= 0:
-                    return f"{location} holds no audio (0 frames)"
-                return (wav.frames_declared / wav.sample_rate, wav.sample_rate, wav.channels, st.st_size,
-                        st.st_mtime_ns)
+            head = f.read(HEAD_BYTES)
+        facts = probe_head(head, st.st_size, location)
+        if facts is not None:
+            return facts if isinstance(facts, str) else (*facts, st.st_size, st.st_mtime_ns)
         try:
             info = sf.info(location)
         except Exception as err:  # libsndfile reports every failure as one generic error

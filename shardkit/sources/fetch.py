@@ -17,7 +17,10 @@ _row_group: dict = {}  # (parquet path, row group, column) -> list of audio cell
 
 def source_bytes(source: dict) -> bytes:
     if "url" in source:
-        return _url_bytes(source["url"])
+        data = _url_bytes(source["url"])
+        if "size" in source:
+            _check_size(source["url"], source["size"], len(data))
+        return data
     if "tar" in source:
         return _tar_bytes(source)
     if "parquet" in source:
@@ -41,6 +44,12 @@ def _check_unchanged(path: str, size: int, mtime_ns: int) -> None:
     st = os.stat(path)
     if st.st_size != size or st.st_mtime_ns != mtime_ns:
         raise AudioError(f"{path} changed since it was read for planning")
+
+
+def _check_size(url: str, planned: int, size: int) -> None:
+    """A URL has no mtime to compare: its size at planning (``probe_audio``) must still be its size."""
+    if size != planned:
+        raise AudioError(f"{url} changed since it was read for planning ({planned} bytes then, {size} now)")
 
 
 def _tar_bytes(source: dict) -> bytes:
