@@ -36,14 +36,14 @@ ROOT = os.path.dirname(HERE)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus-mb", type=float, default=160.0)
-    p.add_argument("--work-dir", default="/tmp/shardkit-bench-loader")
+    sys.path.insert(0, HERE)
+    from common import corpus_parser
+
+    p = corpus_parser(__doc__, corpus_mb=160.0, work_dir="/tmp/shardkit-bench-loader")
     p.add_argument("--baseline", help="another shardkit checkout to compare with (its root folder)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=3, help="measured epochs per loader and round")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--json", help="also write the figures here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -123,14 +123,12 @@ def main(args) -> int:
         spec = json.loads(args.child)
         print(json.dumps(child_iter(spec) if spec["kind"] == "iter" else child_loader(spec)))
         return 0
-    sys.path.insert(0, HERE)
-    from bench_reader import corpus
-    from common import machine_info
+    from common import bench_corpus, bullets, emit_results, machine_info, markdown_table
 
-    totals, layout = corpus(args.work_dir, args.corpus_mb)
+    totals, layout = bench_corpus(args.work_dir, args.corpus_mb, audio=("wav",), formats=("none", "zst:3"))
     hours = totals["seconds"] / 3600
     checkouts = {"branch": ROOT, **({"baseline": os.path.abspath(args.baseline)} if args.baseline else {})}
-    configs = {f"{fmt} {dtype} workers={w}": {"paths": layout[fmt], "dtype": dtype, "workers": w,
+    configs = {f"{fmt} {dtype} workers={w}": {"paths": layout[f"{fmt}/wav"], "dtype": dtype, "workers": w,
                                               "utterances": totals["utterances"], "frames": totals["frames"]}
                for fmt in ("none", "zst:3") for dtype in ("float32", "int16") for w in (0, args.workers)}
     iter_cpu: dict = {}
@@ -138,7 +136,7 @@ def main(args) -> int:
     for r in range(args.rounds):
         for label, checkout in checkouts.items():
             for tuned in (False, True):
-                res = run_child(checkout, "iter", {"paths": layout["none"], "frames": totals["frames"],
+                res = run_child(checkout, "iter", {"paths": layout["none/wav"], "frames": totals["frames"],
                                                     "tuned": tuned, "repeat": 3})
                 iter_cpu.setdefault((label, tuned), []).append(res["cpu_s"])
             res = run_child(checkout, "loader", {"configs": configs, "epochs": args.epochs})
@@ -164,18 +162,9 @@ def main(args) -> int:
             ratios[f"branch / baseline: {name}"] = round(loader_rows[f"branch {name}"] / loader_rows[f"baseline {name}"], 3)
     result = {"machine": machine_info(), "corpus": totals, "rounds": args.rounds, "epochs": args.epochs,
               "iter_samples_hours_per_cpu_s": iter_rows, "loader_hours_per_cpu_s": loader_rows, "ratios": ratios}
-    print("\n| iter_samples, plain WAV | h of audio per CPU-s |\n|---|---:|")
-    for k, v in iter_rows.items():
-        print(f"| {k} | {v:.2f} |")
-    print("\n| DataLoader | h of audio per CPU-s |\n|---|---:|")
-    for k, v in loader_rows.items():
-        print(f"| {k} | {v:.2f} |")
-    print()
-    for k, v in ratios.items():
-        print(f"- {k}: {v}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    tables = [markdown_table([title, "h of audio per CPU-s"], [[k, f"{v:.2f}"] for k, v in rows.items()])
+              for title, rows in (("iter_samples, plain WAV", iter_rows), ("DataLoader", loader_rows))]
+    emit_results(result, args.json, echo=False, text="\n" + "\n\n".join([*tables, bullets(ratios)]))
     return 0
 
 

@@ -17,7 +17,6 @@ These machines are shared and noisy: treat single figures with skepticism, compa
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -28,38 +27,24 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import machine_info  # noqa: E402
+from common import bench_corpus, bullets, corpus_parser, emit_results, machine_info, markdown_table  # noqa: E402
 
-from shardkit.bench import BenchSettings, build_formats, generate_corpus  # noqa: E402
 from shardkit.reader import ZSTD_READ_SIZE, iter_samples, reuse_freed_memory  # noqa: E402
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus-mb", type=float, default=320.0)
-    p.add_argument("--work-dir", default="/tmp/shardkit-bench-reader")
+    p = corpus_parser(__doc__, corpus_mb=320.0, work_dir="/tmp/shardkit-bench-reader")
     p.add_argument("--repeat", type=int, default=3, help="rounds (every row once per round)")
     p.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
                    help="tuned: shardkit.reader.reuse_freed_memory(), as ShardDataset's workers do")
     p.add_argument("--skip-wenet", action="store_true", help="leave out the slow WeNet-style bz2 row")
-    p.add_argument("--json", help="also write the figures here")
     return p.parse_args()
 
 
 def corpus(work: str, corpus_mb: float) -> tuple[dict, dict]:
-    marker = os.path.join(work, "corpus.json")
-    if os.path.exists(marker):
-        with open(marker) as f:
-            saved = json.load(f)
-        if saved["corpus_mb"] == corpus_mb:
-            return saved["totals"], {k: v for k, v in saved["layout"].items()}
-    os.makedirs(work, exist_ok=True)
-    settings = BenchSettings(corpus_mb=corpus_mb, audio=("wav",), formats=("none", "zst:3", "bz2"))
-    totals = generate_corpus(work, settings, jobs=os.cpu_count() or 1)
-    layout = {spec: paths for (spec, _), paths in build_formats(work, settings, os.cpu_count() or 1).items()}
-    with open(marker, "w") as f:
-        json.dump({"corpus_mb": corpus_mb, "totals": totals, "layout": layout}, f)
-    return totals, layout
+    """The WAV corpus as plain tar, zst:3 and bz2: totals and ``{format: shard paths}``."""
+    totals, layout = bench_corpus(work, corpus_mb, audio=("wav",), formats=("none", "zst:3", "bz2"))
+    return totals, {key.split("/")[0]: paths for key, paths in layout.items()}
 
 
 def raw_read(paths):
@@ -181,17 +166,11 @@ def main(args) -> int:
             mb["zst:3: shardkit float32"] / mb["bz2: WeNet-style tarfile r:* + torchaudio.load"], 1)
     result = {"machine": machine_info(), "malloc": args.malloc, "corpus": totals, "rounds": args.repeat,
               "rows": figures, "targets": targets}
-    for name, f in figures.items():
-        print(json.dumps({"row": name, **f}))
-    print("\n| row | MB/s of tar | h/s | ± |\n|---|---:|---:|---:|")
-    for name, f in figures.items():
-        print(f"| {name} | {f['mb_per_s']:,.0f} | {f['hours_per_s']:.2f} | {f['spread'] * 50:.0f}% |")
-    print()
-    for name, value in targets.items():
-        print(f"- {name}: {value}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    text = "\n".join(json.dumps({"row": name, **f}) for name, f in figures.items())
+    table = markdown_table(["row", "MB/s of tar", "h/s", "±"],
+                           [[name, f"{f['mb_per_s']:,.0f}", f"{f['hours_per_s']:.2f}", f"{f['spread'] * 50:.0f}%"]
+                            for name, f in figures.items()])
+    emit_results(result, args.json, echo=False, text=f"{text}\n\n{table}\n\n{bullets(targets)}")
     return 0
 
 

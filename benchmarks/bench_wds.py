@@ -33,8 +33,6 @@ These machines are shared and noisy: treat single figures with skepticism, compa
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import resource
 import shutil
@@ -45,38 +43,18 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import machine_info  # noqa: E402
+from common import bench_corpus, corpus_parser, emit_results, machine_info, markdown_table  # noqa: E402
 
 from shardkit import _zstd_tarfile as hook  # noqa: E402
-from shardkit.bench import BenchSettings, build_formats, generate_corpus, webdataset_read  # noqa: E402
+from shardkit.bench import webdataset_read  # noqa: E402
 from shardkit.reader import reuse_freed_memory  # noqa: E402
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus-mb", type=float, default=320.0)
-    p.add_argument("--work-dir", default="/tmp/shardkit-bench-wds")
+    p = corpus_parser(__doc__, corpus_mb=320.0, work_dir="/tmp/shardkit-bench-wds")
     p.add_argument("--repeat", type=int, default=5, help="rounds (every row once per round)")
     p.add_argument("--torchaudio-shards", type=int, default=2, help="shards for the wds.torch_audio row; 0 skips")
-    p.add_argument("--json", help="also write the figures here")
     return p.parse_args()
-
-
-def corpus(work: str, corpus_mb: float) -> tuple[dict, dict]:
-    marker = os.path.join(work, "corpus.json")
-    if os.path.exists(marker):
-        with open(marker) as f:
-            saved = json.load(f)
-        if saved["corpus_mb"] == corpus_mb:
-            return saved["totals"], saved["layout"]
-    os.makedirs(work, exist_ok=True)
-    settings = BenchSettings(corpus_mb=corpus_mb, audio=("wav", "flac"), formats=("none", "zst:3"))
-    totals = generate_corpus(work, settings, jobs=os.cpu_count() or 1)
-    layout = {f"{spec}/{audio}": paths
-              for (spec, audio), paths in build_formats(work, settings, os.cpu_count() or 1).items()}
-    with open(marker, "w") as f:
-        json.dump({"corpus_mb": corpus_mb, "totals": totals, "layout": layout}, f)
-    return totals, layout
 
 
 def wds_handler(paths):
@@ -148,7 +126,7 @@ def main(args) -> int:
     reuse_freed_memory()  # process-wide: every row gets it alike
     if hook.needed():
         hook.patch(tarfile)
-    totals, layout = corpus(args.work_dir, args.corpus_mb)
+    totals, layout = bench_corpus(args.work_dir, args.corpus_mb, audio=("wav", "flac"), formats=("none", "zst:3"))
     formats = ["none/wav", "zst:3/wav", "none/flac"]
     plan = [(fmt, name, fn) for fmt in formats for name, fn in rows_for(fmt).items()]
     for fmt, _, fn in plan:  # warm-up on one shard: imports, first allocations
@@ -204,20 +182,16 @@ def main(args) -> int:
                     ratios[fmt]["shardkit.wds.WebDataset"]["vs_shardkit_reader"] for fmt in ("none/wav", "zst:3/wav")})
     result = {"machine": machine_info(), "corpus": totals, "rounds": args.repeat, "rows": figures, "ratios": ratios,
               "torch_audio": torch_audio, "targets": targets}
-    print(json.dumps(result, indent=2))
-    for fmt, t in torch_audio.items():
-        print(f"{fmt}: wds.torch_audio {t['hours_per_s']:.3f} h/s on {t['shards']} shards; "
-              f"wds+shardkit is {t['wds+shardkit_vs_torch_audio']}x that")
+    lines = [f"{fmt}: wds.torch_audio {t['hours_per_s']:.3f} h/s on {t['shards']} shards; "
+             f"wds+shardkit is {t['wds+shardkit_vs_torch_audio']}x that" for fmt, t in torch_audio.items()]
     for fmt, rows in figures.items():
-        print(f"\n{fmt}\n| row | h/s per core | ± | vs shardkit reader | vs wds+soundfile | wall h/s |\n"
-              "|---|---:|---:|---:|---:|---:|")
-        for name, r in rows.items():
-            q = ratios[fmt][name]
-            print(f"| {name} | {r['hours_per_s']:.2f} | {r['spread'] * 50:.0f}% | {q['vs_shardkit_reader']:.2f}x | "
-                  f"{q['vs_wds_soundfile']:.2f}x | {r['wall_hours_per_s']:.2f} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        table = markdown_table(["row", "h/s per core", "±", "vs shardkit reader", "vs wds+soundfile", "wall h/s"],
+                               [[name, f"{r['hours_per_s']:.2f}", f"{r['spread'] * 50:.0f}%",
+                                 f"{ratios[fmt][name]['vs_shardkit_reader']:.2f}x",
+                                 f"{ratios[fmt][name]['vs_wds_soundfile']:.2f}x", f"{r['wall_hours_per_s']:.2f}"]
+                                for name, r in rows.items()])
+        lines.append(f"\n{fmt}\n{table}")
+    emit_results(result, args.json, text="\n".join(lines))
     return 0
 
 

@@ -17,6 +17,7 @@ records in memory at a time.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Callable, Iterator
 
 from .errors import AudioError, ShardkitError, printable
 from .tario import (AUDIO_EXTENSIONS, BLOCK, DEFAULT_MAX_MEMBER_BYTES, STREAM_MEMBER_BYTES, ChunkReader, MemberStream,
-                    group_samples, iter_tar_members, open_shard)
+                    group_samples, iter_tar_members, open_shard, split_key)
 
 try:  # orjson parses index lines ~3x faster than json, which matters for millions of lines
     import orjson
@@ -60,9 +61,26 @@ class _CountingChunkReader(ChunkReader):
         return data
 
 
-# A member above STREAM_MEMBER_BYTES is not held: its first HEAD_BYTES are read for the audio header,
-# the rest skipped.
+# A member above STREAM_MEMBER_BYTES is not held. Its first HEAD_BYTES are read; an audio member whose
+# head tells its length (a RIFF WAV header, checked against the member's size; a FLAC STREAMINFO with its
+# total samples) is probed from them and the rest skipped. Any other audio member (Ogg Vorbis/Opus, MP3,
+# RF64, a FLAC whose STREAMINFO leaves the total unknown) says its duration only at its end or not at all:
+# it is spooled in chunks to a temporary file in the system temp folder, probed whole, and the file deleted.
 HEAD_BYTES = 1 << 20
+SPOOL_CHUNK = 1 << 20
+# libsndfile reports SF_COUNT_MAX frames for a stream whose header leaves its length unknown
+UNKNOWN_FRAMES = 1 << 62
+
+
+@dataclass(frozen=True)
+class SpooledProbe:
+    """A large audio member probed whole while it streamed past: its head and ``probe_file``'s facts."""
+
+    head: bytes
+    info: dict
+
+    def __len__(self) -> int:  # what group_samples counts as held: the head, as for a member probed from it
+        return len(self.head)
 
 
 def iter_members_with_offsets(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
@@ -70,7 +88,8 @@ def iter_members_with_offsets(path: str, *, max_member_bytes: int = DEFAULT_MAX_
     """``(name, (data, offset, size))`` per member, offset = start of the data in the decompressed tar.
 
     ``data`` is the member's bytes, or for a member above STREAM_MEMBER_BYTES only its first
-    HEAD_BYTES (memory stays bounded whatever the member's size).
+    HEAD_BYTES, or a SpooledProbe for a large audio member whose head does not tell its length
+    (memory stays bounded whatever the member's size).
     """
     from .codecs import detect_codec, iter_decompressed
 
@@ -87,18 +106,123 @@ def iter_members_with_offsets(path: str, *, max_member_bytes: int = DEFAULT_MAX_
                                            stream_over=STREAM_MEMBER_BYTES):
             if isinstance(data, MemberStream):
                 start = where()
-                yield name, (next(data.chunks(HEAD_BYTES), b""), start, data.size)
+                head = next(data.chunks(HEAD_BYTES), b"")
+                if split_key(name)[1].lower() in AUDIO_EXTENSIONS and not head_tells_length(head):
+                    head = SpooledProbe(head, spool_and_probe(data, head, shard=path, member=name))
+                yield name, (head, start, data.size)
                 continue
             size = len(data)
             yield name, (data, where() - size - (-size % BLOCK), size)
 
 
-def probe_member(data: bytes, size: int) -> dict:
-    """``shardkit.audio.probe`` facts of a member of ``size`` bytes given whole, or given its head only."""
+def flac_total_samples(data: bytes) -> int | None:
+    """STREAMINFO's total samples from a FLAC stream's first bytes (0: unknown); None if they are not FLAC."""
+    if len(data) < 26 or data[:4] != b"fLaC" or data[4] & 0x7F != 0:  # STREAMINFO is the first block
+        return None
+    return (data[21] & 0x0F) << 32 | int.from_bytes(data[22:26], "big")
+
+
+def head_tells_length(head: bytes) -> bool:
+    """Whether an audio member's first bytes give its duration: a RIFF WAV, or a FLAC with its total samples."""
+    from .audio import sniff_format
+
+    return (head[:4] == b"RIFF" and sniff_format(head) == "wav") or bool(flac_total_samples(head))
+
+
+def spool_and_probe(stream: MemberStream, head: bytes, *, shard: str, member: str) -> dict:
+    """``probe_file`` facts of a streamed member (``head`` already read from it), through a temporary file."""
+    import tempfile
+
+    def spool_error(err: OSError) -> ShardkitError:
+        return ShardkitError(f"cannot spool the {stream.size}-byte member to a temporary file in "
+                             f"{tempfile.gettempdir()} to probe it ({err.strerror or err})", shard=shard,
+                             member=member)
+
+    try:
+        tmp = tempfile.NamedTemporaryFile(prefix="shardkit-index-", suffix="." + split_key(member)[1])
+    except OSError as err:
+        raise spool_error(err) from None
+    with tmp:
+        for chunk in itertools.chain((head,), stream.chunks(SPOOL_CHUNK)):
+            try:
+                tmp.write(chunk)
+            except OSError as err:
+                raise spool_error(err) from None
+        try:
+            tmp.flush()
+        except OSError as err:
+            raise spool_error(err) from None
+        try:
+            return probe_file(tmp.name)
+        except AudioError as err:
+            raise err.located(shard=shard, member=member)
+
+
+def probe_file(path_or_file) -> dict:
+    """``shardkit.audio.probe`` facts of a whole audio file (a path or a file object), read by soundfile.
+
+    A length the header leaves unknown (a FLAC whose STREAMINFO says 0 samples) is counted by decoding.
+    """
+    import soundfile as sf
+
+    from .audio import sniff_format
+
+    try:
+        info = sf.info(path_or_file)
+    except Exception as err:
+        raise AudioError(f"cannot read the audio header ({err})") from err
+    frames = info.frames if info.frames < UNKNOWN_FRAMES else count_frames(path_or_file)
+    if hasattr(path_or_file, "seek"):
+        path_or_file.seek(0)
+        head = path_or_file.read(16)
+    else:
+        with open(path_or_file, "rb") as f:
+            head = f.read(16)
+    return {"format": sniff_format(head) or info.format.lower(), "subtype": info.subtype,
+            "sample_rate": info.samplerate, "channels": info.channels, "frames": frames, "frames_declared": frames,
+            "duration": frames / info.samplerate if info.samplerate else 0.0}
+
+
+def count_frames(path_or_file) -> int:
+    """Frames of an audio file whose header leaves its length unknown, by decoding it block by block."""
+    import numpy as np
+    import soundfile as sf
+
+    class Stream(sf.SoundFile):
+        # soundfile seeks to "position + frames read" after every read, which libsndfile cannot do at the end
+        # of a FLAC of unknown length (psf_fseek fails): read it as the stream it is
+        def seekable(self) -> bool:
+            return False
+
+    if hasattr(path_or_file, "seek"):
+        path_or_file.seek(0)
+    frames = 0
+    try:
+        with Stream(path_or_file) as f:
+            block = np.empty((1 << 16, f.channels), np.int16)
+            while (got := len(f.read(out=block, dtype="int16"))) == len(block):
+                frames += got
+            return frames + got
+    except Exception as err:
+        raise AudioError(f"cannot decode it to count its frames (its header leaves the length unknown; {err})"
+                         ) from err
+
+
+def probe_member(data: bytes | SpooledProbe, size: int) -> dict:
+    """``shardkit.audio.probe`` facts of a member of ``size`` bytes given whole, by its head, or spooled."""
     from .audio import _UNKNOWN_SIZE, parse_wav_header, probe, sniff_format
 
-    if len(data) >= size or not (sniff_format(data) == "wav" and data[:4] == b"RIFF"):
-        return probe(data)  # whole, or a format whose header says its length (FLAC's STREAMINFO)
+    if isinstance(data, SpooledProbe):
+        return data.info
+    if len(data) >= size:
+        info = probe(data)
+        if info["frames"] >= UNKNOWN_FRAMES:  # a FLAC whose STREAMINFO leaves the total unknown
+            import io
+
+            info = probe_file(io.BytesIO(data))
+        return info
+    if not (sniff_format(data) == "wav" and data[:4] == b"RIFF"):
+        return probe(data)  # a format whose header says its length (FLAC's STREAMINFO)
     info = parse_wav_header(data)
     (chunk_size,) = struct.unpack_from("<I", data, info.data_offset - 4)
     available = size - info.data_offset
