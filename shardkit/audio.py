@@ -142,10 +142,31 @@ def decode_soundfile(data: bytes, dtype: str = "float32") -> tuple[np.ndarray, i
     import soundfile as sf
 
     try:
-        samples, rate = sf.read(io.BytesIO(data), dtype=dtype, always_2d=True)
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            if f.frames < UNKNOWN_FRAMES:
+                return f.read(dtype=dtype, always_2d=True), f.samplerate
+        return _decode_unknown_length(data, dtype)
+    except AudioError:
+        raise
     except Exception as err:  # libsndfile reports every failure as a generic error
         raise AudioError(f"soundfile cannot decode it ({err})") from err
-    return samples, rate
+
+
+def _decode_unknown_length(data: bytes, dtype: str) -> tuple[np.ndarray, int]:
+    """A stream whose header leaves its length unknown (a FLAC written to a pipe), read block by block."""
+    with _StreamSoundFile(io.BytesIO(data)) as f:
+        return read_to_end(f, dtype), f.samplerate
+
+
+def read_to_end(f, dtype: str) -> np.ndarray:
+    """Every remaining frame of an open ``SoundFile`` as (frames, channels), also when its length is
+    unknown (``f.read()`` would ask for SF_COUNT_MAX frames there)."""
+    if f.frames < UNKNOWN_FRAMES:
+        return f.read(dtype=dtype, always_2d=True)
+    blocks = []
+    while len(block := f.read(1 << 16, dtype=dtype, always_2d=True)):
+        blocks.append(block)
+    return np.concatenate(blocks) if blocks else np.zeros((0, f.channels), dtype)
 
 
 def decode_torchaudio(data: bytes) -> tuple[np.ndarray, int]:
@@ -161,10 +182,58 @@ def decode_torchaudio(data: bytes) -> tuple[np.ndarray, int]:
     return waveform.numpy().T, rate
 
 
+# libsndfile reports SF_COUNT_MAX frames for a stream whose header leaves its length unknown
+UNKNOWN_FRAMES = 1 << 62
+
+
+def open_soundfile(path_or_file):
+    """``soundfile.SoundFile`` for reading a path or a file object; one whose header leaves its length
+    unknown (``frames >= UNKNOWN_FRAMES``: a FLAC written to a pipe) is opened as a stream, which can
+    be read to its end (its ``frames`` still says unknown)."""
+    import soundfile as sf
+
+    f = sf.SoundFile(path_or_file)
+    if f.frames < UNKNOWN_FRAMES:
+        return f
+    f.close()
+    if hasattr(path_or_file, "seek"):
+        path_or_file.seek(0)
+    return _StreamSoundFile(path_or_file)
+
+
+def _StreamSoundFile(path_or_file):
+    """A ``soundfile.SoundFile`` read as the stream it is: soundfile seeks to "position + frames
+    read" after every read, which libsndfile cannot do at the end of a FLAC of unknown length."""
+    import soundfile as sf
+
+    class StreamSoundFile(sf.SoundFile):
+        def seekable(self) -> bool:
+            return False
+
+    return StreamSoundFile(path_or_file)
+
+
+def flac_streaminfo(head: bytes) -> tuple[int, int, int] | None:
+    """``(sample_rate, channels, total_samples)`` from a FLAC stream's first 42 bytes (STREAMINFO is
+    always its first block; total 0 = the encoder did not know the length); None if not FLAC."""
+    if len(head) < 42 or head[:4] != b"fLaC" or head[4] & 0x7F != 0:
+        return None
+    bits = int.from_bytes(head[18:26], "big")  # rate 20 bits, channels-1 3, bits-1 5, total samples 36
+    return bits >> 44, ((bits >> 41) & 7) + 1, bits & ((1 << 36) - 1)
+
+
+def flac_total_samples(head: bytes) -> int | None:
+    """STREAMINFO's total samples (0: unknown); None if ``head`` is not the start of a FLAC stream."""
+    info = flac_streaminfo(head)
+    return None if info is None else info[2]
+
+
 def probe(data: bytes) -> dict:
     """Header facts without a full decode: format, subtype, sample_rate, channels, frames, duration.
 
     For WAV, ``frames`` is what the bytes hold and ``frames_declared`` what the header promises.
+    A length the header leaves unknown (a streamed FLAC's STREAMINFO says 0) is counted by decoding:
+    there is no other way to learn it.
     """
     fmt = sniff_format(data)
     if fmt == "wav" and data[:4] == b"RIFF":
@@ -178,6 +247,43 @@ def probe(data: bytes) -> dict:
         info = sf.info(io.BytesIO(data))
     except Exception as err:
         raise AudioError(f"cannot read the audio header ({err})") from err
+    frames = info.frames if info.frames < UNKNOWN_FRAMES else count_frames(io.BytesIO(data))
     return {"format": (fmt or info.format.lower()), "subtype": info.subtype, "sample_rate": info.samplerate,
-            "channels": info.channels, "frames": info.frames, "frames_declared": info.frames,
-            "duration": info.frames / info.samplerate if info.samplerate else 0.0}
+            "channels": info.channels, "frames": frames, "frames_declared": frames,
+            "duration": frames / info.samplerate if info.samplerate else 0.0}
+
+
+def probe_file(path_or_file) -> dict:
+    """``probe`` facts of a whole audio file (a path or a seekable file object), read by soundfile."""
+    import soundfile as sf
+
+    try:
+        info = sf.info(path_or_file)
+    except Exception as err:
+        raise AudioError(f"cannot read the audio header ({err})") from err
+    frames = info.frames if info.frames < UNKNOWN_FRAMES else count_frames(path_or_file)
+    if hasattr(path_or_file, "seek"):
+        path_or_file.seek(0)
+        head = path_or_file.read(16)
+    else:
+        with open(path_or_file, "rb") as f:
+            head = f.read(16)
+    return {"format": sniff_format(head) or info.format.lower(), "subtype": info.subtype,
+            "sample_rate": info.samplerate, "channels": info.channels, "frames": frames, "frames_declared": frames,
+            "duration": frames / info.samplerate if info.samplerate else 0.0}
+
+
+def count_frames(path_or_file) -> int:
+    """Frames of an audio file whose header leaves its length unknown, by decoding it block by block."""
+    if hasattr(path_or_file, "seek"):
+        path_or_file.seek(0)
+    frames = 0
+    try:
+        with _StreamSoundFile(path_or_file) as f:
+            block = np.empty((1 << 16, f.channels), np.int16)
+            while (got := len(f.read(out=block, dtype="int16"))) == len(block):
+                frames += got
+            return frames + got
+    except Exception as err:
+        raise AudioError(f"cannot decode it to count its frames (its header leaves the length unknown; {err})"
+                         ) from err

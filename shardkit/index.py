@@ -23,6 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from .audio import flac_total_samples, probe_file
 from .errors import AudioError, ShardkitError, printable
 from .tario import (AUDIO_EXTENSIONS, BLOCK, DEFAULT_MAX_MEMBER_BYTES, STREAM_MEMBER_BYTES, ChunkReader, MemberStream,
                     group_samples, iter_tar_members, open_shard, split_key)
@@ -68,10 +69,6 @@ class _CountingChunkReader(ChunkReader):
 # it is spooled in chunks to a temporary file in the system temp folder, probed whole, and the file deleted.
 HEAD_BYTES = 1 << 20
 SPOOL_CHUNK = 1 << 20
-# libsndfile reports SF_COUNT_MAX frames for a stream whose header leaves its length unknown
-UNKNOWN_FRAMES = 1 << 62
-
-
 @dataclass(frozen=True)
 class SpooledProbe:
     """A large audio member probed whole while it streamed past: its head and ``probe_file``'s facts."""
@@ -115,13 +112,6 @@ def iter_members_with_offsets(path: str, *, max_member_bytes: int = DEFAULT_MAX_
             yield name, (data, where() - size - (-size % BLOCK), size)
 
 
-def flac_total_samples(data: bytes) -> int | None:
-    """STREAMINFO's total samples from a FLAC stream's first bytes (0: unknown); None if they are not FLAC."""
-    if len(data) < 26 or data[:4] != b"fLaC" or data[4] & 0x7F != 0:  # STREAMINFO is the first block
-        return None
-    return (data[21] & 0x0F) << 32 | int.from_bytes(data[22:26], "big")
-
-
 def head_tells_length(head: bytes) -> bool:
     """Whether an audio member's first bytes give its duration: a RIFF WAV, or a FLAC with its total samples."""
     from .audio import sniff_format
@@ -158,56 +148,6 @@ def spool_and_probe(stream: MemberStream, head: bytes, *, shard: str, member: st
             raise err.located(shard=shard, member=member)
 
 
-def probe_file(path_or_file) -> dict:
-    """``shardkit.audio.probe`` facts of a whole audio file (a path or a file object), read by soundfile.
-
-    A length the header leaves unknown (a FLAC whose STREAMINFO says 0 samples) is counted by decoding.
-    """
-    import soundfile as sf
-
-    from .audio import sniff_format
-
-    try:
-        info = sf.info(path_or_file)
-    except Exception as err:
-        raise AudioError(f"cannot read the audio header ({err})") from err
-    frames = info.frames if info.frames < UNKNOWN_FRAMES else count_frames(path_or_file)
-    if hasattr(path_or_file, "seek"):
-        path_or_file.seek(0)
-        head = path_or_file.read(16)
-    else:
-        with open(path_or_file, "rb") as f:
-            head = f.read(16)
-    return {"format": sniff_format(head) or info.format.lower(), "subtype": info.subtype,
-            "sample_rate": info.samplerate, "channels": info.channels, "frames": frames, "frames_declared": frames,
-            "duration": frames / info.samplerate if info.samplerate else 0.0}
-
-
-def count_frames(path_or_file) -> int:
-    """Frames of an audio file whose header leaves its length unknown, by decoding it block by block."""
-    import numpy as np
-    import soundfile as sf
-
-    class Stream(sf.SoundFile):
-        # soundfile seeks to "position + frames read" after every read, which libsndfile cannot do at the end
-        # of a FLAC of unknown length (psf_fseek fails): read it as the stream it is
-        def seekable(self) -> bool:
-            return False
-
-    if hasattr(path_or_file, "seek"):
-        path_or_file.seek(0)
-    frames = 0
-    try:
-        with Stream(path_or_file) as f:
-            block = np.empty((1 << 16, f.channels), np.int16)
-            while (got := len(f.read(out=block, dtype="int16"))) == len(block):
-                frames += got
-            return frames + got
-    except Exception as err:
-        raise AudioError(f"cannot decode it to count its frames (its header leaves the length unknown; {err})"
-                         ) from err
-
-
 def probe_member(data: bytes | SpooledProbe, size: int) -> dict:
     """``shardkit.audio.probe`` facts of a member of ``size`` bytes given whole, by its head, or spooled."""
     from .audio import _UNKNOWN_SIZE, parse_wav_header, probe, sniff_format
@@ -215,12 +155,7 @@ def probe_member(data: bytes | SpooledProbe, size: int) -> dict:
     if isinstance(data, SpooledProbe):
         return data.info
     if len(data) >= size:
-        info = probe(data)
-        if info["frames"] >= UNKNOWN_FRAMES:  # a FLAC whose STREAMINFO leaves the total unknown
-            import io
-
-            info = probe_file(io.BytesIO(data))
-        return info
+        return probe(data)  # a FLAC whose STREAMINFO leaves the total unknown is counted there
     if not (sniff_format(data) == "wav" and data[:4] == b"RIFF"):
         return probe(data)  # a format whose header says its length (FLAC's STREAMINFO)
     info = parse_wav_header(data)

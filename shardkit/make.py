@@ -30,6 +30,7 @@ from .executor import run_tasks
 from .kaldi import Segment, WavEntry, parse_segments, parse_text, parse_wav_scp, read_table, run_pipe
 from .lifecycle import (AtomicFile, Journal, atomic_write_json, atomic_write_lines, claim_output, claimed_output_dir,
                         os_reason, remove_leftovers, this_run, this_run_counts, verify_stream)
+from .remote import is_url
 from .split import inputs_digest, slice_path, slice_record
 from .tario import AUDIO_EXTENSIONS, TarWriter
 
@@ -137,8 +138,9 @@ def probe_recording(entry: WavEntry) -> dict:
         if isinstance(facts, str):
             return {"error": facts}
         seconds, rate, channels, size, mtime_ns = facts
-        return {"seconds": seconds, "sample_rate": rate, "channels": channels,
-                "source": {"path": entry.location, "size": size, "mtime_ns": mtime_ns}}
+        source = ({"url": entry.location, "name": entry.location, "size": size} if is_url(entry.location)
+                  else {"path": entry.location, "size": size, "mtime_ns": mtime_ns})  # checked when read again
+        return {"seconds": seconds, "sample_rate": rate, "channels": channels, "source": source}
     except ShardkitError as err:
         return {"error": err.reason}
     except OSError as err:
@@ -259,7 +261,7 @@ def _read_samples(utt: dict) -> tuple[np.ndarray, int]:
     """The utterance's samples as float32 (frames, channels), cut to its segment."""
     import soundfile as sf
 
-    from .audio import decode, decode_torchaudio, sniff_format
+    from .audio import UNKNOWN_FRAMES, decode, decode_torchaudio, open_soundfile, read_to_end, sniff_format
 
     source = utt["source"]
     if "path" not in source:
@@ -273,8 +275,12 @@ def _read_samples(utt: dict) -> tuple[np.ndarray, int]:
         first, last = _frame_range(utt, rate, len(samples))
         return samples[first:last], rate
     try:
-        with sf.SoundFile(source["path"]) as f:
+        with open_soundfile(source["path"]) as f:
             rate = f.samplerate
+            if f.frames >= UNKNOWN_FRAMES:  # a FLAC of unknown length: decoded to its end, then cut
+                samples = read_to_end(f, "float32")
+                first, last = _frame_range(utt, rate, len(samples))
+                return samples[first:last], rate
             first, last = _frame_range(utt, rate, f.frames)
             f.seek(first)
             samples = f.read(last - first, dtype="float32", always_2d=True)
@@ -516,7 +522,7 @@ def run_make(
     if not texts:
         raise UsageError("holds no transcripts", shard=text)
     inputs = [p for p in (wav_scp, text, segments) if p]
-    inputs += [os.path.abspath(e.location) for e in wav.values() if not e.is_pipe]
+    inputs += [os.path.abspath(e.location) for e in wav.values() if not e.is_pipe and not is_url(e.location)]
     started = time.perf_counter()
     return claimed_run(out_dir, inputs, split, lambda out, journal_dir: _make(
         wav, texts, segs, wav_scp, text, segments, out, journal_dir, settings, inputs, overwrite=overwrite,
@@ -529,7 +535,8 @@ def _make(wav, texts, segs, wav_scp, text, segments, out_dir, journal_dir, setti
     utterances, findings, warnings = match_utterances(wav, texts, segs)
     needed = list(dict.fromkeys(u["recording"] for u in utterances))
     # relative paths are relative to where the command runs, as in Kaldi recipes
-    probes = probe_recordings([wav[r] if wav[r].is_pipe else replace(wav[r], location=os.path.abspath(wav[r].location))
+    probes = probe_recordings([wav[r] if wav[r].is_pipe or is_url(wav[r].location)
+                               else replace(wav[r], location=os.path.abspath(wav[r].location))
                                for r in needed], jobs=jobs, executor=executor, ray_address=ray_address)
     utterances, unreadable = attach_durations(utterances, probes)
     findings += unreadable
@@ -583,7 +590,6 @@ def write_shards(count: int, shard_utterances: Callable[[int], list[dict]], find
     just before the shard is handed to a worker, so that only the shards in flight are held), then
     data.list and make.json. ``inputs`` is recorded in make.json; ``claim_inputs`` are the files no
     output may be."""
-    from .remote import is_url
 
     suffix = ".tar" + CODECS[settings.codec].suffix
     join = (lambda name: f"{out_dir}/{name}") if is_url(out_dir) else (lambda name: os.path.join(out_dir, name))

@@ -15,7 +15,7 @@ import io
 import numpy as np
 import soundfile as sf
 
-from .audio import parse_wav_header, sniff_format
+from .audio import open_soundfile, parse_wav_header, read_to_end, sniff_format
 from .errors import AudioError, VerificationError
 from .tario import AUDIO_EXTENSIONS, split_key
 
@@ -42,9 +42,9 @@ def read_pcm(data: bytes) -> tuple[np.ndarray, int, str]:
     so a 16-bit WAV and its FLAC decode to identical arrays and digests.
     """
     try:
-        with sf.SoundFile(io.BytesIO(data)) as f:
+        with open_soundfile(io.BytesIO(data)) as f:  # a FLAC of unknown length is read to its end
             dtype = "int16" if f.subtype in _NARROW_SUBTYPES else "int32"
-            return f.read(dtype=dtype, always_2d=True), f.samplerate, f.subtype
+            return read_to_end(f, dtype), f.samplerate, f.subtype
     except Exception as err:  # libsndfile raises plain RuntimeError/LibsndfileError
         raise AudioError(f"does not decode ({err})") from err
 

@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import __version__
-from .audio import EXTENSION_FORMATS, parse_wav_header, sniff_format
+from .audio import EXTENSION_FORMATS, UNKNOWN_FRAMES, open_soundfile, parse_wav_header, sniff_format
 from .codecs import CODECS, detect_codec, open_writer
 from .errors import AudioError, ShardkitError, UsageError, json_safe, printable
 from .executor import run_tasks
@@ -153,12 +153,10 @@ def check_text(data: bytes) -> list[tuple[str, str]]:
 
 def _partial_frames(data: bytes) -> int:
     """Frames soundfile decodes before it fails: tells a truncated stream from one that never decodes."""
-    import soundfile as sf
-
     frames = 0
     try:
-        with sf.SoundFile(io.BytesIO(data)) as f:
-            for block in f.blocks(blocksize=_PARTIAL_BLOCK, dtype="int16"):
+        with open_soundfile(io.BytesIO(data)) as f:
+            while len(block := f.read(_PARTIAL_BLOCK, dtype="int16")):  # not blocks(): a stream has no length
                 frames += len(block)
     except Exception:  # libsndfile raises a generic error; the frames counted so far are the answer
         pass
@@ -173,17 +171,16 @@ def _decode_soundfile(data: bytes) -> tuple[tuple[int, int, int], int, int, bool
 
     ``bad`` counts NaN or infinite samples; integer PCM decodes to int16 (cheaper, no NaN possible).
     """
-    import soundfile as sf
-
     try:
-        with sf.SoundFile(io.BytesIO(data)) as f:
+        with open_soundfile(io.BytesIO(data)) as f:
             is_float = not f.subtype.startswith("PCM")
             frames = bad = 0
-            for block in f.blocks(blocksize=_DECODE_BLOCK, dtype="float32" if is_float else "int16", always_2d=True):
+            dtype = "float32" if is_float else "int16"
+            while len(block := f.read(_DECODE_BLOCK, dtype=dtype, always_2d=True)):  # not blocks(): see above
                 frames += len(block)
                 if is_float:
                     bad += block.size - int(np.count_nonzero(np.isfinite(block)))
-            return (frames, f.channels, bad), f.samplerate, f.frames, is_float
+            return (frames, f.channels, bad), f.samplerate, f.frames if f.frames < UNKNOWN_FRAMES else 0, is_float
     except Exception as err:  # libsndfile reports every failure as a generic error
         # error_string leaves out the "<_io.BytesIO object at 0x...>" that would make reports differ per run
         raise AudioError(f"soundfile cannot decode it: {getattr(err, 'error_string', None) or err}") from err
@@ -193,9 +190,10 @@ def _flac_header_frames(data: bytes) -> int:
     import soundfile as sf
 
     try:
-        return sf.info(io.BytesIO(data)).frames
+        frames = sf.info(io.BytesIO(data)).frames
     except Exception:
         return 0
+    return frames if frames < UNKNOWN_FRAMES else 0  # 0: the header does not say
 
 
 def check_audio(ext: str, data: bytes, options: ValidateOptions) -> tuple[list[tuple[str, str]], dict | None]:

@@ -346,3 +346,107 @@ def test_local_flac_is_probed_from_streaminfo_as_soundfile_reads_it(tmp_path):
     assert (seconds, rate, channels) == (info.frames / info.samplerate, info.samplerate, info.channels)
     assert (size, mtime_ns) == (os.path.getsize(path), os.stat(path).st_mtime_ns)
     assert np.isclose(seconds, 3.3)
+
+
+def test_kaldi_wav_scp_takes_urls_with_segments(tmp_path, store):
+    """A Kaldi wav.scp may name URLs, as every other source may: probed from the head, fetched when
+    written, segments cut sample-exactly (a URL is not joined to the working folder as a path)."""
+    long = speech_like(3.0, RATE, seed=11)
+    url = store("rec.wav", encode(long, RATE, "wav"))
+    (tmp_path / "wav.scp").write_text(f"rec {url}\n")
+    (tmp_path / "segments").write_text("rec-a rec 0.5 1.25\nrec-b rec 2.0 -1\n")
+    (tmp_path / "text").write_text("rec-a FIRST\nrec-b SECOND\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["make", "--wav-scp", str(tmp_path / "wav.scp"), "--text", str(tmp_path / "text"),
+                                       "--segments", str(tmp_path / "segments"), "-o", str(out), "--codec", "none",
+                                       "-j", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    with tarfile.open(out / "shards_000000000.tar") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar}
+    assert members["rec-a.txt"] == b"FIRST" and members["rec-b.txt"] == b"SECOND"
+    got_a, rate = sf.read(io.BytesIO(members["rec-a.wav"]), dtype="int16")
+    got_b, _ = sf.read(io.BytesIO(members["rec-b.wav"]), dtype="int16")
+    assert rate == RATE
+    assert np.array_equal(got_a, long[int(0.5 * RATE):int(1.25 * RATE)])
+    assert np.array_equal(got_b, long[2 * RATE:])
+    report = json.loads((out / "make.json").read_text())
+    assert str(tmp_path / "memory:") not in json.dumps(report["inputs"])  # the URL was not taken for a local path
+
+
+def _unknown_length_flac(samples: np.ndarray) -> bytes:
+    """A FLAC whose STREAMINFO says 0 total samples (what an encoder writing to a pipe leaves)."""
+    from shardkit.audio import flac_total_samples
+
+    data = bytearray(encode(samples, RATE, "flac"))
+    assert flac_total_samples(bytes(data)) == len(samples)
+    data[21] &= 0xF0
+    data[22:26] = bytes(4)
+    assert flac_total_samples(bytes(data)) == 0
+    return bytes(data)
+
+
+def test_a_flac_of_unknown_length_is_planned_by_its_real_duration(tmp_path, store):
+    """libsndfile says SF_COUNT_MAX frames for such a FLAC; planning counts them instead (file and URL),
+    so the utterance is neither 10^14 s long nor dropped."""
+    from shardkit.audio import probe
+
+    first, second = speech_like(1.5, RATE, seed=21), speech_like(2.25, RATE, seed=22)
+    local = tmp_path / "first.flac"
+    local.write_bytes(_unknown_length_flac(first))
+    url = store("second.flac", _unknown_length_flac(second))
+    assert probe(_unknown_length_flac(first))["frames"] == len(first)
+    (tmp_path / "data.list").write_text(json.dumps({"key": "first", "wav": str(local), "txt": "ONE"}) + "\n"
+                                        + json.dumps({"key": "second", "wav": url, "txt": "TWO"}) + "\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["make", "--from", "wenet-raw", str(tmp_path / "data.list"), "-o", str(out),
+                                       "--codec", "none", "-j", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "make.json").read_text())
+    assert report["summary"]["utterances"] == 2
+    assert abs(report["summary"]["audio_seconds"] - 3.75) < 1e-6
+    with tarfile.open(out / "shards_000000000.tar") as tar:
+        audio = {m.name: tar.extractfile(m).read() for m in tar if m.name.endswith(".flac")}
+    from shardkit.audio import decode
+
+    assert audio["second.flac"] == _unknown_length_flac(second)  # keep mode: the bytes as they were
+    for name, samples in (("first.flac", first), ("second.flac", second)):  # and shardkit decodes them whole
+        decoded, rate = decode(audio[name], "int16")
+        assert rate == RATE and np.array_equal(decoded[:, 0], samples)
+
+
+def test_a_flac_of_unknown_length_is_validated_cut_and_transcoded(tmp_path):
+    """Beyond planning: validate does not call it truncated, make cuts segments out of it, convert
+    --audio wav decodes it whole (libsndfile reports SF_COUNT_MAX frames for it)."""
+    samples = speech_like(2.0, RATE, seed=31)
+    recording = tmp_path / "rec.flac"
+    recording.write_bytes(_unknown_length_flac(samples))
+    (tmp_path / "wav.scp").write_text(f"rec {recording}\n")
+    (tmp_path / "segments").write_text("rec-a rec 0.25 1.0\n")
+    (tmp_path / "text").write_text("rec-a CUT\n")
+    runner = CliRunner()
+    cut = tmp_path / "cut"
+    result = runner.invoke(main, ["make", "--wav-scp", str(tmp_path / "wav.scp"), "--text", str(tmp_path / "text"),
+                                  "--segments", str(tmp_path / "segments"), "-o", str(cut), "--codec", "none",
+                                  "-j", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    with tarfile.open(cut / "shards_000000000.tar") as tar:
+        got = sf.read(io.BytesIO(tar.extractfile("rec-a.wav").read()), dtype="int16")[0]
+    assert np.array_equal(got, samples[int(0.25 * RATE):RATE])
+
+    shard = tmp_path / "whole.tar"
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in (("rec.txt", b"WHOLE"), ("rec.flac", _unknown_length_flac(samples))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "data.list").write_text(f"{shard}\n")
+    result = runner.invoke(main, ["validate", str(tmp_path / "data.list"), "--json", "-q"])
+    report = json.loads(result.output)
+    assert result.exit_code == 0 and report["findings"] == [], report["findings"]
+    assert abs(report["totals"]["audio_seconds"] - 2.0) < 1e-9
+    result = runner.invoke(main, ["convert", str(shard), "-o", str(tmp_path / "wav"), "--codec", "none",
+                                  "--audio", "wav", "-j", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    with tarfile.open(tmp_path / "wav" / "whole.tar") as tar:
+        decoded = tar.extractfile("rec.wav").read()
+    assert np.array_equal(sf.read(io.BytesIO(decoded), dtype="int16")[0], samples)  # every sample, verified

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..audio import parse_wav_header, probe
+from ..audio import flac_streaminfo, parse_wav_header, probe, probe_file
 from ..errors import AudioError, ShardkitError
 from ..remote import is_url
 
@@ -69,9 +69,9 @@ def probe_head(head: bytes, size: int, location: str) -> tuple[float, int, int] 
         if wav.frames_declared <= 0:
             return f"{location} holds no audio (0 frames)"
         return wav.frames_declared / wav.sample_rate, wav.sample_rate, wav.channels
-    if head[:4] == b"fLaC" and len(head) >= 42 and head[4] & 0x7F == 0:  # STREAMINFO: always the first block
-        bits = int.from_bytes(head[18:26], "big")  # rate 20 bits, channels-1 3, bits-1 5, total samples 36
-        rate, channels, frames = bits >> 44, ((bits >> 41) & 7) + 1, bits & ((1 << 36) - 1)
+    streaminfo = flac_streaminfo(head)
+    if streaminfo is not None:
+        rate, channels, frames = streaminfo
         if rate <= 0 or frames <= 0:  # 0 samples: the encoder did not know the length
             return None
         return frames / rate, rate, channels
@@ -107,8 +107,6 @@ def probe_url(url: str) -> tuple | str:
 def probe_audio(location: str) -> tuple | str:
     """``(seconds, sample_rate, channels, size, mtime_ns)`` of a file, URL or ``pipe:`` command
     from its header, or the reason it cannot be read. A URL's mtime_ns is 0."""
-    import soundfile as sf
-
     try:
         if location.startswith("pipe:"):
             from ..kaldi import run_pipe
@@ -125,12 +123,13 @@ def probe_audio(location: str) -> tuple | str:
         if facts is not None:
             return facts if isinstance(facts, str) else (*facts, st.st_size, st.st_mtime_ns)
         try:
-            info = sf.info(location)
-        except Exception as err:  # libsndfile reports every failure as one generic error
-            return f"cannot read the audio header of {location} ({err})"
-        if info.samplerate <= 0 or info.frames <= 0:
-            return f"{location} holds no audio ({info.frames} frames)"
-        return info.frames / info.samplerate, info.samplerate, info.channels, st.st_size, st.st_mtime_ns
+            info = probe_file(location)  # a length the header leaves unknown is counted by decoding
+        except AudioError as err:  # libsndfile reports every failure as one generic error
+            return f"cannot read the audio header of {location} ({err.reason})"
+        if info["sample_rate"] <= 0 or info["frames"] <= 0:
+            return f"{location} holds no audio ({info['frames']} frames)"
+        return (info["frames"] / info["sample_rate"], info["sample_rate"], info["channels"], st.st_size,
+                st.st_mtime_ns)
     except ShardkitError as err:
         return err.reason
     except OSError as err:
