@@ -429,7 +429,7 @@ def main(args) -> None:
         plan_child(args.plan_child)
         return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from common import emit_results, machine_info  # imports torch: kept out of the planning child
+    from common import emit_results, machine_info  # machine_info imports torch: kept out of the planning child
 
     os.makedirs(args.work_dir, exist_ok=True)
     results = {"machine": machine_info()}
