@@ -333,6 +333,36 @@ def utterance_audio(utt: dict, settings: MakeSettings) -> tuple[str, bytes]:
 
 # ---------------------------------------------------------------- one shard
 
+READ_AHEAD_BYTES = 8 << 20  # the next utterance is read while this one is written when its file is this small
+
+
+def _audio_or_error(utt: dict, settings: MakeSettings):
+    try:
+        return utterance_audio(utt, settings)
+    except (AudioError, OSError) as err:
+        return err
+
+
+def read_ahead(utterances: list[dict], settings: MakeSettings):
+    """``(utterance, (extension, audio bytes) or the AudioError/OSError)`` in order. The next utterance
+    is read (and decoded, encoded) in a thread while the caller writes and hashes this one, so a cold
+    disk's or a URL's latency overlaps the hashing; only a file or URL whose size is known and at most
+    READ_AHEAD_BYTES, so that at most one large member is ever held."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def small(utt: dict) -> bool:  # a file or URL (a tar member is one seek away in a file already open)
+        source = utt["source"]
+        size = source.get("size")
+        return ("path" in source or "url" in source) and isinstance(size, int) and size <= READ_AHEAD_BYTES
+
+    with ThreadPoolExecutor(1, thread_name_prefix="shardkit-read-ahead") as reader:
+        ahead = None
+        for i, utt in enumerate(utterances):
+            got = ahead.result() if ahead is not None else _audio_or_error(utt, settings)
+            following = utterances[i + 1] if i + 1 < len(utterances) else None
+            ahead = reader.submit(_audio_or_error, following, settings) if following and small(following) else None
+            yield utt, got
+
 def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict:
     """Write one shard (``<key>.txt`` then ``<key>.<audio>`` per utterance) atomically.
 
@@ -351,16 +381,15 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             stream = hashing if settings.codec == "none" else HashingFile(out)
             tar = TarWriter(stream)
             written: list[tuple[str, int]] = []
-            for utt in utterances:
-                try:
-                    ext, audio = utterance_audio(utt, settings)
-                except AudioError as err:
-                    result["skipped"].append(finding(utt["key"], "unreadable_audio", err.reason))
+            for utt, got in read_ahead(utterances, settings):
+                if isinstance(got, AudioError):
+                    result["skipped"].append(finding(utt["key"], "unreadable_audio", got.reason))
                     continue
-                except OSError as err:
+                if isinstance(got, OSError):
                     result["skipped"].append(finding(utt["key"], "unreadable_audio",
-                                                     f"cannot read {err.filename or ''} ({err.strerror or err})"))
+                                                     f"cannot read {got.filename or ''} ({got.strerror or got})"))
                     continue
+                ext, audio = got
                 text = utt["text"].encode("utf-8")
                 for name, data in ((f"{utt['key']}.txt", text), (f"{utt['key']}.{ext}", audio)):
                     tar.add(name, data)

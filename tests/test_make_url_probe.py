@@ -450,3 +450,44 @@ def test_a_flac_of_unknown_length_is_validated_cut_and_transcoded(tmp_path):
     with tarfile.open(tmp_path / "wav" / "whole.tar") as tar:
         decoded = tar.extractfile("rec.wav").read()
     assert np.array_equal(sf.read(io.BytesIO(decoded), dtype="int16")[0], samples)  # every sample, verified
+
+
+def test_a_local_header_is_read_from_its_first_page_unless_it_reaches_past_it(tmp_path):
+    """Planning reads one page of a local WAV/FLAC (with the kernel's readahead off for it), and more
+    only when the header reaches past it: a cold corpus is not read whole before it is packed."""
+    import struct
+
+    from shardkit.sources import _probe
+
+    samples = speech_like(3.0, RATE, seed=41)
+    plain = tmp_path / "plain.wav"
+    plain.write_bytes(encode(samples, RATE, "wav"))
+    flac = tmp_path / "plain.flac"
+    flac.write_bytes(encode(samples, RATE, "flac"))
+    # a WAV with a 10 kB LIST chunk between fmt and data: its data chunk header lies past the first page
+    wav = encode(samples, RATE, "wav")
+    padding = b"LIST" + struct.pack("<I", 10_000) + bytes(10_000)
+    data_at = wav.index(b"data")
+    tagged_bytes = wav[:data_at] + padding + wav[data_at:]
+    tagged_bytes = tagged_bytes[:4] + struct.pack("<I", len(tagged_bytes) - 8) + tagged_bytes[8:]
+    tagged = tmp_path / "tagged.wav"
+    tagged.write_bytes(tagged_bytes)
+
+    reads: list[int] = []
+
+    class Counting(io.FileIO):
+        def read(self, n=-1):
+            data = super().read(n)
+            reads.append(len(data))
+            return data
+
+    for path, most in ((plain, _probe.FIRST_READ_BYTES), (flac, _probe.FIRST_READ_BYTES),
+                       (tagged, _probe.HEAD_BYTES)):
+        reads.clear()
+        with Counting(str(path), "rb") as f:
+            head = _probe._read_head(f, os.path.getsize(path))
+        assert sum(reads) <= most and len(head) == sum(reads)
+        seconds, rate, channels, size, _ = probe_audio(str(path))
+        assert (rate, channels, size) == (RATE, 1, os.path.getsize(path))
+        assert seconds == pytest.approx(3.0)
+    assert sum(reads) > _probe.FIRST_READ_BYTES  # the tagged WAV needed its second read

@@ -192,3 +192,39 @@ def test_sync_while_verifying_publishes_after_both_and_reports_a_failed_fsync(tm
             f.write(b"y" * 1000)
             f.commit(lambda tmp: None, sync_while_verifying=True)
     assert sorted(os.listdir(tmp_path)) == ["out.bin"]  # nothing published, no temporary file left
+
+
+def test_read_ahead_keeps_order_and_reads_only_small_sources_ahead(monkeypatch):
+    """make reads the next utterance in a thread while this one is written, only when its source is at
+    most READ_AHEAD_BYTES (so at most one large member is held), in order, errors in their place."""
+    import threading
+
+    import shardkit.make as make
+    from shardkit.errors import AudioError
+
+    sizes = [10, 20, make.READ_AHEAD_BYTES + 1, 30, 40]
+    utterances = [{"key": f"u{i}", "source": {"path": f"/nowhere/u{i}.wav", "size": size}} for i, size in enumerate(sizes)]
+    done: set[str] = set()  # utterances the caller has finished writing
+    previous_done_when_read: dict[str, bool] = {}
+    read = {u["key"]: threading.Event() for u in utterances}
+
+    def audio(utt, settings):
+        index = int(utt["key"][1:])
+        previous_done_when_read[utt["key"]] = index == 0 or f"u{index - 1}" in done
+        read[utt["key"]].set()
+        if utt["key"] == "u3":
+            raise AudioError("broken on purpose")
+        return "wav", utt["key"].encode()
+
+    monkeypatch.setattr(make, "utterance_audio", audio)
+    seen = []
+    for utt, got in make.read_ahead(utterances, make.MakeSettings()):
+        index = int(utt["key"][1:])
+        if index + 1 < len(sizes) and sizes[index + 1] <= make.READ_AHEAD_BYTES:
+            assert read[f"u{index + 1}"].wait(5)  # the next one is read while this one is being written
+        seen.append((utt["key"], got if isinstance(got, tuple) else type(got).__name__))
+        done.add(utt["key"])
+    assert seen == [("u0", ("wav", b"u0")), ("u1", ("wav", b"u1")), ("u2", ("wav", b"u2")), ("u3", "AudioError"),
+                    ("u4", ("wav", b"u4"))]
+    # u2 (large) is read only once u1 is done; the small ones are read while the one before is written
+    assert previous_done_when_read == {"u0": True, "u1": False, "u2": True, "u3": False, "u4": False}

@@ -104,6 +104,23 @@ def probe_url(url: str) -> tuple | str:
     return facts if isinstance(facts, str) else (*facts, size, 0)
 
 
+FIRST_READ_BYTES = 4096  # a WAV header or FLAC's STREAMINFO nearly always lies in the first page
+
+
+def _read_head(f, size: int) -> bytes:
+    """The first bytes of a local audio file as ``probe_head`` needs them, without the kernel's
+    readahead pulling in the rest (planning a cold corpus would otherwise read all of it, one file at
+    a time, before packing reads it again): one page, more only when the header reaches past it."""
+    try:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+    except (AttributeError, OSError):  # not Linux, or a file system without it: only slower
+        pass
+    head = f.read(FIRST_READ_BYTES)
+    if len(head) < min(size, HEAD_BYTES) and probe_head(head, size, "") is None:
+        head += f.read(HEAD_BYTES - len(head))
+    return head
+
+
 def probe_audio(location: str) -> tuple | str:
     """``(seconds, sample_rate, channels, size, mtime_ns)`` of a file, URL or ``pipe:`` command
     from its header, or the reason it cannot be read. A URL's mtime_ns is 0."""
@@ -116,9 +133,9 @@ def probe_audio(location: str) -> tuple | str:
             return facts if isinstance(facts, str) else (*facts, len(data), 0)
         if is_url(location):
             return probe_url(location)
-        with open(location, "rb") as f:
+        with open(location, "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
-            head = f.read(HEAD_BYTES)
+            head = _read_head(f, st.st_size)
         facts = probe_head(head, st.st_size, location)
         if facts is not None:
             return facts if isinstance(facts, str) else (*facts, st.st_size, st.st_mtime_ns)
