@@ -139,23 +139,11 @@ def decode(data: bytes, dtype: str = "float32", *, fmt: str | None = None) -> tu
 
 
 def decode_soundfile(data: bytes, dtype: str = "float32") -> tuple[np.ndarray, int]:
-    import soundfile as sf
-
     try:
-        with sf.SoundFile(io.BytesIO(data)) as f:
-            if f.frames < UNKNOWN_FRAMES:
-                return f.read(dtype=dtype, always_2d=True), f.samplerate
-        return _decode_unknown_length(data, dtype)
-    except AudioError:
-        raise
+        with open_soundfile(io.BytesIO(data)) as f:  # a FLAC of unknown length is read to its end
+            return read_to_end(f, dtype), f.samplerate
     except Exception as err:  # libsndfile reports every failure as a generic error
         raise AudioError(f"soundfile cannot decode it ({err})") from err
-
-
-def _decode_unknown_length(data: bytes, dtype: str) -> tuple[np.ndarray, int]:
-    """A stream whose header leaves its length unknown (a FLAC written to a pipe), read block by block."""
-    with _StreamSoundFile(io.BytesIO(data)) as f:
-        return read_to_end(f, dtype), f.samplerate
 
 
 def read_to_end(f, dtype: str) -> np.ndarray:
@@ -241,16 +229,7 @@ def probe(data: bytes) -> dict:
         return {"format": "wav", "subtype": info.subtype, "sample_rate": info.sample_rate,
                 "channels": info.channels, "frames": info.frames_present, "frames_declared": info.frames_declared,
                 "duration": info.frames_present / info.sample_rate}
-    import soundfile as sf
-
-    try:
-        info = sf.info(io.BytesIO(data))
-    except Exception as err:
-        raise AudioError(f"cannot read the audio header ({err})") from err
-    frames = info.frames if info.frames < UNKNOWN_FRAMES else count_frames(io.BytesIO(data))
-    return {"format": (fmt or info.format.lower()), "subtype": info.subtype, "sample_rate": info.samplerate,
-            "channels": info.channels, "frames": frames, "frames_declared": frames,
-            "duration": frames / info.samplerate if info.samplerate else 0.0}
+    return probe_file(io.BytesIO(data))
 
 
 def probe_file(path_or_file) -> dict:

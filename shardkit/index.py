@@ -69,6 +69,8 @@ class _CountingChunkReader(ChunkReader):
 # it is spooled in chunks to a temporary file in the system temp folder, probed whole, and the file deleted.
 HEAD_BYTES = 1 << 20
 SPOOL_CHUNK = 1 << 20
+
+
 @dataclass(frozen=True)
 class SpooledProbe:
     """A large audio member probed whole while it streamed past: its head and ``probe_file``'s facts."""

@@ -7,6 +7,7 @@ import os
 import posixpath
 
 from .errors import UsageError
+from .remote import STDIN  # the SHARDS argument that reads one shard from standard input
 
 SHARD_PATTERNS = ("*.tar", "*.tar.gz", "*.tgz", "*.tar.bz2", "*.tbz2", "*.tar.xz", "*.txz",
                   "*.tar.zst", "*.tar.zstd", "*.tzst")
@@ -91,7 +92,6 @@ def shard_stem(path: str) -> str:
     return name
 
 
-STDIN = "-"  # the SHARDS argument that reads one shard from standard input (shardkit.remote.STDIN)
 STDIN_STEM = "stdin"
 
 

@@ -363,6 +363,7 @@ def read_ahead(utterances: list[dict], settings: MakeSettings):
             ahead = reader.submit(_audio_or_error, following, settings) if following and small(following) else None
             yield utt, got
 
+
 def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict:
     """Write one shard (``<key>.txt`` then ``<key>.<audio>`` per utterance) atomically.
 
@@ -619,7 +620,6 @@ def write_shards(count: int, shard_utterances: Callable[[int], list[dict]], find
     just before the shard is handed to a worker, so that only the shards in flight are held), then
     data.list and make.json. ``inputs`` is recorded in make.json; ``claim_inputs`` are the files no
     output may be."""
-
     suffix = ".tar" + CODECS[settings.codec].suffix
     join = (lambda name: f"{out_dir}/{name}") if is_url(out_dir) else (lambda name: os.path.join(out_dir, name))
     tasks = [(join(f"{settings.prefix}{i:09d}{suffix}"), i, settings, shard_fingerprint(shard_utterances(i), settings))

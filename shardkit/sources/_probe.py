@@ -107,18 +107,20 @@ def probe_url(url: str) -> tuple | str:
 FIRST_READ_BYTES = 4096  # a WAV header or FLAC's STREAMINFO nearly always lies in the first page
 
 
-def _read_head(f, size: int) -> bytes:
-    """The first bytes of a local audio file as ``probe_head`` needs them, without the kernel's
-    readahead pulling in the rest (planning a cold corpus would otherwise read all of it, one file at
-    a time, before packing reads it again): one page, more only when the header reaches past it."""
+def _probe_local_head(f, size: int, location: str) -> tuple[bytes, tuple[float, int, int] | str | None]:
+    """``(head, probe_head(head, ...))`` of a local audio file, without the kernel's readahead pulling
+    in the rest (planning a cold corpus would otherwise read all of it, one file at a time, before
+    packing reads it again): one page, more only when the header reaches past it."""
     try:
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
     except (AttributeError, OSError):  # not Linux, or a file system without it: only slower
         pass
     head = f.read(FIRST_READ_BYTES)
-    if len(head) < min(size, HEAD_BYTES) and probe_head(head, size, "") is None:
+    facts = probe_head(head, size, location)
+    if facts is None and len(head) < min(size, HEAD_BYTES):
         head += f.read(HEAD_BYTES - len(head))
-    return head
+        facts = probe_head(head, size, location)
+    return head, facts
 
 
 def probe_audio(location: str) -> tuple | str:
@@ -135,8 +137,7 @@ def probe_audio(location: str) -> tuple | str:
             return probe_url(location)
         with open(location, "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
-            head = _read_head(f, st.st_size)
-        facts = probe_head(head, st.st_size, location)
+            _, facts = _probe_local_head(f, st.st_size, location)
         if facts is not None:
             return facts if isinstance(facts, str) else (*facts, st.st_size, st.st_mtime_ns)
         try:
