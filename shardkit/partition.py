@@ -26,6 +26,14 @@ def _check_sizes(world_size: int, num_workers: int) -> int:
     return world_size * num_workers
 
 
+def _check_epochs(world_size: int, num_workers: int, epochs: int, shard_utterances, shard_seconds):
+    """``(consumers, utterances, seconds)`` of a per-epoch simulation, its arguments checked."""
+    groups = _check_sizes(world_size, num_workers)
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1 (got {epochs})")
+    return groups, np.asarray(shard_utterances, dtype=np.int64), np.asarray(shard_seconds, dtype=np.float64)
+
+
 def consumer_of_line(i: int, world_size: int, num_workers: int) -> tuple[int, int]:
     """``(rank, worker)`` that reads position ``i`` of the (already shuffled) list.
 
@@ -70,11 +78,7 @@ def plan_figures(shard_utterances, shard_seconds, *, world_size: int, num_worker
     ``{rank, [worker], shards, utterances, seconds}`` plus ``rank_spread`` (max/min seconds per
     rank; None when a rank gets nothing), and the worst spread over all epochs.
     """
-    groups = _check_sizes(world_size, num_workers)
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1 (got {epochs})")
-    utts = np.asarray(shard_utterances, dtype=np.int64)
-    secs = np.asarray(shard_seconds, dtype=np.float64)
+    groups, utts, secs = _check_epochs(world_size, num_workers, epochs, shard_utterances, shard_seconds)
     n = len(utts)
     per_epoch = []
     worst = 1.0
@@ -174,11 +178,7 @@ def plan_figures_webdataset(shard_utterances, shard_seconds, *, world_size: int,
     :func:`resampled_lines_for`. ``divides`` says whether the count is a multiple of
     world_size * num_workers, which is what makes the fixed split equal when shards are equal.
     """
-    groups = _check_sizes(world_size, num_workers)
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1 (got {epochs})")
-    utts = np.asarray(shard_utterances, dtype=np.int64)
-    secs = np.asarray(shard_seconds, dtype=np.float64)
+    groups, utts, secs = _check_epochs(world_size, num_workers, epochs, shard_utterances, shard_seconds)
     n = len(utts)
     if resampled and draws is None:
         draws = -(-n // groups)
