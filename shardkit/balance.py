@@ -738,7 +738,7 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     nothing is written (``status: skipped``).
     """
     from .codecs import open_writer
-    from .convert import HashingFile, combine_digests, file_sha256, member_digest
+    from .convert import HashingFile, combine_digests, member_digest, output_unchanged
     from .lifecycle import AtomicFile, os_reason, verify_members
     from .tario import TarWriter, split_key
 
@@ -750,12 +750,9 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     try:
         records = [(_read_index_line(index_fds, index_files[file_id], offset), copy) for file_id, offset, copy in refs]
         entry["spec"] = spec = _shard_spec(records, settings)
-        if previous and previous.get("spec") == spec and previous.get("status") == "ok":
-            try:
-                if os.path.getsize(dst) == previous["size"] and file_sha256(dst) == previous["sha256"]:
-                    return {**previous, "status": "skipped"}
-            except OSError:
-                pass
+        if previous and previous.get("spec") == spec and previous.get("status") == "ok" and \
+                output_unchanged(dst, previous["size"], previous["sha256"]):
+            return {**previous, "status": "skipped"}
         written = []
         with AtomicFile(dst) as target:
             hashing = HashingFile(target.file)

@@ -128,6 +128,17 @@ def output_size(path: str) -> int | None:
         return None
 
 
+def output_unchanged(path: str, size: int, sha256: str) -> bool:
+    """Whether a finished output (local file or URL) still has the recorded size and sha256 (a URL is
+    read back to hash it: object stores' ETags are not sha256); False when it cannot be read."""
+    if output_size(path) != size:
+        return False
+    try:
+        return file_sha256(path) == sha256
+    except (OSError, ShardkitError):
+        return False
+
+
 def _source_info(src: str) -> dict:
     from .remote import input_info, is_local
 
@@ -248,12 +259,7 @@ def _still_valid(entry: dict | None, src: str, dst: str, settings: ConvertSettin
     recorded = entry["source"]
     if (recorded.get("size"), recorded.get("mtime_ns")) != (current["size"], current["mtime_ns"]):
         return False
-    if output_size(dst) != entry["output"]["size"]:
-        return False
-    try:  # a URL output is read back to hash it: object stores' ETags are not sha256
-        return file_sha256(dst) == entry["output"]["sha256"]
-    except ShardkitError:
-        return False
+    return output_unchanged(dst, entry["output"]["size"], entry["output"]["sha256"])
 
 
 def _task(args):

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import __version__
 from .codecs import CODECS, open_writer
-from .convert import HashingFile, file_sha256, load_report, output_size
+from .convert import HashingFile, load_report, output_unchanged
 from .errors import AudioError, ShardkitError, UsageError
 from .executor import run_tasks
 from .kaldi import Segment, WavEntry, parse_segments, parse_text, parse_wav_scp, read_table, run_pipe
@@ -426,12 +426,7 @@ def _shard_task(args):
 def _still_valid(entry: dict | None, fingerprint: str) -> bool:
     if not entry or entry.get("status") != "ok" or entry.get("fingerprint") != fingerprint:
         return False
-    if output_size(entry["output"]["path"]) != entry["output"]["size"]:
-        return False
-    try:
-        return file_sha256(entry["output"]["path"]) == entry["output"]["sha256"]
-    except (OSError, ShardkitError):
-        return False
+    return output_unchanged(entry["output"]["path"], entry["output"]["size"], entry["output"]["sha256"])
 
 
 # ---------------------------------------------------------------- the run
