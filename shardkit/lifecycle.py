@@ -238,6 +238,19 @@ class OutputLock:
         except (OSError, ValueError):
             return None
 
+    def _holder_record(self, fd: int, wait: float = 1.0) -> dict | None:
+        """The record of the run holding the lock. It writes it just after taking the lock, so an
+        empty record, or one naming a process no longer running on this host (the previous holder's,
+        not yet overwritten), is read again for up to ``wait`` seconds before it is believed."""
+        deadline = time.monotonic() + wait
+        while True:
+            holder = self._read(fd)
+            pid = int((holder or {}).get("pid") or 0)
+            current = holder and (holder.get("host") != socket.gethostname() or (pid > 0 and pid_alive(pid)))
+            if current or time.monotonic() >= deadline:
+                return holder
+            time.sleep(0.01)
+
     def _refuse(self, holder: dict | None) -> UsageError:
         slice_text = f" (slice {self.split[0]} of {self.split[1]})" if self.split else ""
         return UsageError(f"another shardkit {self.command} run{slice_text} is writing this folder: "
@@ -257,9 +270,10 @@ class OutputLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
-                holder = self._read(fd)
+                busy = err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+                holder = self._holder_record(fd) if busy else self._read(fd)
                 os.close(fd)
-                if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                if busy:
                     raise self._refuse(holder) from None
                 if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                     self._without_flock(holder)

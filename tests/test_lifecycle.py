@@ -213,6 +213,35 @@ def test_two_concurrent_converts_one_refuses_and_the_output_is_whole(make_shards
     assert not partials(out)
 
 
+def test_a_refusal_names_the_holder_that_is_still_writing_its_record(tmp_path):
+    """The holder writes its record just after taking the lock: a run that arrives in between must
+    not report "no pid recorded yet", nor the previous, dead holder's pid left in the file."""
+    import fcntl
+    import threading
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / ".shardkit-convert.lock"
+    for leftover in ("", json.dumps({"pid": dead.pid, "host": socket.gethostname()})):
+        path.write_text(leftover)
+        fd = os.open(path, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the holder has the lock, its record comes next
+
+        def write_record():
+            time.sleep(0.2)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
+
+        writer = threading.Thread(target=write_record)
+        writer.start()
+        try:
+            with pytest.raises(UsageError, match=f"pid {os.getpid()} on host"):
+                OutputLock(str(tmp_path), "convert").acquire()
+        finally:
+            writer.join()
+            os.close(fd)
+
+
 def test_lock_in_the_same_process_and_release(tmp_path):
     with OutputLock(str(tmp_path), "make"):
         with pytest.raises(UsageError, match="another shardkit make run"):
