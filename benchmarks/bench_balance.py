@@ -56,7 +56,7 @@ def durations(scale: float) -> dict[str, np.ndarray]:
 
 def write_index(path: str, name: str, secs: np.ndarray) -> None:
     """Index lines as `shardkit index` writes them (1000 utterances per source shard)."""
-    from shardkit.index import dumps_line
+    from shardkit.commands.index import dumps_line
 
     if os.path.exists(path):
         return
@@ -84,7 +84,7 @@ def check_plan(plan, total_in: int) -> None:
 
 
 def main(args) -> None:
-    from shardkit.balance import plan_balance
+    from shardkit.commands.balance import plan_balance
 
     os.makedirs(args.work_dir, exist_ok=True)
     data = durations(args.scale)
@@ -113,7 +113,7 @@ def main(args) -> None:
 
     # what `plan` shows for the same mix cut the naive way (1000 utterances per shard, corpus by
     # corpus, as WeNet's writer does) against the balanced plan
-    from shardkit.partition import plan_figures
+    from shardkit.planning.partition import plan_figures
 
     naive_utts, naive_secs = [], []
     for secs in data.values():
@@ -155,9 +155,9 @@ def bench_write(args, machine) -> None:
     """The writing phase against `convert` on the same plain-tar sources (both write zst:3, -j 1)."""
     import shutil
 
-    from shardkit.balance import CorpusSource, run_balance
-    from shardkit.convert import ConvertSettings, run_convert
-    from shardkit.synth import CorpusSpec, corpus_utterances, write_shards
+    from shardkit.commands.balance import CorpusSource, run_balance
+    from shardkit.commands.convert import ConvertSettings, run_convert
+    from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 
     root = os.path.join(args.work_dir, "write")
     specs = (CorpusSpec("aishell", 300, 2.0, 6.0, "zh"), CorpusSpec("librispeech", 90, 8.0, 20.0, "en"),

@@ -106,8 +106,8 @@ def peak_memory_mb(src, out_dir, *args):
 
 def make_big_plain_shard(path, target_bytes):
     """One plain tar of ~target_bytes, built by repeating a few real utterances under new keys."""
-    from shardkit.synth import encode, speech_like
-    from shardkit.tario import TarWriter
+    from shardkit.io.synth import encode, speech_like
+    from shardkit.io.tar import TarWriter
 
     if os.path.exists(path) and os.path.getsize(path) >= target_bytes:
         return path

@@ -1,4 +1,4 @@
-"""Benchmark the executors of shardkit.executor.run_tasks: per-task overhead and real conversions.
+"""Benchmark the executors of shardkit.run.executor.run_tasks: per-task overhead and real conversions.
 
     flock /tmp/shardkit-bench.lock python benchmarks/bench_executor.py --workdir /tmp/skbench-executor
 
@@ -43,7 +43,7 @@ def parse_args():
 
 
 def trivial_run(executor, jobs, tasks, ray_address):
-    from shardkit.executor import run_tasks
+    from shardkit.run.executor import run_tasks
 
     results = dict(run_tasks(abs, [-i for i in range(tasks)], jobs=jobs, executor=executor,
                              ray_address=ray_address))
@@ -51,9 +51,9 @@ def trivial_run(executor, jobs, tasks, ray_address):
 
 
 def convert_run(executor, jobs, sources, out_dir, ray_address):
-    from shardkit.convert import ConvertSettings, _task
-    from shardkit.executor import run_tasks
-    from shardkit.inputs import plan_output_paths
+    from shardkit.commands.convert import ConvertSettings, _task
+    from shardkit.io.inputs import plan_output_paths
+    from shardkit.run.executor import run_tasks
 
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
@@ -69,7 +69,7 @@ def main(args):
     os.makedirs(args.workdir, exist_ok=True)
     sources = make_corpus(os.path.join(args.workdir, "corpus"), total_mb=args.corpus_mb, shards=args.shards,
                           codec="bz2")
-    from shardkit.executor import connect_ray
+    from shardkit.run.executor import connect_ray
 
     started = time.perf_counter()
     ray = connect_ray(args.ray_address)

@@ -6,10 +6,18 @@ CPU seconds of the child process (-j1 runs inline, so all of it), medians over R
 plain WAV tar from common.make_corpus (120 MB asked, 4 shards). Every run must transcode every
 audio member.
 """
-import json, os, resource, shutil, subprocess, sys, time
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import make_corpus
+
 WORK = sys.argv[3] if len(sys.argv) > 3 else "/tmp/skbench-flac-cli"
 paths = make_corpus(os.path.join(WORK, "corpus"), total_mb=120, shards=4, codec="none")
 PY = sys.executable

@@ -1,6 +1,6 @@
 """Is there a faster verified FLAC path than libsndfile's encode + decode here? (issue 17 part 2)
 
-Encodes the same speech-like audio (``shardkit.synth``, 16 kHz mono int16) with:
+Encodes the same speech-like audio (``shardkit.io.synth``, 16 kHz mono int16) with:
 
 * soundfile (libsndfile with the libFLAC it bundles, what shardkit uses), and decodes it back;
 * libFLAC called directly through ctypes: the system's (``libFLAC.so.12``, Debian's libflac12) and
@@ -103,9 +103,9 @@ def best_cpu(fn, repeat: int):
 
 def main(args) -> None:
     import soundfile as sf
-
     from common import emit_results, machine_info
-    from shardkit.synth import speech_like
+
+    from shardkit.io.synth import speech_like
 
     pieces = [speech_like(10.0, RATE, seed=i) for i in range(int(args.minutes * 6))]
     samples = np.concatenate(pieces)

@@ -50,7 +50,7 @@ def parse_args():
 
 def worker(args) -> dict:
     if args.worker == "pool":
-        from shardkit.executor import run_tasks
+        from shardkit.run.executor import run_tasks
 
         dict(run_tasks(abs, [-1, -2], jobs=2))  # start the forkserver (the same in both trees)
         times = {}
@@ -59,7 +59,7 @@ def worker(args) -> dict:
             assert dict(run_tasks(abs, [-i for i in range(n)], jobs=2)) == {i: i for i in range(n)}
             times[n] = time.perf_counter() - t
         return {"fixed_ms": times[2] * 1000, "marginal_ms": (times[200] - times[2]) / 198 * 1000}
-    from shardkit.convert import ConvertSettings, run_convert
+    from shardkit.commands.convert import ConvertSettings, run_convert
 
     with open(args.sources) as f:
         sources = f.read().split()
@@ -88,7 +88,7 @@ def measure(tree, mode, sources=None, out=None) -> dict:
 
 def tiny_corpus(folder: str, count: int) -> list[str]:
     """``count`` plain-tar shards of two short utterances each (~25 KB): the work is all overhead."""
-    from shardkit.synth import CorpusSpec, corpus_utterances, write_shards
+    from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 
     if os.path.isdir(folder):
         shutil.rmtree(folder)

@@ -59,7 +59,7 @@ def _proc_cpu(pid: int) -> float:
 
 
 def child_iter(spec: dict) -> dict:
-    from shardkit.reader import iter_samples, reuse_freed_memory
+    from shardkit.training.reader import iter_samples, reuse_freed_memory
 
     if spec["tuned"]:
         reuse_freed_memory()
@@ -77,7 +77,7 @@ def child_loader(spec: dict) -> dict:
     import torch
     import torch.utils.data
 
-    from shardkit.dataset import ShardDataset, collate_padded
+    from shardkit.training.dataset import ShardDataset, collate_padded
 
     torch.set_num_threads(1)
     out = {}

@@ -64,7 +64,7 @@ def parse_args():
 # ---------------------------------------------------------------- packing corpus
 
 def build_pack_corpus(work: str, minutes: float) -> dict:
-    from shardkit.synth import encode, speech_like
+    from shardkit.io.synth import encode, speech_like
 
     marker = os.path.join(work, "pack.json")
     if os.path.exists(marker):
@@ -158,7 +158,7 @@ def iter_audio(fmt: str, corpus: dict):
             for cell in pf.read_row_group(group, columns=["audio"]).column("audio").to_pylist():
                 yield cell["bytes"]
     else:
-        from shardkit.tario import iter_shard_members
+        from shardkit.io.tar import iter_shard_members
 
         for tar in corpus["sources"]["wds"]:
             for name, data in iter_shard_members(tar):
@@ -229,8 +229,8 @@ def copy_alone(fmt: str, corpus: dict, out: str, files: int, *, verified: bool =
 
 def pack(fmt: str, corpus: dict, out: str, *, jobs: int = 1, shard_duration: float = 300.0,
          verify: bool = True) -> dict:
-    from shardkit.make import MakeSettings, run_make
-    from shardkit.make_sources import run_make_from
+    from shardkit.commands.make import MakeSettings, run_make
+    from shardkit.commands.make.manifests import run_make_from
 
     settings = MakeSettings(codec="none", level=None, audio_format="keep", shard_duration=shard_duration,
                             verify=verify)
@@ -248,10 +248,10 @@ def pack(fmt: str, corpus: dict, out: str, *, jobs: int = 1, shard_duration: flo
 
 def plan_only(fmt: str, corpus: dict) -> int:
     """The input side alone: read the source's entries, probe, check and plan (nothing written)."""
-    from shardkit.kaldi import parse_text, parse_wav_scp, read_table
-    from shardkit.make import MakeSettings, match_utterances, probe_recordings
-    from shardkit.make_sources import plan_source
-    from shardkit.sources import SourceOptions
+    from shardkit.commands.make import MakeSettings, match_utterances, probe_recordings
+    from shardkit.commands.make.kaldi import parse_text, parse_wav_scp, read_table
+    from shardkit.commands.make.manifests import plan_source
+    from shardkit.commands.make.sources import SourceOptions
 
     if fmt == "kaldi":
         src = corpus["sources"]["kaldi"][0]
@@ -388,9 +388,9 @@ def vm_hwm_mb() -> float:
 
 def plan_child(manifest: str) -> None:
     """In a fresh process: plan only, print RSS figures as JSON."""
-    from shardkit.make import MakeSettings
-    from shardkit.make_sources import plan_source
-    from shardkit.sources import SourceOptions
+    from shardkit.commands.make import MakeSettings
+    from shardkit.commands.make.manifests import plan_source
+    from shardkit.commands.make.sources import SourceOptions
 
     base = vm_hwm_mb()
     t = time.perf_counter()

@@ -3,7 +3,7 @@
     flock /tmp/shardkit-bench.lock .venv/bin/python benchmarks/bench_reader.py --corpus-mb 320 --repeat 3
 
 Generates (once, cached in --work-dir) a deterministic speech-like corpus of 16 kHz 16-bit WAV
-(shardkit.bench's generator: alternating short and long shards), packs it as plain tar, zst:3
+(shardkit.commands.bench's generator: alternating short and long shards), packs it as plain tar, zst:3
 and bz2, then runs every row once per round, rounds interleaved, so machine noise hits all rows
 alike; reports medians and the spread. Every run must read every utterance (and decode every
 frame, where it decodes). MB/s are of the uncompressed WAV tar. Targets (the issue):
@@ -29,14 +29,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import bench_corpus, bullets, corpus_parser, emit_results, machine_info, markdown_table  # noqa: E402
 
-from shardkit.reader import ZSTD_READ_SIZE, iter_samples, reuse_freed_memory  # noqa: E402
+from shardkit.training.reader import ZSTD_READ_SIZE, iter_samples, reuse_freed_memory  # noqa: E402
 
 
 def parse_args():
     p = corpus_parser(__doc__, corpus_mb=320.0, work_dir="/tmp/shardkit-bench-reader")
     p.add_argument("--repeat", type=int, default=3, help="rounds (every row once per round)")
     p.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
-                   help="tuned: shardkit.reader.reuse_freed_memory(), as ShardDataset's workers do")
+                   help="tuned: shardkit.training.reader.reuse_freed_memory(), as ShardDataset's workers do")
     p.add_argument("--skip-wenet", action="store_true", help="leave out the slow WeNet-style bz2 row")
     return p.parse_args()
 
@@ -72,8 +72,8 @@ def zstd_alone(paths):
 
 
 def codec_reader(paths):
-    """shardkit.codecs' strict reader (ZstdFile), for comparison."""
-    from shardkit.codecs import iter_decompressed
+    """shardkit.io.codecs' strict reader (ZstdFile), for comparison."""
+    from shardkit.io.codecs import iter_decompressed
 
     total = 0
     for p in paths:
@@ -105,7 +105,7 @@ def tarfile_soundfile(paths):
 
 
 def wenet_bz2(paths):
-    from shardkit.bench import wenet_reference
+    from shardkit.commands.bench import wenet_reference
 
     return wenet_reference(paths)
 
@@ -122,7 +122,7 @@ def main(args) -> int:
         "plain: shardkit int16": (lambda paths: shardkit_read(paths, "int16"), plain, "frames"),
         "plain: tarfile + soundfile float32": (tarfile_soundfile, plain, "frames"),
         "zst:3: zstd decompression alone (stream_reader)": (zstd_alone, zst, "bytes"),
-        "zst:3: shardkit.codecs reader (ZstdFile)": (codec_reader, zst, "bytes"),
+        "zst:3: shardkit.io.codecs reader (ZstdFile)": (codec_reader, zst, "bytes"),
         "zst:3: shardkit read + group, no decode": (lambda paths: shardkit_read(paths, decode=False), zst, "count"),
         "zst:3: shardkit float32": (shardkit_read, zst, "frames"),
         "zst:3: shardkit int16": (lambda paths: shardkit_read(paths, "int16"), zst, "frames"),
@@ -158,8 +158,8 @@ def main(args) -> int:
                                                       / mb["zst:3: zstd decompression alone (stream_reader)"], 3),
         "zst:3 int16 vs zstd alone": round(mb["zst:3: shardkit int16"]
                                            / mb["zst:3: zstd decompression alone (stream_reader)"], 3),
-        "zst:3 float32 vs shardkit.codecs reader": round(mb["zst:3: shardkit float32"]
-                                                         / mb["zst:3: shardkit.codecs reader (ZstdFile)"], 3),
+        "zst:3 float32 vs shardkit.io.codecs reader": round(mb["zst:3: shardkit float32"]
+                                                         / mb["zst:3: shardkit.io.codecs reader (ZstdFile)"], 3),
     }
     if not args.skip_wenet:
         targets["zst:3 float32 vs WeNet-style bz2 (>= 50x)"] = round(

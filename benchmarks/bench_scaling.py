@@ -6,7 +6,7 @@ On one generated bz2 corpus (speech-like 16 kHz WAV, short and long shards), in 
   - convert bz2 -> zst:3 with -j N --threads 1 (plus the lbzip2 | zstd pipeline and indexed_bzip2
     alone, one core, when lbzip2 is on PATH), and bz2 -> FLAC-in-plain-tar (--audio flac);
   - validate (soundfile backend) with -j N on the zst output;
-  - a torch DataLoader over shardkit.dataset.ShardDataset (zst shards, float32, batches of 16
+  - a torch DataLoader over shardkit.training.dataset.ShardDataset (zst shards, float32, batches of 16
     padded in the workers) with num_workers N, for fork and forkserver, start-up included.
 Every run is checked for completeness (all shards converted, no findings, every utterance read).
 """
@@ -42,7 +42,7 @@ def loader_run(data_list, workers, context, utterances):
     import torch
     from torch.utils.data import DataLoader
 
-    from shardkit.dataset import ShardDataset, collate_padded
+    from shardkit.training.dataset import ShardDataset, collate_padded
 
     ds = ShardDataset(data_list, rank=0, world_size=1, shuffle=True, seed=0)
     kwargs = {"num_workers": workers, "batch_size": 16, "collate_fn": collate_padded}

@@ -34,8 +34,8 @@ CHILD = r"""
 import json, os, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
 row, paths, passes = sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
-from shardkit.reader import iter_samples, reuse_freed_memory
-from shardkit.tario import iter_shard_members
+from shardkit.training.reader import iter_samples, reuse_freed_memory
+from shardkit.io.tar import iter_shard_members
 reuse_freed_memory()
 wall, cpu = time.perf_counter(), time.process_time()
 count = 0
@@ -48,7 +48,7 @@ for _ in range(passes):
             for name, data in iter_shard_members(p):
                 count += len(data)
     elif row == "convert":
-        from shardkit.convert import ConvertSettings, convert_shard
+        from shardkit.commands.convert import ConvertSettings, convert_shard
         with tempfile.TemporaryDirectory() as out:
             for i, p in enumerate(paths):
                 entry = convert_shard(p, os.path.join(out, f"{i}.tar.zst"), ConvertSettings(codec="zst", level=3))
@@ -70,7 +70,7 @@ def parse_args():
 
 
 def corpus(work: str, corpus_mb: float) -> dict[str, list[str]]:
-    from shardkit.bench import BenchSettings, build_formats, generate_corpus
+    from shardkit.commands.bench import BenchSettings, build_formats, generate_corpus
 
     marker = os.path.join(work, "corpus.json")
     if os.path.exists(marker):

@@ -53,7 +53,7 @@ def main(argv=None):
     import indexed_bzip2
     import soundfile as sf
 
-    from shardkit.tario import iter_shard_members
+    from shardkit.io.tar import iter_shard_members
 
     paths = make_corpus(os.path.join(args.workdir, "corpus"), total_mb=args.corpus_mb, shards=args.shards)
     plain_dir = os.path.join(args.workdir, "plain")
@@ -120,7 +120,7 @@ def main(argv=None):
         return run
 
     def transcode_members(verify):
-        from shardkit.transcode import transcode_member
+        from shardkit.io.transcode import transcode_member
 
         def run():
             for i, w in enumerate(wavs):
@@ -128,7 +128,7 @@ def main(argv=None):
         return run
 
     def startup():
-        subprocess.run([sys.executable, "-c", "import shardkit.cli, shardkit.convert, shardkit.transcode"], check=True)
+        subprocess.run([sys.executable, "-c", "import shardkit.cli, shardkit.commands.convert, shardkit.io.transcode"], check=True)
 
     configs = {
         "bz2 decode alone (indexed_bzip2 p=1)": bz2_decode,

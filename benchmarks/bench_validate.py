@@ -49,7 +49,7 @@ def parse_args(argv=None):
 
 def build_corpus(work: str, mb: float, utts_per_shard: int) -> dict:
     """Write the four shard kinds (once; reused while the parameters match). Returns the manifest."""
-    from shardkit.synth import CorpusSpec, corpus_utterances, write_shards
+    from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 
     utterances = max(utts_per_shard, int(mb * 1e6 / (6.0 * 32000)))  # mean 6 s of 16-bit 16 kHz mono
     params = {"utterances": utterances, "utts_per_shard": utts_per_shard, "version": 1}
@@ -96,7 +96,7 @@ def wenet_way(paths: list[str], sample_rate: int = 16000, channels: int = 1) -> 
     """The same checks, done as WeNet reads: tarfile + torchaudio.load(io.BytesIO(member bytes))."""
     import torchaudio
 
-    from shardkit.audio import parse_wav_header
+    from shardkit.io.audio import parse_wav_header
 
     utterances, seconds, findings = 0, 0.0, 0
     for path in paths:
@@ -137,7 +137,7 @@ def wenet_way(paths: list[str], sample_rate: int = 16000, channels: int = 1) -> 
 
 
 def shardkit_way(paths: list[str], backend: str, jobs: int) -> dict:
-    from shardkit.validate import ValidateOptions, run_validate
+    from shardkit.commands.validate import ValidateOptions, run_validate
 
     report = run_validate(paths, ValidateOptions(backend=backend, sample_rate=16000, channels=1), jobs=jobs)
     totals = report.totals()
@@ -146,7 +146,7 @@ def shardkit_way(paths: list[str], backend: str, jobs: int) -> dict:
 
 
 def _warm_up(args):
-    from shardkit.validate import validate_shard
+    from shardkit.commands.validate import validate_shard
 
     path, options = args
     validate_shard(path, options)
@@ -163,7 +163,7 @@ def warm_pool_runs(paths: list[str], backend: str, jobs: int, repeats: int) -> t
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from shardkit.validate import ValidateOptions, _validate_task
+    from shardkit.commands.validate import ValidateOptions, _validate_task
 
     options = ValidateOptions(backend=backend, sample_rate=16000, channels=1)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("forkserver")) as pool:

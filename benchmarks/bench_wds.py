@@ -2,7 +2,7 @@
 
     flock /tmp/shardkit-bench.lock .venv/bin/python benchmarks/bench_wds.py --corpus-mb 320 --repeat 5
 
-Generates (once, cached in --work-dir) the deterministic speech-like corpus of shardkit.bench
+Generates (once, cached in --work-dir) the deterministic speech-like corpus of shardkit.commands.bench
 (16 kHz 16-bit WAV, alternating short and long shards), packs it as plain WAV tar, zst:3 WAV tar
 and FLAC in a plain tar, then runs every row once per round, rounds interleaved, so machine noise
 hits all rows alike; reports medians and the spread, and every ratio within the run. Rates are
@@ -17,11 +17,11 @@ Rows per format (h/s = hours of audio decoded per second, one core):
 - shardkit reader: shardkit.iter_samples (float32);
 - wds+soundfile: wds.WebDataset(urls).decode(soundfile handler), what users write today;
 - wds+soundfile pipe:zstd: the same over `pipe:zstd -dc < shard` (zst only);
-- wds+shardkit handler: wds.WebDataset(urls).decode(shardkit.wds.audio_handler());
-- wds+shardkit: wds.WebDataset(urls).map(shardkit.wds.decode_audio());
-- shardkit.wds.WebDataset: the drop-in (shardkit reads the tar) + decode_audio();
+- wds+shardkit handler: wds.WebDataset(urls).decode(shardkit.training.wds.audio_handler());
+- wds+shardkit: wds.WebDataset(urls).map(shardkit.training.wds.decode_audio());
+- shardkit.training.wds.WebDataset: the drop-in (shardkit reads the tar) + decode_audio();
 - DataPipeline: wds.DataPipeline(SimpleShardList, split_by_node, split_by_worker,
-  shardkit.wds.tarfile_to_samples(), wds.map(decode_audio()));
+  shardkit.training.wds.tarfile_to_samples(), wds.map(decode_audio()));
 - wds read only, no decode: wds.WebDataset(urls) alone, the ceiling for any handler on its reader.
 WebDataset's built-in audio decoder, wds.torch_audio (a temporary file per utterance), is far
 slower; it is timed on the first --torchaudio-shards shards only and reported separately.
@@ -46,8 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import bench_corpus, corpus_parser, emit_results, machine_info, markdown_table  # noqa: E402
 
 from shardkit import _zstd_tarfile as hook  # noqa: E402
-from shardkit.bench import webdataset_read  # noqa: E402
-from shardkit.reader import reuse_freed_memory  # noqa: E402
+from shardkit.commands.bench import webdataset_read  # noqa: E402
+from shardkit.training.reader import reuse_freed_memory  # noqa: E402
 
 
 def parse_args():
@@ -60,10 +60,10 @@ def parse_args():
 def wds_handler(paths):
     import webdataset as wds
 
-    import shardkit.wds
+    import shardkit.training.wds
 
     count = frames = 0
-    for sample in wds.WebDataset(paths, shardshuffle=False).decode(shardkit.wds.audio_handler()):
+    for sample in wds.WebDataset(paths, shardshuffle=False).decode(shardkit.training.wds.audio_handler()):
         count += 1
         frames += len((sample["wav"] if "wav" in sample else sample["flac"])[0])
     return count, frames
@@ -72,10 +72,10 @@ def wds_handler(paths):
 def data_pipeline(paths):
     import webdataset as wds
 
-    import shardkit.wds
+    import shardkit.training.wds
 
     pipeline = wds.DataPipeline(wds.SimpleShardList(paths), wds.split_by_node, wds.split_by_worker,
-                                shardkit.wds.tarfile_to_samples(), wds.map(shardkit.wds.decode_audio()))
+                                shardkit.training.wds.tarfile_to_samples(), wds.map(shardkit.training.wds.decode_audio()))
     count = frames = 0
     for sample in pipeline:
         count += 1
@@ -101,7 +101,7 @@ def rows_for(fmt: str) -> dict:
         rows["wds+soundfile pipe:zstd"] = lambda p: webdataset_read(p, "wds+soundfile pipe:zstd")
     rows.update({"wds+shardkit handler": wds_handler,
                  "wds+shardkit": lambda p: webdataset_read(p, "wds+shardkit"),
-                 "shardkit.wds.WebDataset": lambda p: webdataset_read(p, "shardkit.wds.WebDataset"),
+                 "shardkit.training.wds.WebDataset": lambda p: webdataset_read(p, "shardkit.training.wds.WebDataset"),
                  "DataPipeline": data_pipeline})
     return rows
 
@@ -113,7 +113,7 @@ def cpu_seconds() -> float:
 
 
 def count_frames(paths):
-    from shardkit.reader import iter_samples
+    from shardkit.training.reader import iter_samples
 
     count = frames = 0
     for s in iter_samples(paths):
@@ -178,8 +178,8 @@ def main(args) -> int:
                               "vs_wds_soundfile": round(default / r["median_s"], 3)} for name, r in rows.items()}
     targets = {f"{fmt}: wds+shardkit handler vs shardkit reader (>= 0.8)":
                ratios[fmt]["wds+shardkit handler"]["vs_shardkit_reader"] for fmt in ("none/wav", "zst:3/wav")}
-    targets.update({f"{fmt}: shardkit.wds.WebDataset vs shardkit reader (>= 0.8)":
-                    ratios[fmt]["shardkit.wds.WebDataset"]["vs_shardkit_reader"] for fmt in ("none/wav", "zst:3/wav")})
+    targets.update({f"{fmt}: shardkit.training.wds.WebDataset vs shardkit reader (>= 0.8)":
+                    ratios[fmt]["shardkit.training.wds.WebDataset"]["vs_shardkit_reader"] for fmt in ("none/wav", "zst:3/wav")})
     result = {"machine": machine_info(), "corpus": totals, "rounds": args.repeat, "rows": figures, "ratios": ratios,
               "torch_audio": torch_audio, "targets": targets}
     lines = [f"{fmt}: wds.torch_audio {t['hours_per_s']:.3f} h/s on {t['shards']} shards; "

@@ -11,9 +11,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 
 def machine_info() -> dict:
-    """One description of the machine for every benchmark (shardkit.bench's); importing this module imports no
+    """One description of the machine for every benchmark (shardkit.commands.bench's); importing this module imports no
     shardkit, so a benchmark's child process measuring another checkout can use its command line."""
-    from shardkit.bench import machine_info as describe
+    from shardkit.commands.bench import machine_info as describe
 
     return describe()
 
@@ -31,7 +31,7 @@ def timed(fn, *, repeat: int = 3, min_seconds: float = 0.0) -> dict:
 
 
 def _make_shard(args):
-    from shardkit.synth import CorpusSpec, corpus_utterances, write_shards
+    from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 
     index, out_dir, seconds_per_shard, codec, level, audio_format = args
     # alternate short (AISHELL-like) and long (LibriSpeech-like) shards
@@ -75,14 +75,14 @@ def corpus_parser(doc: str, *, corpus_mb: float, work_dir: str) -> argparse.Argu
 
 def bench_corpus(work: str, corpus_mb: float, *, audio: tuple[str, ...] = ("wav",),
                  formats: tuple[str, ...] = ("none",)) -> tuple[dict, dict[str, list[str]]]:
-    """shardkit.bench's deterministic speech-like corpus in ``work`` (made once, then reused): totals and layout.
+    """shardkit.commands.bench's deterministic speech-like corpus in ``work`` (made once, then reused): totals and layout.
 
     16 kHz 16-bit utterances, alternating short and long shards, of about ``corpus_mb`` MB of WAV;
     packed in every ``audio`` (wav, flac) and format (none, zst:3, bz2, ...). The layout maps
-    ``"FORMAT/AUDIO"`` (``"zst:3/wav"``) to the shard paths; the totals are shardkit.bench's
+    ``"FORMAT/AUDIO"`` (``"zst:3/wav"``) to the shard paths; the totals are shardkit.commands.bench's
     (utterances, frames, seconds, wav_tar_bytes, ...). The cache is reused only for the same settings.
     """
-    from shardkit.bench import BenchSettings, build_formats, generate_corpus
+    from shardkit.commands.bench import BenchSettings, build_formats, generate_corpus
 
     marker = os.path.join(work, "corpus.json")
     asked = {"corpus_mb": corpus_mb, "audio": list(audio), "formats": list(formats)}

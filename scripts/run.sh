@@ -385,7 +385,7 @@ if run_stage 5; then
 # Gathers the stage reports into reports/summary.json and reports/summary.md (printed too).
 import json, os, subprocess, sys
 
-from shardkit.advice import format_evidence, format_label, loader_advice, training_decode_rate
+from shardkit.planning.advice import format_evidence, format_label, loader_advice, training_decode_rate
 
 workdir, codec, audio = sys.argv[1:4]
 world_size, num_workers, gpus_per_node = (int(x) for x in sys.argv[4:7])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh machine and runs the test suite:
 #   a venv (.venv, or $SHARDKIT_VENV), shardkit with every extra and the test tools, Debian's ffmpeg
-#   (torchaudio decodes through torchcodec/FFmpeg) when missing and running as root; then pytest.
+#   (torchaudio decodes through torchcodec/FFmpeg) when missing and running as root; then the layer
+#   contract (lint-imports), the complexity check and pytest.
 # Extra arguments go to pytest, e.g.  bash scripts/test.sh -k convert -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +24,7 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -U pip
 # torch 2.14.1 + torchaudio 2.11.0 is the CPU pair known to work together (see README).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -c scripts/constraints.txt -e ".[all,test]"
+# The layer contract (.importlinter, ARCHITECTURE.md) and the complexity ceiling, before the tests.
+"$venv/bin/lint-imports" --config .importlinter
+"$venv/bin/python" scripts/check_complexity.py
 exec "$venv/bin/python" -m pytest "$@"

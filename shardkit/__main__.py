@@ -1,3 +1,3 @@
-from .cli import main
+from shardkit.cli import main
 
 main()

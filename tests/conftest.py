@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 
-from shardkit.synth import CorpusSpec, corpus_utterances, write_shards
+from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 
 # Three small corpora with different utterance lengths (short, long, mixed), keys with '/' and '-'.
 SMALL_CORPORA = (

@@ -1,10 +1,10 @@
-"""shardkit.advice: loader advice and format evidence as pure functions of the machine's numbers."""
+"""shardkit.planning.advice: loader advice and format evidence as pure functions of the machine's numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from shardkit.advice import format_evidence, loader_advice, training_decode_rate
+from shardkit.planning.advice import format_evidence, loader_advice, training_decode_rate
 
 ROWS = [{"format": "none", "codec": "none", "audio": "wav", "size_ratio": 1.0, "hours_per_s": 25.0},
         {"format": "none", "codec": "none", "audio": "flac", "size_ratio": 0.66, "hours_per_s": 1.1},

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from shardkit.audio import probe
-from shardkit.balance import plan_balance
 from shardkit.cli import main
+from shardkit.commands.balance import plan_balance
 from shardkit.errors import UsageError
-from shardkit.synth import CorpusSpec, corpus_utterances, write_shards
-from shardkit.tario import group_samples, iter_shard_members
+from shardkit.io.audio import probe
+from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
+from shardkit.io.tar import group_samples, iter_shard_members
 
 # --- the pure planner: invariants over a grid ---------------------------------------------------
 

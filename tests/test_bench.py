@@ -5,9 +5,17 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from shardkit.bench import (BenchCheckError, BenchSettings, _expect, generate_corpus, plan_corpus, recommend, timed,
-                            workers_needed)
 from shardkit.cli import main
+from shardkit.commands.bench import (
+    BenchCheckError,
+    BenchSettings,
+    _expect,
+    generate_corpus,
+    plan_corpus,
+    recommend,
+    timed,
+    workers_needed,
+)
 
 FORMATS = ["none", "gz", "bz2", "xz", "zst:1", "zst:3", "zst:19"]
 TINY = ["--corpus-mb", "0.4", "--repeat", "1", "--min-seconds", "0", "-j", "2"]

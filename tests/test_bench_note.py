@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardkit.bench import format_tables, loader_panel_note
+from shardkit.commands.bench import format_tables, loader_panel_note
 
 
 def report(main_s, shards, workers=(0, 2)):

@@ -1,12 +1,12 @@
-"""shardkit.reader.BufferPool: decoded arrays reuse memory only once nothing uses it any more."""
+"""shardkit.training.reader.BufferPool: decoded arrays reuse memory only once nothing uses it any more."""
 
 import gc
 
 import numpy as np
 import pytest
 
-from shardkit.reader import BufferPool, decode_fast, iter_samples
-from shardkit.synth import encode, speech_like
+from shardkit.io.synth import encode, speech_like
+from shardkit.training.reader import BufferPool, decode_fast, iter_samples
 
 
 def _address(a: np.ndarray) -> int:

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.codecs import CODECS, detect_codec
-from shardkit.tario import iter_shard_members
+from shardkit.io.codecs import CODECS, detect_codec
+from shardkit.io.tar import iter_shard_members
 
 CODEC_NAMES = list(CODECS)
 

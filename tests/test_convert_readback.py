@@ -5,10 +5,17 @@ import os
 
 import pytest
 
-from shardkit import convert as convert_module
-from shardkit.convert import ConvertSettings, combine_digests, convert_shard, member_digest, run_convert, \
-    task_threads, threads_per_task
-from shardkit.tario import TarWriter, iter_shard_members
+from shardkit.commands import convert as convert_module
+from shardkit.commands.convert import (
+    ConvertSettings,
+    combine_digests,
+    convert_shard,
+    member_digest,
+    run_convert,
+    task_threads,
+    threads_per_task,
+)
+from shardkit.io.tar import TarWriter, iter_shard_members
 
 
 class _FlippingTarWriter(TarWriter):

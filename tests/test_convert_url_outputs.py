@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from conftest import moto_s3
 
 from shardkit.cli import main
-from shardkit.convert import (
+from shardkit.commands.convert import (
     ConvertSettings,
     partial_path,
     remote_journal_dir,

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from shardkit.errors import UsageError
-from shardkit.partition import shuffled_order
+from shardkit.planning.partition import shuffled_order
 
 torch = pytest.importorskip("torch")
 
-from shardkit.dataset import ShardDataset, collate_padded, resolve_world  # noqa: E402
+from shardkit.training.dataset import ShardDataset, collate_padded, resolve_world  # noqa: E402
 
 
 def _wenet_lines(n, rank, worker, world_size, num_workers, seed, epoch):

@@ -5,12 +5,11 @@ import pytest
 from conftest import SMALL_CORPORA
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.synth import encode, speech_like, write_shards
+from shardkit.io.synth import encode, speech_like, write_shards
 
 torch = pytest.importorskip("torch")
 
-from shardkit.dataset import (ShardDataset, audio_float, collate_packed, collate_padded,  # noqa: E402
-                              downmix, pad_packed)
+from shardkit.training.dataset import ShardDataset, audio_float, collate_packed, collate_padded, downmix, pad_packed  # noqa: E402
 
 
 def _loader(paths, *, workers=0, collate=collate_padded, batch_size=4, **kwargs):
@@ -104,7 +103,7 @@ def test_mixed_channels_and_rates_are_a_located_error(mixed_shards):
 def test_downmix_and_resample_to_the_training_format(mixed_shards, dtype):
     import soxr
 
-    from shardkit.reader import iter_samples
+    from shardkit.training.reader import iter_samples
 
     raw = {s["key"]: s for s in iter_samples(mixed_shards, dtype=dtype)}
     batches = list(_loader(mixed_shards, batch_size=3, channels=1, sample_rate=16000, dtype=dtype))
@@ -134,8 +133,7 @@ def test_downmix_keeps_dtype_and_bad_options_are_usage_errors(make_shards):
 
 
 def test_worker_batches_travel_through_a_few_reused_segments(make_shards):
-    from shardkit import batchshm
-
+    from shardkit.training import batchshm
     paths = make_shards("none", utts_per_shard=1)  # 14 shards, one batch each
     before = set(batchshm._MAPPINGS)
     ds = ShardDataset(paths, rank=0, world_size=1, shuffle=False, dtype="int16")
@@ -150,7 +148,7 @@ def test_worker_batches_travel_through_a_few_reused_segments(make_shards):
 
 
 def test_a_replaced_segment_gets_a_new_serial():
-    from shardkit.batchshm import WorkerArena
+    from shardkit.training.batchshm import WorkerArena
 
     arena = WorkerArena(max_segments=2)
     a = arena.take(100)
@@ -164,8 +162,7 @@ def test_a_replaced_segment_gets_a_new_serial():
 def test_segments_replaced_by_size_keep_every_batch_intact(make_shards, monkeypatch):
     # Tiny size classes and two segments per worker: batches of different sizes keep evicting and
     # replacing segments while the trainer still maps the old ones.
-    from shardkit import batchshm
-
+    from shardkit.training import batchshm
     monkeypatch.setattr(batchshm, "MIN_SEGMENT", 4096)
     monkeypatch.setattr(batchshm.WorkerArena.__init__, "__defaults__", (2, 512 << 20))
     monkeypatch.setattr(batchshm, "_ARENA", None)

@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import SMALL_CORPORA
+
 from shardkit.cli import main
-from shardkit.synth import corpus_utterances, write_shards
+from shardkit.io.synth import corpus_utterances, write_shards
 
 
 def run_cli(*args):

@@ -5,10 +5,11 @@ import sys
 
 import pytest
 
-from shardkit.convert import ConvertSettings, _task as convert_task, convert_shard
+from shardkit.commands.convert import ConvertSettings, convert_shard
+from shardkit.commands.convert import _task as convert_task
 from shardkit.errors import AudioError, UsageError
-from shardkit.executor import TaskFailedError, run_tasks, task_name
-from shardkit.tario import iter_shard_members
+from shardkit.io.tar import iter_shard_members
+from shardkit.run.executor import TaskFailedError, run_tasks, task_name
 
 # --- task functions (module level: they travel to worker processes by reference) ---------------
 

@@ -4,12 +4,11 @@ import tarfile
 
 import pytest
 from click.testing import CliRunner
+from conftest import SMALL_CORPORA, corpus
 
 from shardkit.cli import main
-from shardkit.index import build_index, index_shard, iter_index, shard_sizes
-from shardkit.tario import iter_shard_members
-
-from conftest import SMALL_CORPORA, corpus
+from shardkit.commands.index import build_index, index_shard, iter_index, shard_sizes
+from shardkit.io.tar import iter_shard_members
 
 
 def _expected():
@@ -75,7 +74,7 @@ def test_a_damaged_shard_fails_the_index_and_writes_nothing(make_shards, tmp_pat
 
 
 def test_an_utterance_without_audio_is_named(tmp_path):
-    from shardkit.tario import TarWriter
+    from shardkit.io.tar import TarWriter
 
     path = tmp_path / "bad.tar"
     with open(path, "wb") as f:

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import shardkit.index as index
+import shardkit.commands.index as index
+from shardkit.commands.index import build_index, flac_total_samples, index_shard, iter_index
 from shardkit.errors import ShardkitError
-from shardkit.index import build_index, flac_total_samples, index_shard, iter_index
 
 THRESHOLD = 64 << 10
 HEAD = 16 << 10

@@ -46,7 +46,7 @@ def test_validate_job_array_as_the_readme_runs_it(tmp_path, make_shards):
     # README "Large corpora": `validate data.list --report /shared/v/validate.json --quarantine /shared/q
     # --split I/3`, then `merge-reports /shared/v --command validate`, with nothing creating /shared/v
     # first; the joined list's shards repeat file names across folders (quarantine mirrors them).
-    from shardkit.synth import CorpusSpec
+    from shardkit.io.synth import CorpusSpec
 
     a = make_shards("none", name="a", specs=(CorpusSpec("a", 6, 0.4, 1.0, "zh"),), utts_per_shard=3)
     b = make_shards("none", name="b", specs=(CorpusSpec("b", 6, 0.4, 1.0, "en"),), utts_per_shard=3, seed=1)
@@ -141,7 +141,7 @@ def test_verify_against_moved_sources_whose_names_repeat(tmp_path, make_shards):
     # convert mirrors corpora that name their shards alike (a/shards_000000000.tar, b/shards_000000000.tar)
     # below OUT_DIR; verify --against matched moved sources by stem alone, so b's output was compared with
     # a's source ("member order differs") and the right pair never checked.
-    from shardkit.synth import CorpusSpec
+    from shardkit.io.synth import CorpusSpec
 
     a = make_shards("bz2", name="a", specs=(CorpusSpec("a", 4, 0.4, 1.0, "zh"),), utts_per_shard=2)
     b = make_shards("bz2", name="b", specs=(CorpusSpec("b", 4, 0.4, 1.0, "en"),), utts_per_shard=2, seed=1)
@@ -189,7 +189,7 @@ def test_loader_check_names_a_bad_shard_in_one_line_from_torch_workers(tmp_path,
 def test_a_mirrored_convert_output_folder_points_to_its_list(tmp_path, make_shards):
     # convert mirrors corpora with repeated shard names below OUT_DIR, so OUT_DIR itself holds no shard;
     # giving that folder to the next command (as the README does with folders) must say where the list is.
-    from shardkit.synth import CorpusSpec
+    from shardkit.io.synth import CorpusSpec
 
     a = make_shards("none", name="a", specs=(CorpusSpec("a", 2, 0.4, 1.0, "zh"),), utts_per_shard=2)
     b = make_shards("none", name="b", specs=(CorpusSpec("b", 2, 0.4, 1.0, "en"),), utts_per_shard=2, seed=1)
@@ -215,14 +215,14 @@ def test_list_commands_given_a_shard_say_so(make_shards):
 
 def test_wds_webdataset_without_webdataset_names_the_extra(monkeypatch):
     # the core install (what scripts/run.sh sets up) has no webdataset: a bare ModuleNotFoundError before
-    import shardkit.wds
+    import shardkit.training.wds
     from shardkit.errors import UsageError
 
     monkeypatch.setitem(sys.modules, "webdataset", None)  # import webdataset -> ImportError
     import pytest
 
     with pytest.raises(UsageError, match=r"pip install 'shardkit\[wds\]'"):
-        shardkit.wds.WebDataset(["x.tar"])
+        shardkit.training.wds.WebDataset(["x.tar"])
 
 
 def test_index_refuses_to_write_over_its_input_list(tmp_path, make_shards):
@@ -244,7 +244,7 @@ def test_index_refuses_to_write_over_its_input_list(tmp_path, make_shards):
 def test_list_rewrite_dir_finds_convert_mirrored_outputs(tmp_path, make_shards):
     # convert mirrors corpora whose shard names repeat (OUT/a/shards_000000000.tar.zst, OUT/b/...);
     # `list rewrite --dir OUT` put every line at OUT/<name> and refused the list (no such file).
-    from shardkit.synth import CorpusSpec
+    from shardkit.io.synth import CorpusSpec
 
     a = make_shards("bz2", name="a", specs=(CorpusSpec("a", 4, 0.4, 1.0, "zh"),), utts_per_shard=2)
     b = make_shards("bz2", name="b", specs=(CorpusSpec("b", 2, 0.4, 1.0, "en"),), utts_per_shard=2, seed=1)

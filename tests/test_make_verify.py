@@ -8,13 +8,13 @@ import os
 
 import pytest
 
-from shardkit.codecs import open_writer
-from shardkit.convert import HashingFile
+from shardkit.commands.convert import HashingFile
+from shardkit.commands.make import MakeSettings, make_shard
 from shardkit.errors import VerificationError
-from shardkit.lifecycle import verify_stream
-from shardkit.make import MakeSettings, make_shard
-from shardkit.synth import encode, speech_like
-from shardkit.tario import TarWriter, iter_shard_members
+from shardkit.io.codecs import open_writer
+from shardkit.io.synth import encode, speech_like
+from shardkit.io.tar import TarWriter, iter_shard_members
+from shardkit.run.lifecycle import verify_stream
 
 RATE = 16000
 
@@ -90,7 +90,7 @@ def test_other_names_sizes_or_a_truncated_shard_are_caught(tmp_path):
 
 
 def test_make_shard_publishes_nothing_when_the_read_back_differs(tmp_path, monkeypatch):
-    import shardkit.make as make
+    import shardkit.commands.make as make
 
     wavs = []
     for i in range(3):
@@ -123,7 +123,7 @@ def test_no_verify_skips_only_the_read_back(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from shardkit.cli import main
-    from shardkit.lifecycle import AtomicFile
+    from shardkit.run.lifecycle import AtomicFile
 
     wav_scp, text = tmp_path / "wav.scp", tmp_path / "text"
     lines_wav, lines_text = [], []
@@ -157,7 +157,9 @@ def test_no_verify_skips_only_the_read_back(tmp_path, monkeypatch):
     assert unverified == verified and checks == [None, None]
 
 
-from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 
 @hsettings(max_examples=300, deadline=None)
@@ -165,7 +167,7 @@ from hypothesis import given, settings as hsettings, strategies as st  # noqa: E
            ["a" * 99, "a" * 100, "a" * 101, "é" * 50, "spk1/utt00001.wav"]),
        size=st.integers(0, 8 ** 11 - 1) | st.sampled_from([0, 511, 512, 8 ** 11, 2 ** 40]))
 def test_tar_header_template_is_tarfiles_header_byte_for_byte(name, size):
-    from shardkit.tario import _tarfile_header, tar_header
+    from shardkit.io.tar import _tarfile_header, tar_header
 
     assert tar_header(name, size) == _tarfile_header(name, size)
 
@@ -173,7 +175,7 @@ def test_tar_header_template_is_tarfiles_header_byte_for_byte(name, size):
 def test_sync_while_verifying_publishes_after_both_and_reports_a_failed_fsync(tmp_path, monkeypatch):
     import errno
 
-    from shardkit.lifecycle import AtomicFile, OutputError
+    from shardkit.run.lifecycle import AtomicFile, OutputError
 
     seen = []
     dst = str(tmp_path / "out.bin")
@@ -199,7 +201,7 @@ def test_read_ahead_keeps_order_and_reads_only_small_sources_ahead(monkeypatch):
     most READ_AHEAD_BYTES (so at most one large member is held), in order, errors in their place."""
     import threading
 
-    import shardkit.make as make
+    import shardkit.commands.make as make
     from shardkit.errors import AudioError
 
     sizes = [10, 20, make.READ_AHEAD_BYTES + 1, 30, 40]

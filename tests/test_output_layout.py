@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
+from shardkit.commands.validate import plan_quarantine
 from shardkit.errors import UsageError
-from shardkit.inputs import plan_output_paths, read_list, shard_stem
-from shardkit.tario import group_samples, iter_shard_members
-from shardkit.synth import CorpusSpec
-from shardkit.validate import plan_quarantine
+from shardkit.io.inputs import plan_output_paths, read_list, shard_stem
+from shardkit.io.synth import CorpusSpec
+from shardkit.io.tar import group_samples, iter_shard_members
 
 CORPORA = ["/d/aishell/shards_000000000.tar.bz2", "/d/aishell/shards_000000001.tar.bz2",
            "/d/libri/train/shards_000000000.tar.bz2"]
@@ -113,7 +113,7 @@ def test_validate_quarantine_mirrors_folders_when_names_repeat(two_corpora, tmp_
 
 
 def test_a_glob_over_several_corpora_lists_reads_every_list(two_corpora, tmp_path):
-    from shardkit.inputs import expand_shards
+    from shardkit.io.inputs import expand_shards
 
     a, b, _ = two_corpora
     folder = os.path.basename(os.path.dirname(a[0]))  # corpus-aN, beside corpus-bN

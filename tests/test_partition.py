@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from shardkit.partition import consumer_of_line, lines_for, plan_figures, shuffled_order
+from shardkit.planning.partition import consumer_of_line, lines_for, plan_figures, shuffled_order
 
 
 @pytest.mark.parametrize("world_size,num_workers", [(1, 1), (2, 1), (1, 3), (2, 2), (3, 4), (8, 4)])

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from conftest import tar_bytes
 
-from shardkit.audio import decode
 from shardkit.errors import AudioError, CorruptStreamError, ShardkitError, TarFormatError, UnsafeMemberError, UsageError
-from shardkit.reader import group_utterances, iter_members_fast, iter_samples, read_members, warn_and_skip
-from shardkit.synth import encode, speech_like
-from shardkit.tario import TarWriter, iter_shard_members
+from shardkit.io.audio import decode
+from shardkit.io.synth import encode, speech_like
+from shardkit.io.tar import TarWriter, iter_shard_members
+from shardkit.training.reader import group_utterances, iter_members_fast, iter_samples, read_members, warn_and_skip
 
 
 def _expected(paths):
@@ -187,7 +187,7 @@ def test_missing_shard_is_reported_and_skipped_by_policy(make_shards, tmp_path):
 
 
 def test_canonical_and_unusual_wav_headers_decode_alike():
-    from shardkit.reader import decode_fast
+    from shardkit.training.reader import decode_fast
 
     pcm = speech_like(0.5, 16000, 6, channels=2)
     wav = encode(pcm, 16000)

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from shardkit.inputs import read_list
-from shardkit.tario import group_samples, iter_shard_members
+from shardkit.io.inputs import read_list
+from shardkit.io.tar import group_samples, iter_shard_members
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--demo_minutes", "1", "--utts_per_shard", "3", "--world_size", "2", "--num_workers", "1",
@@ -196,7 +196,7 @@ def test_options_take_both_forms_and_usage_errors_come_before_any_set_up(tmp_pat
 def test_corpora_given_as_shards_and_kaldi_dir(tmp_path, make_shards):
     from dataclasses import replace
 
-    from shardkit.demo import DEMO_MIX, write_corpus
+    from shardkit.commands.demo import DEMO_MIX, write_corpus
 
     shards = make_shards("bz2", utts_per_shard=4)
     segmented = replace(DEMO_MIX[2], spec=replace(DEMO_MIX[2].spec, name="meeting"))  # keys unlike the fixture's
@@ -236,7 +236,7 @@ def test_loader_check_compares_ranks_through_the_torch_dataset(make_shards, utts
 
 
 def test_stage_1_stops_when_make_skips_utterances(tmp_path):
-    from shardkit.demo import DEMO_MIX, write_corpus
+    from shardkit.commands.demo import DEMO_MIX, write_corpus
 
     kaldi = write_corpus(DEMO_MIX[0], str(tmp_path / "kaldi"), utterances=2)
     with open(os.path.join(kaldi["dir"], "text"), "a", encoding="utf-8") as f:

@@ -10,7 +10,7 @@ import pytest
 from conftest import free_port, moto_s3
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.remote import (
+from shardkit.io.remote import (
     input_info,
     is_local,
     is_pipe,
@@ -18,7 +18,7 @@ from shardkit.remote import (
     open_input,
     publish_output,
 )
-from shardkit.tario import iter_shard_members, iter_tar_members, shard_reader
+from shardkit.io.tar import iter_shard_members, iter_tar_members, shard_reader
 
 
 def members_via(path, **kwargs):

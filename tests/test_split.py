@@ -8,11 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.convert import ConvertSettings, run_convert
+from shardkit.commands import merge_reports
+from shardkit.commands.convert import ConvertSettings, run_convert
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.manifest import atomic_write_json, load_json
-from shardkit.merge import merge_reports
-from shardkit.split import inputs_digest, parse_split, select_slice, slice_bounds, slice_path, slice_record
+from shardkit.run.manifest import atomic_write_json, load_json
+from shardkit.run.split import inputs_digest, parse_split, select_slice, slice_bounds, slice_path, slice_record
 
 
 def run_cli(*args):

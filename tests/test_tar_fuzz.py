@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import ShardkitError
-from shardkit.reader import _ZstdMemberSource, iter_members_fast
-from shardkit.tario import BLOCK, ChunkReader, TarWriter, iter_tar_members, parse_number_field
+from shardkit.io.tar import BLOCK, ChunkReader, TarWriter, iter_tar_members, parse_number_field
+from shardkit.training.reader import _ZstdMemberSource, iter_members_fast
 
 EXAMPLES = int(os.environ.get("SHARDKIT_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from conftest import corpus
 
 from shardkit.cli import main
-from shardkit.codecs import open_writer
-from shardkit.tario import BLOCK, TarWriter, iter_shard_members
+from shardkit.io.codecs import open_writer
+from shardkit.io.tar import BLOCK, TarWriter, iter_shard_members
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -278,14 +278,14 @@ def test_non_utf8_shard_path_fails_that_shard_and_json_stays_valid(tmp_path):
 
 
 def test_quarantine_keeps_names_unchanged_and_survives_a_vanished_source(tmp_path):
-    from shardkit.validate import ValidateOptions, run_validate
+    from shardkit.commands.validate import ValidateOptions, run_validate
 
     m = good_members(3)
     names = tmp_path / "names.tar"
     names.write_bytes(plain(m[:2]) + member(b"spk/utt\xff.wav", m[3][1]) + plain(m[2:]) + END)
     gone = tmp_path / "gone.tar"
     gone.write_bytes(plain(m[:2]) + member(b"../evil.wav", b"x") + plain(m[2:]) + END)
-    import shardkit.validate as validate
+    import shardkit.commands.validate as validate
 
     real = validate.validate_shard
 

@@ -14,7 +14,7 @@ import tarfile
 
 import pytest
 
-from shardkit.tario import BLOCK
+from shardkit.io.tar import BLOCK
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -45,15 +45,15 @@ CHILD = r"""
 import json, os, resource, sys
 what, src, out = sys.argv[1:4]
 if what == "convert":
-    from shardkit.convert import ConvertSettings, convert_shard
+    from shardkit.commands.convert import ConvertSettings, convert_shard
     entry = convert_shard(src, out, ConvertSettings(codec="zst", level=1))
     result = {"status": entry["status"], "error": entry["error"], "members": entry["members"]}
 elif what == "validate":
-    from shardkit.validate import ValidateOptions, validate_shard
+    from shardkit.commands.validate import ValidateOptions, validate_shard
     r = validate_shard(src, ValidateOptions())
     result = {"findings": r["findings"], "utterances": r["utterances"], "seconds": r["seconds"]}
 else:
-    from shardkit.index import index_shard
+    from shardkit.commands.index import index_shard
     records = index_shard(src)
     result = {"frames": records[0]["frames"], "members": records[0]["members"]}
 try:  # this process image's own peak: ru_maxrss keeps the parent's peak across fork and exec on Linux
@@ -78,7 +78,7 @@ def test_convert_copies_a_large_member_in_bounded_memory(tmp_path):
     result = run_child("convert", src, tmp_path / "big.tar.zst")
     assert result["status"] == "ok" and result["members"] == 2, result
     assert result["peak_mb"] < LIMIT_MB, result
-    from shardkit.tario import MemberStream, iter_shard_members
+    from shardkit.io.tar import MemberStream, iter_shard_members
 
     got = [(n, d.size if isinstance(d, MemberStream) else len(d))
            for n, d in iter_shard_members(str(tmp_path / "big.tar.zst"), stream_over=1 << 20)]

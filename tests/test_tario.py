@@ -5,9 +5,9 @@ import tarfile
 import pytest
 from conftest import tar_bytes
 
-from shardkit.codecs import CODECS, detect_codec, iter_decompressed, open_writer, parse_codec_spec
 from shardkit.errors import CorruptStreamError, TarFormatError, UnsafeMemberError, UsageError
-from shardkit.tario import ChunkReader, TarWriter, group_samples, iter_shard_members, iter_tar_members, split_key
+from shardkit.io.codecs import CODECS, detect_codec, iter_decompressed, open_writer, parse_codec_spec
+from shardkit.io.tar import ChunkReader, TarWriter, group_samples, iter_shard_members, iter_tar_members, split_key
 
 
 @pytest.mark.parametrize("codec", list(CODECS))

@@ -9,9 +9,9 @@ import soundfile as sf
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.synth import speech_like, write_shards
-from shardkit.tario import iter_shard_members
-from shardkit.transcode import read_pcm, transcode_member
+from shardkit.io.synth import speech_like, write_shards
+from shardkit.io.tar import iter_shard_members
+from shardkit.io.transcode import read_pcm, transcode_member
 
 
 def wav(samples, rate, subtype="PCM_16"):
@@ -135,7 +135,7 @@ def test_verify_catches_a_changed_sample(make_shards, tmp_path):
     members[1] = (members[1][0], wav(samples, rate))
     moved = tmp_path / "moved"
     write_shards([], str(moved), utts_per_shard=1)  # creates the folder
-    from shardkit.tario import TarWriter
+    from shardkit.io.tar import TarWriter
 
     with open(moved / os.path.basename(sources[0]), "wb") as f:
         w = TarWriter(f)
@@ -150,7 +150,7 @@ def test_verify_catches_a_changed_sample(make_shards, tmp_path):
 
 
 def test_mixed_shard_keeps_lossy_float_and_corrupt_members(tmp_path):
-    from shardkit.tario import TarWriter
+    from shardkit.io.tar import TarWriter
 
     good = wav(signal(0.4, 16000), 16000)
     members = [("a/1.txt", b"one"), ("a/1.wav", good),

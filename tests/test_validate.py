@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.codecs import open_writer
-from shardkit.synth import CorpusSpec, corpus_utterances, encode, speech_like
-from shardkit.tario import TarWriter
-from shardkit.validate import ValidateOptions, run_validate, validate_shard
+from shardkit.commands.validate import ValidateOptions, run_validate, validate_shard
+from shardkit.io.codecs import open_writer
+from shardkit.io.synth import CorpusSpec, corpus_utterances, encode, speech_like
+from shardkit.io.tar import TarWriter
 
 RATE = 16000
 STRICT = ValidateOptions(sample_rate=RATE, channels=1)

@@ -2,7 +2,7 @@
 
 Every utterance that WebDataset reads from what convert, balance and make write (plain, zstd,
 FLAC members) must be the source's samples and text; the tarfile zstd hook must serve
-WebDataset's ``r|*`` reader in-process; shardkit.wds's stage, handler and reader must give the
+WebDataset's ``r|*`` reader in-process; shardkit.training.wds's stage, handler and reader must give the
 same samples as WebDataset's own, with located errors; and ``plan --reader webdataset`` must be
 what WebDataset's own splitters do.
 """
@@ -21,16 +21,15 @@ import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
+from conftest import corpus
 
-from shardkit import _zstd_tarfile as hook
-from shardkit import wds as skwds
 from shardkit.cli import main
 from shardkit.errors import AudioError, ShardkitError
-from shardkit.partition import plan_figures_webdataset, webdataset_lines_for
-from shardkit.synth import encode, speech_like
-from shardkit.tario import TarWriter
-
-from conftest import corpus
+from shardkit.io import zstd_tarfile as hook
+from shardkit.io.synth import encode, speech_like
+from shardkit.io.tar import TarWriter
+from shardkit.planning.partition import plan_figures_webdataset, webdataset_lines_for
+from shardkit.training import wds as skwds
 
 wds = pytest.importorskip("webdataset")
 
@@ -62,7 +61,7 @@ def read_with(reader: str, urls: list[str]) -> list[dict]:
         ds = wds.WebDataset(urls, shardshuffle=False).map(skwds.decode_audio())
     elif reader == "wds+handler":  # WebDataset's decoder with shardkit's handler
         ds = wds.WebDataset(urls, shardshuffle=False).decode(skwds.audio_handler())
-    elif reader == "shardkit.wds.WebDataset":  # the drop-in: shardkit reads the tar
+    elif reader == "shardkit.training.wds.WebDataset":  # the drop-in: shardkit reads the tar
         ds = skwds.WebDataset(urls, shardshuffle=False).map(skwds.decode_audio())
     elif reader == "pipeline":  # a wds.DataPipeline with shardkit's reader stage
         ds = wds.DataPipeline(wds.SimpleShardList(urls), wds.split_by_node, wds.split_by_worker,
@@ -97,7 +96,7 @@ def convert(src_paths, out, *args):
     return open(os.path.join(out, "data.list")).read().split()
 
 
-READERS = ["wds+stage", "wds+handler", "shardkit.wds.WebDataset", "pipeline"]
+READERS = ["wds+stage", "wds+handler", "shardkit.training.wds.WebDataset", "pipeline"]
 
 
 @pytest.mark.parametrize("reader", READERS)
@@ -172,7 +171,7 @@ def test_webdataset_reads_balanced_shards_as_the_source(make_shards, tmp_path, z
     report = json.loads(result.stdout)
     urls = open(tmp_path / "bal" / "data.list").read().split()
     repeats = {new: old for old, new in json.load(open(tmp_path / "bal" / "balance.json"))["repeats"]}
-    for reader in ("wds+stage", "shardkit.wds.WebDataset"):
+    for reader in ("wds+stage", "shardkit.training.wds.WebDataset"):
         samples = read_with(reader, urls)
         assert len(samples) == report["num_shards"] * report["utterances_per_shard"]
         assert_source(samples, urls, rename=lambda key: repeats.get(key, key))
@@ -208,13 +207,13 @@ def test_webdataset_reads_make_output_as_the_source(tmp_path, zstd_tarfile, code
     urls = open(tmp_path / "out" / "data.list").read().split()
     truth = {key: (words, encode(speech_like(seconds, 16000, seed=i), 16000, "wav"))
              for i, (key, words, seconds, _) in enumerate(utts)}
-    for reader in ("wds+handler", "shardkit.wds.WebDataset"):
+    for reader in ("wds+handler", "shardkit.training.wds.WebDataset"):
         samples = read_with(reader, urls)
         assert sorted(s["key"] for s in samples) == sorted(truth)
         assert_source(samples, urls, truth=truth)
 
 
-# --- shardkit.wds itself ---------------------------------------------------------------------------
+# --- shardkit.training.wds itself ---------------------------------------------------------------------------
 
 
 def test_reader_stage_gives_webdatasets_own_samples_including_dotted_keys(tmp_path):
@@ -443,7 +442,7 @@ def test_bench_measures_webdataset_loaders_next_to_shardkits_reader(tmp_path):
     rows = {(r["format"], r["audio"]): r for r in report["webdataset"]}
     assert set(rows) == {("none", "wav"), ("zst:3", "wav"), ("none", "flac")}
     for (fmt, _), row in rows.items():
-        expected = {"wds+soundfile", "wds+shardkit", "shardkit.wds.WebDataset", "shardkit reader"}
+        expected = {"wds+soundfile", "wds+shardkit", "shardkit.training.wds.WebDataset", "shardkit reader"}
         assert expected <= set(row["loaders"])
         assert ("wds+soundfile pipe:zstd" in row["loaders"]) == (fmt == "zst:3" and shutil.which("zstd") is not None)
         for stat in row["loaders"].values():

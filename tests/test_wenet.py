@@ -16,10 +16,10 @@ import zstandard
 from click.testing import CliRunner
 
 import shardkit
-from shardkit import _zstd_tarfile as hook
-from shardkit import wenet
 from shardkit.cli import main
-from shardkit.tario import iter_shard_members
+from shardkit.io import zstd_tarfile as hook
+from shardkit.io.tar import iter_shard_members
+from shardkit.training import wenet
 
 pytestmark = pytest.mark.skipif(not hook.needed(), reason="Python 3.14+ tarfile reads zstd itself")
 
@@ -178,7 +178,7 @@ def test_missing_backports_zstd_is_a_compression_error_naming_it(patched, monkey
 def test_activation_is_lazy_idempotent_and_survives_reload(tmp_path):
     code = textwrap.dedent("""
         import importlib, sys
-        import shardkit._zstd_tarfile as hook
+        import shardkit.io.zstd_tarfile as hook
         hook.activate(); hook.activate()
         assert "tarfile" not in sys.modules and "backports.zstd" not in sys.modules
         assert sum(getattr(f, "_shardkit_zstd", False) for f in sys.meta_path) == 1
@@ -364,7 +364,7 @@ def test_cli_refuses_a_foreign_pth_and_a_missing_target(tmp_path):
     refused = invoke("wenet", "disable-zstd", "--target", tmp_path)
     assert refused.exit_code == 2
     assert refused.stderr == (f"Error: {tmp_path / wenet.PTH_NAME}: {wenet.PTH_NAME} was not written by shardkit "
-                              f"(it does not import shardkit._zstd_tarfile); left in place\n")
+                              f"(it does not import shardkit.io.zstd_tarfile); left in place\n")
     assert (tmp_path / wenet.PTH_NAME).exists()
     missing = invoke("wenet", "enable-zstd", "--target", tmp_path / "nope")
     assert missing.exit_code == 2

@@ -13,8 +13,8 @@ import sys
 
 import click
 
-from .. import __version__
-from ..errors import ShardkitError, UsageError
+from shardkit import __version__
+from shardkit.errors import ShardkitError, UsageError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -76,7 +76,7 @@ def emit_json(obj) -> None:
     """The one machine-readable report of a --json run, on stdout."""
     import json
 
-    from ..errors import json_safe
+    from shardkit.errors import json_safe
 
     # a non-UTF-8 shard path or name is escaped (\xNN): the document is valid UTF-8 JSON, whatever the input holds
     global _json_emitted

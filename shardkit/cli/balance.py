@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
 
 
 def format_plan(summary: dict) -> str:
@@ -81,11 +81,11 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
 
     from tqdm import tqdm
 
-    from ..balance import parse_corpus_spec, run_balance
-    from ..codecs import parse_codec_spec
-    from ..errors import UsageError
-    from ..split import parse_split
-    from .plan import format_figures
+    from shardkit.cli.plan import format_figures
+    from shardkit.commands.balance import parse_corpus_spec, run_balance
+    from shardkit.errors import UsageError
+    from shardkit.io.codecs import parse_codec_spec
+    from shardkit.run.split import parse_split
 
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")

@@ -4,11 +4,11 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    from ..errors import UsageError
+    from shardkit.errors import UsageError
 
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
@@ -56,7 +56,7 @@ Examples:
               help="Where the temporary corpus goes [default: the system's temp folder].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Corpus generation / sampling seed.")
 @click.option("--webdataset/--no-webdataset", default=True, show_default=True,
-              help="WebDataset loader rows (soundfile / torchaudio / shardkit handler, shardkit.wds.WebDataset) "
+              help="WebDataset loader rows (soundfile / torchaudio / shardkit handler, shardkit.training.wds.WebDataset) "
                    "next to shardkit's reader, on plain WAV, zstd WAV and FLAC (needs webdataset).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or table on stderr.")
 @json_option
@@ -74,7 +74,7 @@ def command(shards, out_dir, formats, audio, decoders, reference, workers, mp_co
     user runs (with soundfile, torchaudio or shardkit's handler). Every run must decode every utterance.
     Writes OUT_DIR/bench.json, bench.md and bench.png, and prints the table (stderr).
     """
-    from ..bench import BenchSettings, format_tables, parse_list, run_bench, write_outputs
+    from shardkit.commands.bench import BenchSettings, format_tables, parse_list, run_bench, write_outputs
 
     settings = BenchSettings(
         formats=parse_list(formats, "--formats"), audio=parse_list(audio, "--audio"),

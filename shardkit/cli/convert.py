@@ -4,7 +4,15 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, executor_options, jobs_option, json_option
+from shardkit.cli import (
+    CONTEXT_SETTINGS,
+    EXIT_CODES_HELP,
+    ShardProgress,
+    emit_json,
+    executor_options,
+    jobs_option,
+    json_option,
+)
 
 
 @click.command("convert", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -66,10 +74,10 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     data.list and convert.json are published the same way. A rerun checks each finished output's
     size and sha256 (reading the object back) against convert.json.
     """
-    from ..codecs import parse_codec_spec
-    from ..convert import ConvertSettings, run_convert
-    from ..errors import UsageError
-    from ..split import parse_split
+    from shardkit.commands.convert import ConvertSettings, run_convert
+    from shardkit.errors import UsageError
+    from shardkit.io.codecs import parse_codec_spec
+    from shardkit.run.split import parse_split
 
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import click
 
-from . import CONTEXT_SETTINGS, emit_json, json_option
+from shardkit.cli import CONTEXT_SETTINGS, emit_json, json_option
 
 
 @click.command("demo", context_settings=CONTEXT_SETTINGS, epilog="""Exit codes: 0 ok, 2 usage errors.
@@ -26,8 +26,8 @@ def command(out_dir, minutes, seed, faults, as_json):
     segments file. Each OUT_DIR/NAME holds wav.scp, text (and segments) with absolute paths.
     Prints NAME=DIR per corpus on stdout (or one JSON report with --json).
     """
-    from ..demo import write_demo
-    from ..manifest import prepare_out_dir
+    from shardkit.commands.demo import write_demo
+    from shardkit.run.manifest import prepare_out_dir
 
     corpora = write_demo(prepare_out_dir(out_dir), minutes=minutes, seed=seed, faults=faults)
     if as_json:

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
 
 
 @click.command("index", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -36,17 +36,17 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
 
     from tqdm import tqdm
 
-    from ..errors import UsageError
-    from ..index import build_index
-    from ..inputs import expand_shards
-    from ..split import parse_split, select_slice
-    from .plan import audio_length
+    from shardkit.cli.plan import audio_length
+    from shardkit.commands.index import build_index
+    from shardkit.errors import UsageError
+    from shardkit.io.inputs import expand_shards
+    from shardkit.run.split import parse_split, select_slice
 
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     split_slice = parse_split(split) if split else None
-    from ..lifecycle import claim_output_file
-    from ..split import slice_path
+    from shardkit.run.lifecycle import claim_output_file
+    from shardkit.run.split import slice_path
 
     # the arguments themselves too: build_index sees only the shards a data.list names, not the list
     claim_output_file(slice_path(output, *split_slice) if split_slice else output, [s for s in shards if s != "-"])

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, jobs_option, json_option
 
 
 @click.group("list", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -38,7 +38,7 @@ def check(lists, jobs, max_member_bytes, as_json, quiet):
     Exit 1 if any line is bad.
     """
 
-    from ..lists import check_lists
+    from shardkit.commands.lists import check_lists
 
     progress = ShardProgress("check", quiet=quiet, min_total=2)
     report = check_lists(list(lists), jobs=jobs, max_member_bytes=max_member_bytes, on_result=progress.on_result,
@@ -90,7 +90,7 @@ def rewrite(list_path, suffix, new_dir, check, out_path, as_json):
     missing or its content does not match the suffix (unless --no-check). The output is written
     to a temporary name, fsynced and renamed.
     """
-    from ..lists import rewrite_list
+    from shardkit.commands.lists import rewrite_list
 
     result = rewrite_list(list_path, out_path, suffix=suffix, new_dir=new_dir, check=check)
     if as_json:
@@ -120,7 +120,7 @@ def concat(lists, out_path, shuffle, seed, allow_duplicates, as_json):
     absolute against their list's folder; blank and comment lines are dropped. A shard named
     twice is refused with both places named. The output is written atomically.
     """
-    from ..lists import concat_lists
+    from shardkit.commands.lists import concat_lists
 
     result = concat_lists(list(lists), out_path, shuffle=shuffle, seed=seed, allow_duplicates=allow_duplicates)
     if as_json:

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, emit_json, json_option
+from shardkit.cli import CONTEXT_SETTINGS, emit_json, json_option
 
 
 @click.command("loader-check", context_settings=CONTEXT_SETTINGS, epilog="""Exit codes: 0 every rank reads the same \
@@ -34,7 +34,7 @@ def command(data_list, world_size, num_workers, batch_size, seed, epoch, engine,
     running shardkit's reader); lines are split by rank and worker as WeNet splits them. Reports utterances, batches and seconds per
     rank, and whether every rank gets the same number of utterances and batches.
     """
-    from ..loadercheck import run_loader_check
+    from shardkit.commands.loadercheck import run_loader_check
 
     report = run_loader_check(data_list, world_size=world_size, num_workers=num_workers,
                               batch_size=batch_size, seed=seed, epoch=epoch, engine=engine)

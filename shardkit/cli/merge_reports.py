@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, json_option
 
 
 @click.command("merge-reports", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -42,7 +42,7 @@ def command(out_dir, report, as_json, quiet):
     data.list; a shard that holds a key of an earlier slice is quarantined again from its source.
     Exit 1 if there is any finding (make: any skipped utterance, as a single run).
     """
-    from ..merge import merge_reports
+    from shardkit.commands import merge_reports
 
     summary = merge_reports(out_dir, report)
     if as_json:

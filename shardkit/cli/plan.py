@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
 
 
 def audio_length(seconds: float) -> str:
@@ -83,12 +83,12 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
 
     from tqdm import tqdm
 
-    from ..index import shard_sizes
-    from ..inputs import expand_shards
-    from ..partition import plan_figures, plan_figures_webdataset
+    from shardkit.commands.index import shard_sizes
+    from shardkit.io.inputs import expand_shards
+    from shardkit.planning.partition import plan_figures, plan_figures_webdataset
 
     if draws is not None and reader != "webdataset":
-        from ..errors import UsageError
+        from shardkit.errors import UsageError
 
         raise UsageError("--draws needs --reader webdataset")
     paths = expand_shards(list(shards))

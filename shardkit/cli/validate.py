@@ -4,7 +4,15 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, executor_options, jobs_option, json_option
+from shardkit.cli import (
+    CONTEXT_SETTINGS,
+    EXIT_CODES_HELP,
+    ShardProgress,
+    emit_json,
+    executor_options,
+    jobs_option,
+    json_option,
+)
 
 SHOWN_FINDINGS = 20
 
@@ -60,10 +68,10 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     """
     import os
 
-    from ..errors import UsageError
-    from ..manifest import atomic_write_json
-    from ..split import parse_split, slice_path
-    from ..validate import ValidateOptions, format_finding, run_validate
+    from shardkit.commands.validate import ValidateOptions, format_finding, run_validate
+    from shardkit.errors import UsageError
+    from shardkit.run.manifest import atomic_write_json
+    from shardkit.run.split import parse_split, slice_path
 
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
@@ -73,7 +81,7 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     if split_slice:
         report_path = slice_path(report_path, *split_slice)
     if report_path is not None:
-        from ..lifecycle import claim_output_file
+        from shardkit.run.lifecycle import claim_output_file
 
         claim_output_file(report_path, list(shards))
         folder = os.path.dirname(os.path.abspath(report_path))

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, json_option
 
 
 @click.command("verify", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -22,7 +22,7 @@ def command(out_dir, against, as_json):
     Members kept byte for byte must be equal; audio transcoded to FLAC/WAV must decode to the
     source's samples and to the digests recorded in OUT_DIR/convert.json.
     """
-    from ..verify import run_verify
+    from shardkit.commands.verify import run_verify
 
     report = run_verify(out_dir, list(against) or None)
     if as_json:

@@ -1,0 +1,357 @@
+"""The pure planner of balance: durations per corpus in, an assignment of utterance copies to shards out.
+
+Nothing here reads or writes a file, so a plan is a function of its arguments and the seed: every
+job of a ``--split`` array computes the same one, and ``--dry-run`` shows exactly what a writing
+run would write. Weights repeat (2.0), keep a seeded subset (0.5), or both (1.5); the shard count
+is the multiple of ``world_size * num_workers`` nearest the asked shard duration; the remainder
+that keeps counts equal is padded with repeats or dropped, spread over corpora in proportion.
+Every shard then gets each corpus' share of utterances (counts differ by at most one per corpus),
+and durations are equalised in two steps: within each corpus (longest corpora first) utterances
+sorted by duration are dealt in rounds, the largest of a round to the shard with the fewest
+seconds so far; then same-corpus swaps between the most and least loaded shards close what is
+left. The guarantee is the tolerance (0.5% of the mean shard, or one median utterance, whichever
+is larger); the swaps aim tighter, so that what a rank reads in an epoch (a sum of shards) agrees
+with the other ranks to about 0.05%. Within a shard the order is a seeded shuffle; the k-th
+repeat of an utterance is named ``<key>-rep<k>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from shardkit.errors import UsageError
+
+DEFAULT_SHARD_DURATION = 3600.0
+TOLERANCE_FRACTION = 0.005
+REFINE_FRACTION = 0.0005
+REMAINDER_POLICIES = ("pad", "drop")
+REPEAT_SUFFIX = "-rep{copy}"
+
+# purposes of the seeded streams: each decision draws from its own stream
+_WEIGHT, _PAD, _DEAL, _ORDER = 1, 2, 3, 4
+
+
+def repeat_key(key: str, copy: int) -> str:
+    """Key of the ``copy``-th repeat of an utterance (copy 0 is the original key)."""
+    return key if copy == 0 else key + REPEAT_SUFFIX.format(copy=copy)
+
+
+def apportion(counts: np.ndarray, total: int) -> np.ndarray:
+    """Split ``total`` in proportion to ``counts`` (largest remainder; ties to the earlier corpus)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    quotas = counts * total / counts.sum()
+    share = np.floor(quotas).astype(np.int64)
+    left = total - int(share.sum())
+    if left:
+        order = np.argsort(-(quotas - share), kind="stable")
+        share[order[:left]] += 1
+    return share
+
+
+@dataclass
+class BalancePlan:
+    """Assignment of utterance copies to shards, in output order (shard by shard).
+
+    ``corpus[i]``, ``utt[i]`` (index within its corpus' durations), ``copy[i]`` (0 = original,
+    k = k-th repeat) and ``seconds[i]`` describe position i; shard s holds positions
+    ``s * utts_per_shard`` to ``(s + 1) * utts_per_shard - 1`` in that order.
+    """
+
+    names: list[str]
+    world_size: int
+    num_workers: int
+    num_shards: int
+    utts_per_shard: int
+    seed: int
+    remainder: str
+    corpus: np.ndarray
+    utt: np.ndarray
+    copy: np.ndarray
+    seconds: np.ndarray
+    corpora: list[dict]
+    tolerance: float
+    notes: list[str] = field(default_factory=list)
+
+    def shard_slice(self, shard: int) -> slice:
+        return slice(shard * self.utts_per_shard, (shard + 1) * self.utts_per_shard)
+
+    @property
+    def shard_seconds(self) -> np.ndarray:
+        return self.seconds.reshape(self.num_shards, self.utts_per_shard).sum(axis=1)
+
+    @property
+    def shard_corpus_counts(self) -> np.ndarray:
+        rows = self.corpus.reshape(self.num_shards, self.utts_per_shard)
+        return np.stack([(rows == c).sum(axis=1) for c in range(len(self.names))], axis=1)
+
+    @property
+    def max_deviation(self) -> float:
+        secs = self.shard_seconds
+        return float(np.abs(secs - secs.mean()).max())
+
+    @property
+    def balanced(self) -> bool:
+        return self.max_deviation <= self.tolerance + 1e-9
+
+    def summary(self) -> dict:
+        secs = self.shard_seconds
+        return {"num_shards": self.num_shards, "utterances_per_shard": self.utts_per_shard,
+                "world_size": self.world_size, "num_workers": self.num_workers, "seed": self.seed,
+                "remainder": self.remainder, "utterances": int(len(self.utt)),
+                "seconds": round(float(secs.sum()), 3), "mean_shard_seconds": round(float(secs.mean()), 3),
+                "min_shard_seconds": round(float(secs.min()), 3), "max_shard_seconds": round(float(secs.max()), 3),
+                "max_deviation_seconds": round(self.max_deviation, 3), "tolerance_seconds": round(self.tolerance, 3),
+                "balanced": self.balanced, "corpora": self.corpora, "notes": self.notes}
+
+
+def _check_args(durations, weights, names, world_size, num_workers, remainder) -> None:
+    if world_size < 1 or num_workers < 1:
+        raise UsageError(f"--world-size and --num-workers must be >= 1 (got {world_size} and {num_workers})")
+    if remainder not in REMAINDER_POLICIES:
+        raise UsageError(f"--remainder must be one of {', '.join(REMAINDER_POLICIES)} (got {remainder!r})")
+    if not durations:
+        raise UsageError("no corpus given")
+    if len(weights) != len(durations) or len(names) != len(durations):
+        raise UsageError("one weight and one name per corpus are needed")
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise UsageError(f"corpus {twice!r} is given twice")
+    for name, d, w in zip(names, durations, weights):
+        if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
+            raise UsageError(f"corpus {name!r}: weight must be a number > 0 (got {w})")
+        if len(d) == 0:
+            raise UsageError(f"corpus {name!r} is empty (no utterances)")
+        if not np.all(np.isfinite(d)) or np.any(d < 0):
+            raise UsageError(f"corpus {name!r} has a negative or non-finite duration")
+
+
+def _distinct(utt: np.ndarray, n: int) -> int:
+    return int(np.count_nonzero(np.bincount(utt, minlength=n)))
+
+
+def _apply_weight(n: int, weight: float, seed: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """(utterance index, copy number) of each kept copy: floor(weight) copies of all, plus a seeded fraction."""
+    whole = int(math.floor(weight))
+    extra = int(round((weight - whole) * n))
+    chosen = np.sort(np.random.default_rng([seed, _WEIGHT, c]).permutation(n)[:extra])
+    utt = np.concatenate([np.tile(np.arange(n), whole), chosen])
+    copy = np.concatenate([np.repeat(np.arange(whole), n), np.full(extra, whole)])
+    return utt.astype(np.int64), copy.astype(np.int64)
+
+
+def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: int):
+    """Add ``count`` repeats of seeded picks among the kept copies; copy numbers continue per utterance."""
+    rng = np.random.default_rng([seed, _PAD, c])
+    picks = rng.permutation(len(utt))
+    extra_utt = utt[picks[np.arange(count) % len(utt)]]
+    have = np.bincount(utt, minlength=n)
+    order = np.argsort(extra_utt, kind="stable")
+    sorted_utt = extra_utt[order]
+    first = np.searchsorted(sorted_utt, sorted_utt, side="left")
+    occurrence = np.empty(count, np.int64)
+    occurrence[order] = np.arange(count) - first
+    extra_copy = have[extra_utt] + occurrence
+    return np.concatenate([utt, extra_utt]), np.concatenate([copy, extra_copy])
+
+
+def _drop(utt: np.ndarray, copy: np.ndarray, count: int, seed: int, c: int):
+    """Drop ``count`` copies: repeats first (highest copy number), seeded among equals."""
+    rng = np.random.default_rng([seed, _PAD, c])
+    order = np.lexsort((rng.random(len(utt)), -copy))
+    keep = np.sort(order[count:])
+    return utt[keep], copy[keep]
+
+
+def _choose_num_shards(total_seconds, total_utts, longest, groups, shard_duration, num_shards, notes) -> int:
+    if num_shards is not None:
+        if num_shards < 1:
+            raise UsageError(f"--num-shards must be >= 1 (got {num_shards})")
+        if num_shards > total_utts:
+            raise UsageError(f"--num-shards {num_shards} asks for more shards than there are utterances "
+                             f"({total_utts} after weights)")
+        count = max(groups, int(math.floor(num_shards / groups + 0.5)) * groups)
+        if count != num_shards:
+            notes.append(f"--num-shards {num_shards} rounded to {count}, the nearest multiple of "
+                         f"world_size x num_workers = {groups}")
+    else:
+        target = DEFAULT_SHARD_DURATION if shard_duration is None else shard_duration
+        if not target > 0:
+            raise UsageError(f"--shard-duration must be > 0 (got {target})")
+        if target < longest[0]:
+            raise UsageError(f"--shard-duration {target:g} s is shorter than the longest utterance "
+                             f"({longest[0]:.3f} s, in corpus {longest[1]!r})")
+        count = max(groups, int(math.floor(total_seconds / target / groups + 0.5)) * groups)
+    if count > total_utts:
+        raise UsageError(f"{count} shards (a multiple of world_size x num_workers = {groups}) need at least "
+                         f"{count} utterances; the mix has {total_utts} after weights")
+    if total_seconds / count < longest[0]:
+        raise UsageError(f"{count} shards would hold {total_seconds / count:.3f} s each, less than the longest "
+                         f"utterance ({longest[0]:.3f} s, in corpus {longest[1]!r}); ask for fewer shards")
+    return count
+
+
+def _deal(corpus_of, seconds, counts, order_of_corpora, seed) -> np.ndarray:
+    """Shard of each copy: per corpus, sorted longest first, dealt in rounds to the lightest shards."""
+    num_shards = counts.shape[0]
+    totals = np.zeros(num_shards)
+    shard_of = np.empty(len(seconds), np.int64)
+    for c in order_of_corpora:
+        ids = np.flatnonzero(corpus_of == c)
+        if not len(ids):
+            continue
+        ids = ids[np.random.default_rng([seed, _DEAL, int(c)]).permutation(len(ids))]
+        ids = ids[np.argsort(-seconds[ids], kind="stable")]
+        base = int(counts[:, c].min())
+        for r in range(base):
+            chunk = ids[r * num_shards:(r + 1) * num_shards]
+            lightest = np.argsort(totals, kind="stable")
+            shard_of[chunk] = lightest
+            totals[lightest] += seconds[chunk]
+        rest = ids[base * num_shards:]
+        if len(rest):
+            eligible = np.flatnonzero(counts[:, c] > base)
+            lightest = eligible[np.argsort(totals[eligible], kind="stable")]
+            shard_of[rest] = lightest
+            totals[lightest] += seconds[rest]
+    return shard_of
+
+
+def _best_swap(row_a, row_b, seconds, corpus_of, dev_a, dev_b):
+    """Best same-corpus swap between two shards: (new worst deviation, index in a, index in b)."""
+    best = None
+    half = (dev_a - dev_b) / 2  # moving this many seconds from a to b evens them out
+    ca, cb = corpus_of[row_a], corpus_of[row_b]
+    for c in np.intersect1d(ca, cb):
+        ia = np.flatnonzero(ca == c)
+        ib = np.flatnonzero(cb == c)
+        xa = seconds[row_a[ia]]
+        yb_order = np.argsort(seconds[row_b[ib]], kind="stable")
+        yb = seconds[row_b[ib]][yb_order]
+        pos = np.searchsorted(yb, xa - half)
+        for cand in (np.clip(pos, 0, len(yb) - 1), np.clip(pos - 1, 0, len(yb) - 1)):
+            moved = xa - yb[cand]
+            worst = np.maximum(np.abs(dev_a - moved), np.abs(dev_b + moved))
+            k = int(np.argmin(worst))
+            if best is None or worst[k] < best[0]:
+                best = (float(worst[k]), int(ia[k]), int(ib[yb_order[cand[k]]]))
+    return best
+
+
+def _refine(rows, seconds, corpus_of, goal, partners=4, max_steps=None) -> None:
+    """Same-corpus swaps (in place on ``rows``) until every shard is within ``goal`` of the mean."""
+    num_shards = rows.shape[0]
+    totals = seconds[rows].sum(axis=1)
+    mean = totals.mean()
+    stuck = np.zeros(num_shards, bool)
+    for _ in range(max_steps or 4 * num_shards + 100):
+        dev = totals - mean
+        score = np.abs(dev)
+        score[stuck] = -1.0
+        a = int(np.argmax(score))
+        if score[a] <= goal:
+            return
+        candidates = np.argsort(dev if dev[a] > 0 else -dev, kind="stable")[:partners + 1]
+        best = None
+        for b in candidates:
+            if b == a or np.sign(dev[b]) == np.sign(dev[a]) and dev[b] != 0:
+                continue
+            found = _best_swap(rows[a], rows[b], seconds, corpus_of, dev[a], dev[b])
+            if found and found[0] < max(abs(dev[a]), abs(dev[b])) - 1e-9 and (best is None or found[0] < best[0]):
+                best = (*found, int(b))
+        if best is None:
+            stuck[a] = True
+            continue
+        _, i, j, b = best
+        moved = seconds[rows[a, i]] - seconds[rows[b, j]]
+        rows[a, i], rows[b, j] = rows[b, j], rows[a, i]
+        totals[a] -= moved
+        totals[b] += moved
+        stuck[[a, b]] = False
+
+
+def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, world_size: int, num_workers: int,
+                 shard_duration: float | None = None, num_shards: int | None = None, remainder: str = "pad",
+                 seed: int = 0, names: Sequence[str] | None = None) -> BalancePlan:
+    """Plan equal shards for corpora given as arrays of utterance durations (seconds). Pure.
+
+    Raises UsageError (before anything is written) for: a corpus given twice, an empty corpus, a
+    weight <= 0, world_size or num_workers < 1, more shards than utterances, a shard duration
+    shorter than the longest utterance.
+    """
+    names = list(names) if names is not None else [f"corpus{i}" for i in range(len(durations))]
+    weights = [float(w) for w in weights]
+    durations = [np.asarray(d, dtype=np.float64) for d in durations]
+    _check_args(durations, weights, names, world_size, num_workers, remainder)
+    groups = world_size * num_workers
+    notes: list[str] = []
+
+    utts, copies, stats = [], [], []
+    for c, (name, d, w) in enumerate(zip(names, durations, weights)):
+        utt, copy = _apply_weight(len(d), w, seed, c)
+        if not len(utt):
+            raise UsageError(f"corpus {name!r} keeps no utterance at weight {w:g} ({len(d)} utterances)")
+        kept = _distinct(utt, len(d))
+        stats.append({"name": name, "weight": w, "utterances": len(d), "seconds": round(float(d.sum()), 3),
+                      "kept": kept, "repeated": int(len(utt) - kept), "dropped": len(d) - kept})
+        utts.append(utt)
+        copies.append(copy)
+    weighted = np.array([len(u) for u in utts])
+    total_utts = int(weighted.sum())
+    longest = max((float(d[u].max()), name) for d, u, name in zip(durations, utts, names))
+    total_seconds = float(sum(d[u].sum() for d, u in zip(durations, utts)))
+    count = _choose_num_shards(total_seconds, total_utts, longest, groups, shard_duration, num_shards, notes)
+
+    per_shard = -(-total_utts // count) if remainder == "pad" else total_utts // count
+    targets = apportion(weighted, count * per_shard)
+    for c, target in enumerate(targets):
+        delta = int(target - weighted[c])
+        if delta > 0:
+            utts[c], copies[c] = _pad(utts[c], copies[c], len(durations[c]), delta, seed, c)
+        elif delta < 0:
+            utts[c], copies[c] = _drop(utts[c], copies[c], -delta, seed, c)
+        stats[c].update({"padded": max(delta, 0), "remainder_dropped": max(-delta, 0),
+                         "copies_out": int(target), "unique_out": _distinct(utts[c], len(durations[c]))})
+
+    corpus_of = np.concatenate([np.full(len(u), c, np.int64) for c, u in enumerate(utts)])
+    utt_of = np.concatenate(utts)
+    copy_of = np.concatenate(copies)
+    seconds = np.concatenate([durations[c][u] for c, u in enumerate(utts)])
+
+    # each shard gets floor(share) of every corpus; the leftover copies go round-robin, so every
+    # shard gets the same number of them and no shard two of one corpus
+    base = targets // count
+    counts = np.tile(base, (count, 1))
+    start = 0
+    for c, left in enumerate(targets % count):
+        counts[(start + np.arange(left)) % count, c] += 1
+        start += int(left)
+    assert (counts.sum(axis=1) == per_shard).all()
+
+    means = [float(seconds[corpus_of == c].mean()) if (corpus_of == c).any() else 0.0 for c in range(len(names))]
+    shard_of = _deal(corpus_of, seconds, counts, np.argsort(-np.array(means), kind="stable"), seed)
+    rows = np.argsort(shard_of, kind="stable").reshape(count, per_shard)
+    mean_shard = float(seconds.sum()) / count
+    tolerance = max(TOLERANCE_FRACTION * mean_shard, float(np.median(seconds)))
+    # aim inside the tolerance, tight enough that a consumer's sum of count / groups shards (whose
+    # errors partly cancel, ~sqrt) stays within REFINE_FRACTION of the others
+    goal = min(tolerance / 2, REFINE_FRACTION * mean_shard * math.sqrt(count / groups))
+    _refine(rows, seconds, corpus_of, goal=goal)
+    rows = np.random.default_rng([seed, _ORDER]).permuted(rows, axis=1)
+    flat = rows.reshape(-1)
+    return BalancePlan(names=names, world_size=world_size, num_workers=num_workers, num_shards=count,
+                       utts_per_shard=per_shard, seed=seed, remainder=remainder, corpus=corpus_of[flat],
+                       utt=utt_of[flat], copy=copy_of[flat], seconds=seconds[flat], corpora=stats,
+                       tolerance=tolerance, notes=notes)
+
+
+def plan_digest(plan: BalancePlan) -> str:
+    """sha256 of what a plan assigns where: slices of different plans must not be merged."""
+    h = hashlib.sha256()
+    for column in (plan.corpus, plan.utt, plan.copy):
+        h.update(np.ascontiguousarray(column, dtype=np.int64).tobytes())
+    return h.hexdigest()

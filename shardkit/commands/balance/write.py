@@ -1,0 +1,217 @@
+"""The writing side of balance: each output shard assembled from its sources by positioned reads.
+
+Where each member lives comes from the index (offset in the decompressed tar), so an output shard
+is written by ``os.pread`` in the planned order, one member in memory at a time, with a bounded
+set of open files. Plain sources are read in place; a compressed source is first decompressed
+once to a spool file (the only way to reach its members without re-decompressing it for every
+output shard). Each output shard is an independent task (local processes or Ray), written to a
+temporary name, read back and verified, fsynced and renamed; its spec lets a rerun skip it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+
+from shardkit.commands.balance.plan import repeat_key
+from shardkit.commands.balance.sources import source_stamps
+from shardkit.errors import ShardkitError
+
+MAX_OPEN_SOURCES = 64
+
+
+@dataclass(frozen=True)
+class WriteSettings:
+    """How every output shard is encoded and whether it is read back; part of each shard's spec."""
+
+    codec: str = "zst"
+    level: int | None = 3
+    verify: bool = True
+
+
+def output_paths(out_dir: str, count: int, codec: str) -> list[str]:
+    """Every output shard's path, numbered by plan position, so that all slices of an array agree."""
+    from shardkit.io.codecs import CODECS
+
+    return [os.path.join(out_dir, f"shards_{s:09d}.tar{CODECS[codec].suffix}") for s in range(count)]
+
+
+def _spool_task(args) -> tuple[str, str | None]:
+    """Decompress one compressed source into a plain tar spool (atomic); (source, error)."""
+    src, dst = args
+    if os.path.exists(dst):
+        return src, None
+    from shardkit.io.codecs import iter_decompressed
+    from shardkit.io.tar import open_shard
+    from shardkit.run.lifecycle import AtomicFile
+
+    try:
+        with open_shard(src) as f, AtomicFile(dst) as out:
+            for chunk in iter_decompressed(f, shard=src):
+                out.write(chunk)
+            out.commit()
+        return src, None
+    except ShardkitError as err:
+        return src, str(err.located(shard=src))
+    except OSError as err:
+        return src, f"{src}: {err.strerror or err}"
+
+
+def spool_path(spool_dir: str, src: str) -> str:
+    try:
+        st = os.stat(src)
+        stamp = f"{src}\0{st.st_size}\0{st.st_mtime_ns}"
+    except OSError:
+        stamp = src
+    return os.path.join(spool_dir, hashlib.sha1(stamp.encode("utf-8", "surrogateescape")).hexdigest() + ".tar")
+
+
+def spool_dir_name(split: tuple[int, int] | None) -> str:
+    """Each slice of a job array spools into its own folder: slices run at once and finish apart."""
+    return "spool" if split is None else f"spool.slice-{split[0]}-of-{split[1]}"
+
+
+def _is_compressed(path: str) -> bool:
+    from shardkit.io.codecs import detect_codec
+    from shardkit.io.tar import open_shard
+
+    try:
+        with open_shard(path) as f:
+            return detect_codec(f.read(16)) != "none"
+    except ShardkitError:  # gone or not a file: the shards that need it fail when they read it
+        return False
+
+
+class _SourceReader:
+    """Positioned reads of members, through at most MAX_OPEN_SOURCES open files."""
+
+    def __init__(self, read_paths: dict[str, str]):
+        self._read_paths = read_paths
+        self._fds: dict[str, int] = {}
+
+    def member(self, shard: str, name: str, offset: int, size: int) -> bytes:
+        from shardkit.io.tar import open_regular, parse_header
+
+        path = self._read_paths.get(shard, shard)
+        fd = self._fds.pop(shard, None)
+        if fd is None:
+            if len(self._fds) >= MAX_OPEN_SOURCES:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            try:
+                fd = open_regular(path)  # a FIFO or device fails at once, never blocks
+            except ShardkitError as err:
+                raise ShardkitError(f"cannot open source ({err.reason})", shard=shard) from None
+        self._fds[shard] = fd  # most recently used last
+        block = os.pread(fd, 512 + size, offset - 512) if offset >= 512 else b""
+        header, data = block[:512], block[512:]
+        # the header just before the data must name this member with this size: otherwise the
+        # shard changed since it was indexed and the offsets point elsewhere
+        try:  # the one tar parser's reading of that header (tario.parse_header)
+            typeflag, stored, stored_size = parse_header(header) if len(header) == 512 else (b"", b"", -1)
+        except ShardkitError:
+            typeflag, stored, stored_size = b"", b"", -1
+        # a long name's member header holds its first 100 bytes: a prefix check
+        ok = (len(data) == size and typeflag in (b"0", b"\x00", b"7") and stored
+              and name.encode("utf-8", "surrogateescape").startswith(stored) and stored_size == size)
+        if not ok:
+            raise ShardkitError("member is not where the index says (the shard changed since it was indexed; "
+                                "index it again)", shard=shard, member=name)
+        return data
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(index_files: list[str], read_paths: dict[str, str]) -> None:
+    _WORKER.clear()
+    _WORKER.update(index_files=index_files, read_paths=read_paths)
+
+
+def _read_index_line(fds: dict, path: str, offset: int) -> dict:
+    from shardkit.commands.index import parse_index_line
+
+    f = fds.get(path)
+    if f is None:
+        f = fds[path] = open(path, "rb")
+    f.seek(offset)
+    return parse_index_line(f.readline(), path=path, number=0)
+
+
+def _shard_spec(records: list[tuple[dict, int]], settings: WriteSettings) -> str:
+    """Digest of what an output shard is made of: sources (with size and mtime), members, copies, codec."""
+    h = hashlib.sha256(repr((settings.codec, settings.level)).encode())
+    stamps: dict[str, list] = {}
+    for record, copy in records:
+        shard = record["shard"]
+        if shard not in stamps:
+            stamps[shard] = source_stamps([shard])[0]
+        h.update(repr((stamps[shard], record["key"], record["members"], copy)).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: WriteSettings,
+                       previous: dict | None) -> dict:
+    """Write one output shard from ``refs`` = (index file id, line offset, copy), in order.
+
+    Returns its manifest entry; data problems become ``status: failed`` with the error. When
+    ``previous`` (a finished run's entry) has the same spec and the file still has its digest,
+    nothing is written (``status: skipped``).
+    """
+    from shardkit.io.codecs import open_writer
+    from shardkit.io.files import HashingFile, combine_digests, member_digest, output_unchanged
+    from shardkit.io.tar import TarWriter, split_key
+    from shardkit.run.lifecycle import AtomicFile, os_reason, verify_members
+
+    started = time.perf_counter()
+    entry = {"path": dst, "spec": None, "status": "failed", "error": None}
+    index_files, read_paths = _WORKER["index_files"], _WORKER["read_paths"]
+    reader = _SourceReader(read_paths)
+    index_fds: dict = {}
+    try:
+        records = [(_read_index_line(index_fds, index_files[file_id], offset), copy) for file_id, offset, copy in refs]
+        entry["spec"] = spec = _shard_spec(records, settings)
+        if previous and previous.get("spec") == spec and previous.get("status") == "ok" and \
+                output_unchanged(dst, previous["size"], previous["sha256"]):
+            return {**previous, "status": "skipped"}
+        written = []
+        with AtomicFile(dst) as target:
+            hashing = HashingFile(target.file)
+            out = open_writer(hashing, settings.codec, settings.level)
+            tar = TarWriter(out)
+            for record, copy in records:
+                key = record["key"]
+                new_key = repeat_key(key, copy)
+                for name, member_offset, size in record["members"]:
+                    data = reader.member(record["shard"], name, member_offset, size)
+                    out_name = new_key + name[len(key):] if copy else name
+                    if split_key(out_name)[0] != new_key:
+                        raise ShardkitError(f"member {name!r} does not belong to key {key!r}", shard=record["shard"])
+                    tar.add(out_name, data)
+                    written.append((out_name, member_digest(out_name, data)))
+            entry["tar_bytes"] = tar.close()
+            out.close()
+            # fsync, read back (unless --no-verify), rename, fsync the folder
+            target.commit(verify_members(written, shard=dst) if settings.verify else None)
+        entry.update(status="ok", size=hashing.size, sha256=hashing.sha256.hexdigest(), members=len(written),
+                     members_digest=combine_digests(written))
+    except ShardkitError as err:
+        entry["error"] = str(err)
+    except OSError as err:
+        entry["error"] = f"{dst}: {os_reason(err)}" + (f" ({err.filename})" if err.filename else "")
+    finally:
+        reader.close()
+        for f in index_fds.values():
+            f.close()
+    entry["seconds_taken"] = round(time.perf_counter() - started, 4)
+    return entry
+
+
+def _write_task(args) -> dict:
+    return write_output_shard(*args)

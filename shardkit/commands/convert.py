@@ -1,0 +1,451 @@
+"""convert: re-pack shards into another compression, every member kept and verified.
+
+``convert_shard`` is one task (one shard in, one shard out, a result dict, never an exception for
+bad data); ``run_convert`` plans outputs, skips what a previous run finished, spreads tasks over
+processes, and writes ``data.list`` and ``convert.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+from shardkit import __version__
+from shardkit.errors import ShardkitError, UsageError, printable
+from shardkit.io.codecs import CODECS, open_writer
+from shardkit.io.files import (  # noqa: F401
+    HashingFile,
+    combine_digests,
+    file_sha256,
+    load_report,
+    member_digest,
+    output_size,
+    output_unchanged,
+    remove_temporary_keys,
+)
+from shardkit.io.inputs import STDIN, expand_shards, plan_output_paths
+from shardkit.io.tar import (
+    DEFAULT_MAX_MEMBER_BYTES,
+    STREAM_MEMBER_BYTES,
+    MemberStream,
+    TarWriter,
+    iter_shard_members,
+    split_key,
+)
+from shardkit.run.executor import run_tasks
+from shardkit.run.lifecycle import (
+    AtomicFile,
+    Journal,
+    atomic_write_json,
+    atomic_write_lines,
+    claimed_output_dir,
+    load_json,
+    note,
+    os_reason,
+    remote_journal_dir,  # noqa: F401  (moved to lifecycle; still importable from here)
+    remove_leftovers,
+    this_run,
+    this_run_counts,
+    verify_members,
+)
+from shardkit.run.split import slice_path, slice_record
+
+MANIFEST = "convert.json"
+JOURNAL = ".convert.journal.jsonl"
+OK_STATUSES = ("ok", "salvaged")
+
+
+@dataclass(frozen=True)
+class ConvertSettings:
+    codec: str = "zst"
+    level: int | None = 3
+    verify: bool = True
+    salvage: bool = False
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+    # decompressor threads per task (bz2, gz); None: cores // min(jobs, shards not yet started),
+    # decided as each task is submitted, so the last shards of a run decode on the cores others left idle
+    threads: int | None = 1
+    audio: str = "keep"
+    flac_level: int | None = None
+
+    def output_affecting(self) -> dict:
+        """The settings that change output bytes: a rerun with other values redoes the shard."""
+        return {"codec": self.codec, "level": self.level, "salvage": self.salvage, "audio": self.audio,
+                "flac_level": self.flac_level, "max_member_bytes": self.max_member_bytes}
+
+
+def copy_member(tar: TarWriter, name: str, body: MemberStream) -> bytes:
+    """Copy a streamed member into ``tar`` chunk by chunk; its content digest."""
+    h = hashlib.sha256()
+
+    def hashed():
+        for chunk in body.chunks():
+            h.update(chunk)
+            yield chunk
+
+    tar.add_chunks(name, body.size, hashed())
+    return h.digest()
+
+
+def partial_path(dst: str) -> str:
+    """The fixed temporary name earlier versions wrote ``dst`` under (``lifecycle.temp_path`` now
+    gives one unique to each write); ``lifecycle.remove_leftovers`` removes both kinds.
+
+    Beside a local ``dst``; for a URL, a local file named after it in the temporary folder.
+    """
+    from shardkit.io.remote import is_url
+
+    if is_url(dst):
+        import tempfile
+
+        digest = hashlib.sha256(dst.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), f".shardkit-{digest}-{os.path.basename(dst)}.partial")
+    return os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.partial")
+
+
+def _source_info(src: str) -> dict:
+    from shardkit.io.remote import input_info, is_local
+
+    if not is_local(src):
+        return input_info(src)
+    try:
+        st = os.stat(src)
+    except FileNotFoundError:
+        raise ShardkitError("no such file", shard=src) from None
+    return {"path": src, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Callable | None = None) -> dict:
+    """Convert one shard. Returns its manifest entry; data problems become ``status: failed``.
+
+    Members are written one utterance behind the reader, so that ``--salvage`` can stop at the
+    last complete utterance before damage. ``transform(shard, name, data)`` may replace a member
+    (audio transcoding); it returns ``(name, data, info)`` with ``info`` recorded per member.
+    """
+    started = time.perf_counter()
+    result: dict = {"source": {"path": src}, "output": None, "status": "failed", "error": None,
+                    "members": 0, "samples": 0, "tar_bytes": 0, "members_digest": None, "lost": None,
+                    "transcoded": None}
+    from shardkit.io.remote import is_local
+
+    try:
+        if printable(src) != src:  # data.list and convert.json are UTF-8 text: they could not name it
+            result["source"] = {"path": printable(src)}
+            raise ShardkitError("shard path is not UTF-8: data.list and convert.json could not name it or its "
+                                "output; rename the file", shard=printable(src))
+        result["source"] = _source_info(src)
+        if is_local(dst):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+        written: list[tuple[str, bytes]] = []
+        transcode_info: list[dict] = []
+        pending: list[tuple[str, bytes]] = []
+        pending_key = None
+        samples = 0
+        with AtomicFile(dst) as target:
+            hashing = HashingFile(target.file)
+            out = open_writer(hashing, settings.codec, settings.level)
+            tar = TarWriter(out)
+
+            def flush_pending():
+                for name, data in pending:
+                    tar.add(name, data)
+                    written.append((name, member_digest(name, data)))
+                pending.clear()
+
+            # the key of an utterance written before it was complete (a member too large to hold, or
+            # members past STREAM_MEMBER_BYTES together): --salvage cannot take it back
+            early = []
+            try:
+                for name, data in iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
+                                                     threads=settings.threads or 1,
+                                                     stream_over=None if transform else STREAM_MEMBER_BYTES):
+                    key, _ = split_key(name)
+                    if key != pending_key:
+                        flush_pending()
+                        pending_key = key
+                        samples += 1
+                    if isinstance(data, MemberStream):  # too large to hold: copied through in chunks
+                        flush_pending()
+                        early[:] = [key]
+                        written.append((name, copy_member(tar, name, data)))
+                        continue
+                    if transform is not None:
+                        name, data, info = transform(src, name, data)
+                        if info:
+                            transcode_info.append(info)
+                    pending.append((name, data))
+                    if sum(len(d) for _, d in pending) > STREAM_MEMBER_BYTES:  # hold one utterance at most
+                        flush_pending()
+                        early[:] = [key]
+                flush_pending()
+            except ShardkitError as err:
+                if not settings.salvage or not written and not pending or early == [pending_key]:
+                    raise
+                result["lost"] = {"error": str(err), "after_member": written[-1][0] if written else None,
+                                  "dropped_members": [n for n, _ in pending]}
+                samples -= 1 if pending else 0
+                pending.clear()
+            result["tar_bytes"] = tar.close()
+            out.close()
+            result["members"] = len(written)
+            result["samples"] = samples
+            result["members_digest"] = combine_digests(written)
+            if transcode_info:
+                result["transcoded"] = transcode_info
+            if is_local(src) and _source_info(src) != result["source"]:
+                raise ShardkitError("source changed while it was being converted; convert it again", shard=src)
+            # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
+            readback = verify_members(written, shard=dst, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
+            target.commit(readback if settings.verify else None)
+        result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
+        result["status"] = "salvaged" if result["lost"] else "ok"
+    except ShardkitError as err:
+        result["error"] = str(err.located(shard=src))
+    except OSError as err:
+        where = f" ({err.filename})" if err.filename else f" (writing {dst})"
+        result["error"] = f"{src}: {os_reason(err)}{where}"
+    result["seconds"] = round(time.perf_counter() - started, 4)
+    return result
+
+
+def _still_valid(entry: dict | None, src: str, dst: str, settings: ConvertSettings) -> bool:
+    """Whether a previous run's entry proves ``dst`` is this source converted with these settings."""
+    if not entry or entry.get("status") not in OK_STATUSES or not entry.get("output"):
+        return False
+    if src == STDIN:  # nothing to stat: another stream may come in under the same name
+        return False
+    if entry.get("settings") != settings.output_affecting():
+        return False
+    try:
+        current = _source_info(src)
+    except OSError:
+        return False
+    recorded = entry["source"]
+    if (recorded.get("size"), recorded.get("mtime_ns")) != (current["size"], current["mtime_ns"]):
+        return False
+    return output_unchanged(dst, entry["output"]["size"], entry["output"]["sha256"])
+
+
+def _task(args):
+    src, dst, settings = args
+    transform = None
+    if settings.audio != "keep":
+        from shardkit.io.transcode import make_transform
+
+        transform = make_transform(settings)
+    entry = convert_shard(src, dst, settings, transform)
+    entry["settings"] = settings.output_affecting()
+    return entry
+
+
+def task_threads(cores: int, jobs: int, not_started: int) -> int:
+    """Decoder threads for a task submitted while ``not_started`` tasks (itself included) wait:
+    the cores shared among the tasks that can still run at once, so that while fewer shards remain
+    than jobs, the last ones decode on the cores the finished jobs left idle."""
+    return max(1, cores // max(1, min(jobs, not_started)))
+
+
+def threads_per_task(tasks: list, jobs: int | None, executor: str) -> dict:
+    """``run_tasks`` arguments that give each convert task its ``threads`` as it is submitted.
+
+    Local processes: ``cores // min(jobs, tasks not yet submitted)``, with at most ``jobs`` tasks in
+    flight, so that submitting a task is starting it. Ray: one thread per task (one CPU each).
+    Decoder threads never change output bytes.
+    """
+    cores = os.cpu_count() or 1
+    if executor == "ray":
+        return {"prepare": lambda task: (*task[:2], replace(task[2], threads=1))}
+    jobs_n = max(1, min(jobs or cores, len(tasks) or 1))
+    position = {id(task): k for k, task in enumerate(tasks)}  # tasks are submitted in this order
+
+    def prepare(task):
+        not_started = len(tasks) - position[id(task)]
+        return (*task[:2], replace(task[2], threads=task_threads(cores, jobs_n, not_started)))
+
+    return {"prepare": prepare, "max_in_flight": jobs_n}
+
+
+@dataclass
+class ConvertReport:
+    out_dir: str
+    data_list: str
+    manifest: str
+    shards: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    audio: str = "keep"
+
+    def summary(self) -> dict:
+        counts = {s: sum(1 for e in self.shards if e["status"] == s) for s in ("ok", "skipped", "salvaged", "failed")}
+        done = [e for e in self.shards if e["status"] in ("ok", "salvaged")]
+        tar_bytes = sum(e["tar_bytes"] for e in done)
+        return {
+            "command": "convert",
+            "out_dir": self.out_dir,
+            "data_list": self.data_list,
+            "manifest": self.manifest,
+            "shards": len(self.shards),
+            **counts,
+            "this_run": this_run_counts(self.shards),
+            "members": sum(e["members"] for e in self.shards),
+            "samples": sum(e["samples"] for e in self.shards),
+            "bytes_in": sum(e["source"].get("size") or 0 for e in self.shards),  # None: a pipe
+            "bytes_out": sum((e["output"] or {}).get("size", 0) for e in self.shards),
+            "tar_bytes_converted": tar_bytes,
+            "seconds": round(self.seconds, 3),
+            "tar_mb_per_s": round(tar_bytes / self.seconds / 1e6, 2) if self.seconds > 0 else None,
+            "failures": [{"shard": e["source"]["path"], "error": e["error"]} for e in self.shards
+                         if e["status"] == "failed"],
+            "salvaged_shards": [{"shard": e["source"]["path"], **e["lost"]} for e in self.shards
+                                if e["status"] == "salvaged"],
+            **({"audio": self._audio_summary()} if self.audio != "keep" else {}),
+        }
+
+    def _audio_summary(self) -> dict:
+        from shardkit.io.transcode import summarize
+
+        done = [e for e in self.shards if e["status"] != "failed"]
+        problems = [{"shard": e["source"]["path"], "key": i["key"], "member": i["member"], "reason": i["reason"]}
+                    for e in done for i in e.get("transcoded") or [] if i.get("problem")]
+        return {**summarize(done), "undecodable_kept": problems}
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(e["status"] in ("failed", "salvaged") for e in self.shards) else 0
+
+
+def run_convert(
+    shard_args: list[str],
+    out_dir: str,
+    settings: ConvertSettings,
+    *,
+    jobs: int | None = None,
+    keep_tree: bool | None = None,
+    overwrite: bool = False,
+    on_result: Callable[[dict], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    split: tuple[int, int] | None = None,
+    stdin_name: str | None = None,
+) -> ConvertReport:
+    """Convert every shard named by ``shard_args`` into ``out_dir``; see the module docstring.
+
+    SOURCE ``-`` reads one shard from standard input; its output is ``OUT_DIR/stdin.tar<suffix>``,
+    or ``stdin_name``'s stem (``--stdin-name``) in place of ``stdin``. A rerun always converts it
+    again: a stream cannot be compared with what an earlier run converted.
+
+    ``executor``/``ray_address``: where tasks run (shardkit.run.executor). ``split=(I, N)``: only the
+    I-th of N contiguous slices of the input list, reported as convert.slice-I-of-N.json and
+    data.slice-I-of-N.list for ``shardkit merge-reports``. ``keep_tree``: the output layout, see
+    :func:`shardkit.io.inputs.plan_output_paths` (None: mirror the input folders when file names repeat).
+    """
+    from shardkit.io.remote import is_url
+
+    shards = expand_shards(shard_args)
+    if stdin_name is not None and STDIN not in shards:
+        raise UsageError("--stdin-name names the output of SOURCE - (standard input), and no SHARDS argument is -")
+    suffix = ".tar" + CODECS[settings.codec].suffix
+    outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree, stdin_name=stdin_name)
+    # one run per folder and slice at a time; a URL's journal (and lock) stay on this machine (a
+    # store has no fsynced append): a rerun elsewhere resumes from the convert.json the last run published
+    with claimed_output_dir(out_dir, shards + [a for a in shard_args if os.path.isfile(a)], "convert", split,
+                            outputs=outputs) as (out_dir, journal_dir):
+        join = (lambda name: f"{out_dir}/{name}") if is_url(out_dir) else (lambda name: os.path.join(out_dir, name))
+        manifest_path, data_list = join(MANIFEST), join("data.list")
+        journal_path = os.path.join(journal_dir, JOURNAL)
+        reports = [manifest_path]
+        slice_info = None
+        if split is not None:  # outputs were planned over the whole list, so slices cannot collide
+            slice_info = slice_record(shards, *split)
+            shards = shards[slice_info["start"]:slice_info["stop"]]
+            outputs = outputs[slice_info["start"]:slice_info["stop"]]
+            manifest_path, data_list, journal_path = (slice_path(path, *split)
+                                                      for path in (manifest_path, data_list, journal_path))
+            reports.insert(0, manifest_path)
+        return _convert_claimed(shards, outputs, settings, out_dir=out_dir, reports=reports, journal_path=journal_path,
+                                manifest_path=manifest_path, data_list=data_list, slice_info=slice_info,
+                                overwrite=overwrite, jobs=jobs, executor=executor, ray_address=ray_address,
+                                on_plan=on_plan, on_result=on_result)
+
+
+def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_path, manifest_path, data_list,
+                     slice_info, overwrite, jobs, executor, ray_address, on_plan, on_result) -> ConvertReport:
+    """The part of ``run_convert`` that runs while this run holds the output folder's lock."""
+    from shardkit.io.remote import is_url
+
+    journal = Journal(journal_path)
+    previous = {}
+    if not overwrite:
+        for entry in [e for path in reports for e in (load_report(path) or {}).get("shards", [])] + journal.load():
+            if entry.get("output"):
+                previous[entry["output"]["path"]] = entry
+    remove_leftovers(outputs)  # temporary files of a killed run (its lock died with it)
+    if is_url(out_dir):
+        remove_temporary_keys(outputs)
+
+    if on_plan:
+        on_plan(len(shards))
+    started = time.perf_counter()
+    results: dict[int, dict] = {}
+    todo = []
+    for i, (src, dst) in enumerate(zip(shards, outputs)):
+        entry = previous.get(dst)
+        if not overwrite and entry and src == STDIN and entry["source"].get("path") == src:
+            note(f"{dst}: standard input cannot be compared with the stream an earlier run converted into it; "
+                 f"converting it again")
+        if not overwrite and entry and entry["source"].get("path") == src and _still_valid(entry, src, dst, settings):
+            results[i] = {**entry, "status": "skipped", "previous_status": entry["status"], "this_run": "skipped"}
+            if on_result:
+                on_result(results[i])
+        else:
+            todo.append((i, (src, dst, settings)))
+
+    def finish(i, entry):
+        entry["this_run"] = this_run(entry["status"])
+        results[i] = entry
+        journal.append(entry)
+        if on_result:
+            on_result(entry)
+
+    tasks = [args for _, args in todo]
+    # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
+    extra = threads_per_task(tasks, jobs, executor) if settings.threads is None else {}
+    try:
+        for k, entry in run_tasks(_task, tasks, jobs=jobs, executor=executor,
+                                  ray_address=ray_address, **extra):
+            finish(todo[k][0], entry)
+    finally:
+        journal.close(remove=False)
+
+    ordered = [results[i] for i in range(len(shards))]
+    report = ConvertReport(out_dir=out_dir, data_list=data_list, manifest=manifest_path,
+                           shards=ordered, seconds=time.perf_counter() - started, audio=settings.audio)
+    recorded = [{**e, "status": e.get("previous_status", e["status"])} if e["status"] == "skipped" else e
+                for e in ordered]
+    for e in recorded:
+        e.pop("previous_status", None)
+    write_report_file(report.data_list, atomic_write_lines, [e["output"]["path"] for e in ordered
+                                                             if e["status"] in ("ok", "salvaged", "skipped")])
+    libraries = {}
+    if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
+        from shardkit.io.transcode import libsndfile_version
+
+        libraries["libsndfile"] = libsndfile_version()
+    write_report_file(manifest_path, atomic_write_json, {
+        "tool": "shardkit", "version": __version__, "command": "convert", "settings": {**asdict(settings)},
+        "libraries": libraries, "shards": recorded,
+        **({"slice": slice_info} if slice_info else {})})
+    journal.close(remove=True)
+    return report
+
+
+# --- URL outputs (any fsspec store) ------------------------------------------------------------
+
+
+def write_report_file(path: str, write: Callable[[str, object], None], payload) -> None:
+    """``write(path, payload)`` with a ``lifecycle.atomic_write_*``: a local path or a URL alike."""
+    write(path, payload)
+

@@ -1,0 +1,116 @@
+"""Lhotse manifests: a CutSet, or a RecordingSet with a SupervisionSet (``.jsonl`` or ``.jsonl.gz``).
+
+Read with the ``lhotse`` library (the ``lhotse`` extra; it pulls torch, so it is not part of the
+default install). Every supervision becomes one utterance, cut sample-exactly out of its
+recording (``start``/``duration`` of the supervision, plus the cut's own start for a CutSet); the
+key is the supervision id, the transcript its text. A multi-channel recording gives the channel
+named by ``--channel``, else the supervision's own channel. Recordings whose audio is a file or a
+URL are read (a ``command`` source only with ``--allow-pipes``); in-memory audio, MixedCuts and
+recordings with transforms (speed perturbation, resampling) are reported and skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator, NamedTuple
+
+from shardkit.commands.make.sources import Entry, Skip, SourceOptions, manifest_kind
+from shardkit.errors import UsageError
+from shardkit.io.remote import is_url
+
+
+def _lhotse():
+    try:
+        import lhotse
+    except ImportError:
+        raise UsageError("reading Lhotse manifests needs the lhotse library: pip install 'shardkit[lhotse]'") from None
+    return lhotse
+
+
+class _Source(NamedTuple):
+    type: str
+    channels: tuple
+    source: str
+
+
+class _Recording(NamedTuple):
+    """What an utterance needs of a lhotse Recording (a RecordingSet's recordings are all held)."""
+
+    id: str
+    sources: tuple
+    transforms: bool
+
+
+def _compact(recording) -> _Recording:
+    return _Recording(recording.id, tuple(_Source(s.type, tuple(s.channels), s.source if isinstance(s.source, str)
+                                                  else "") for s in recording.sources), bool(recording.transforms))
+
+
+def _utterance(sup, recording, offset: float, options: SourceOptions) -> Entry | Skip:
+    key = sup.id
+    if sup.text is None:
+        return Skip(key, "no_transcript", "supervision has no text")
+    if recording is None:
+        return Skip(key, "no_audio", f"recording {sup.recording_id!r} is not in the RecordingSet")
+    if recording.transforms:
+        return Skip(key, "unsupported_source", f"recording {recording.id!r} has transforms (speed, volume, "
+                                               "resampling): apply them with lhotse first")
+    channels = sorted({c for s in recording.sources for c in s.channels})
+    channel = options.channel
+    if channel is None:
+        channel = sup.channel if isinstance(sup.channel, int) else (sup.channel[0] if len(sup.channel) == 1 else None)
+    if channel is None and len(recording.sources) > 1:
+        return Skip(key, "unsupported_source", f"recording {recording.id!r} keeps each channel in its own file: "
+                                               "choose one with --channel")
+    if channel is not None and channel not in channels:
+        return Skip(key, "no_such_channel", f"recording {recording.id!r} has channels {channels}, not {channel}")
+    source = recording.sources[0]
+    if channel is not None:
+        source = next(s for s in recording.sources if channel in s.channels)
+        channel = source.channels.index(channel) if len(source.channels) > 1 else None
+    if source.type == "file" or source.type == "url":
+        audio = source.source if source.type == "url" or is_url(source.source) else os.path.abspath(source.source)
+    elif source.type == "command" and options.allow_pipes:
+        audio = f"pipe:{source.source}"
+    else:
+        return Skip(key, "unsupported_source", f"recording {recording.id!r} has a {source.type!r} audio source"
+                                               f"{' (needs --allow-pipes)' if source.type == 'command' else ''}")
+    return Entry(key, sup.text, audio, start=max(0.0, offset + sup.start), duration=float(sup.duration),
+                 segment=True, channel=channel)
+
+
+def _cuts(path: str, options: SourceOptions) -> Iterator[Entry | Skip]:
+    lhotse = _lhotse()
+    for cut in lhotse.CutSet.from_jsonl_lazy(path):
+        if type(cut).__name__ != "MonoCut" or not getattr(cut, "has_recording", False):
+            yield Skip(cut.id, "unsupported_source", f"{type(cut).__name__} without one recording: "
+                                                     "only MonoCuts with a recording are read")
+            continue
+        for sup in cut.supervisions:
+            yield _utterance(sup, cut.recording, cut.start, options)
+
+
+def _supervisions(recordings_path: str, supervisions_path: str, options: SourceOptions) -> Iterator[Entry | Skip]:
+    lhotse = _lhotse()
+    recordings = {r.id: _compact(r) for r in lhotse.RecordingSet.from_jsonl_lazy(recordings_path)}
+    for sup in lhotse.SupervisionSet.from_jsonl_lazy(supervisions_path):
+        yield _utterance(sup, recordings.get(sup.recording_id), 0.0, options)
+
+
+def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+    kinds = {path: manifest_kind(path) for path in paths}
+    cuts = [p for p, k in kinds.items() if k == "lhotse-cuts"]
+    recordings = [p for p, k in kinds.items() if k == "lhotse-recordings"]
+    supervisions = [p for p, k in kinds.items() if k == "lhotse-supervisions"]
+    other = [p for p, k in kinds.items() if k not in ("lhotse-cuts", "lhotse-recordings", "lhotse-supervisions")]
+    if other:
+        raise UsageError("not a Lhotse CutSet, RecordingSet or SupervisionSet manifest", shard=other[0])
+    if len(recordings) != len(supervisions):
+        raise UsageError("a Lhotse RecordingSet needs its SupervisionSet (and the reverse): give both, "
+                         "e.g. recordings.jsonl.gz supervisions.jsonl.gz")
+    if len(recordings) > 1:
+        raise UsageError("give at most one RecordingSet with its SupervisionSet (or CutSets)")
+    for path in cuts:
+        yield from _cuts(path, options)
+    if recordings:
+        yield from _supervisions(recordings[0], supervisions[0], options)

@@ -1,0 +1,108 @@
+"""WebDataset tars: per sample an audio member and its transcript in ``.json`` (``--text-field``,
+default ``text``) or ``.txt``.
+
+Read through shardkit's own tar parser (``tario.iter_tar_members``), so a hostile member (link,
+device, ``..`` name, oversized) is refused the same way everywhere, and a damaged tar is reported
+with the samples before the damage kept. Members group as WebDataset groups them: the key is
+the name up to the first ``.`` of its last path component, the extension the rest; adjacent
+members with one key form a sample. Audio: any container soundfile reads, plus mp3. For a plain
+tar each audio member's data offset is recorded, so the writer reads it back with one seek.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Iterator
+
+from shardkit.commands.make.sources import TAR_SUFFIXES, Entry, Skip, SourceOptions, expand
+from shardkit.commands.make.sources._probe import probe_bytes
+from shardkit.errors import ShardkitError
+from shardkit.io.tar import AUDIO_EXTENSIONS, iter_tar_members, open_shard, shard_reader
+
+_KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext
+
+
+class _Counting:
+    """Counts the bytes read through it, so a member's data offset is known as it is yielded."""
+
+    def __init__(self, f):
+        self._read = f.read
+        self.count = 0
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        self.count += len(data)
+        return data
+
+
+def _samples(path: str, problems: list) -> Iterator[tuple[str, dict]]:
+    """``(key, {ext: (data, offset, member name)})`` per WebDataset sample of one tar."""
+    with open_shard(path) as f:
+        reader = shard_reader(f, shard=path)
+        plain = reader is f
+        counting = _Counting(reader)
+        key, sample = None, {}
+        for name, data in iter_tar_members(counting, shard=path, on_error=problems.append):
+            offset = counting.count - (-len(data) % 512) - len(data) if plain else -1
+            match = _KEY_EXT.match(name)
+            if match is None:
+                continue  # no extension: WebDataset skips it too
+            prefix, ext = match.group(1), match.group(2).lower()
+            if prefix != key:
+                if sample:
+                    yield key, sample
+                key, sample = prefix, {}
+            sample[ext] = (data, offset, name)
+        if sample:
+            yield key, sample
+
+
+def _text(sample: dict, field: str) -> str | None:
+    if "json" in sample:
+        try:
+            meta = json.loads(sample["json"][0])
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            meta = None
+        value = meta.get(field) if isinstance(meta, dict) else None
+        if isinstance(value, str):
+            return value
+    if "txt" in sample:
+        try:
+            return sample["txt"][0].decode("utf-8").strip()
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+    field = options.text_field or "text"
+    for path in expand(paths, TAR_SUFFIXES):
+        path = os.path.abspath(path)
+        problems: list[ShardkitError] = []
+        try:
+            for key, sample in _samples(path, problems):
+                while problems:
+                    err = problems.pop(0)
+                    yield Skip(err.member or path, err.check, str(err))
+                audio_ext = next((e for e in sample if e.rsplit(".", 1)[-1] in AUDIO_EXTENSIONS), None)
+                if audio_ext is None:
+                    yield Skip(key, "no_audio", f"{path}: sample has no audio member ({', '.join(sample)})")
+                    continue
+                text = _text(sample, field)
+                if text is None:
+                    yield Skip(key, "no_transcript", f"{path}: sample has no .txt or .json {field!r} transcript")
+                    continue
+                data, offset, name = sample[audio_ext]
+                facts = probe_bytes(data)
+                if isinstance(facts, str):
+                    yield Skip(key, "unreadable_audio", f"{path}: member {name!r}: {facts}")
+                    continue
+                seconds, rate, channels = facts
+                yield Entry(key, text, name, container=path, pos=offset, size=len(data), total=seconds, rate=rate,
+                            channels=channels)
+        except ShardkitError as err:
+            yield Skip(path, "bad_tar", f"{err.reason} (samples after it are lost)")
+        for err in problems:
+            yield Skip(err.member or path, err.check, str(err))

@@ -1,0 +1,221 @@
+"""Compression codecs: detection by magic bytes, streaming readers and writers, one registry.
+
+Readers are generators of decompressed chunks (``iter_decompressed``); writers are file-like
+objects that compress into a caller's binary file and leave it open (``open_writer``).
+Every codec's reader detects a truncated or damaged stream and raises ``CorruptStreamError``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Iterator
+
+import zstandard
+
+from shardkit.errors import CorruptStreamError, UsageError
+
+READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Codec:
+    name: str
+    suffix: str  # appended to ".tar"
+    default_level: int | None
+    levels: tuple[int, int] | None
+    open_writer: Callable[[BinaryIO, int | None], BinaryIO]
+    iter_chunks: Callable[[BinaryIO, int], Iterator[bytes]]
+
+
+class _NoCloseWriter(io.RawIOBase):
+    """Plain output: writes straight through, and closing it leaves the target open."""
+
+    def __init__(self, target: BinaryIO):
+        self._target = target
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        return self._target.write(data)
+
+
+def _plain_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
+    while chunk := f.read(READ_CHUNK):
+        yield chunk
+
+
+def _stream_chunks(reader: BinaryIO) -> Iterator[bytes]:
+    # read1 hands over what is decoded so far, so the bytes before a damaged spot still arrive
+    read = getattr(reader, "read1", reader.read)
+    with reader:
+        while chunk := read(READ_CHUNK):
+            yield chunk
+
+
+def _gz_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
+    try:
+        from isal import igzip
+
+        reader = igzip.IGzipFile(fileobj=f, mode="rb")
+    except ImportError:  # isal is a speed-up, not a requirement
+        reader = gzip.GzipFile(fileobj=f, mode="rb")
+    yield from _stream_chunks(reader)
+
+
+def _bz2_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
+    try:
+        import indexed_bzip2
+    except ImportError:
+        yield from _stream_chunks(bz2.BZ2File(f, mode="rb"))
+        return
+    if not f.seekable():  # a pipe or a stream: indexed_bzip2 needs to seek, the stdlib does not
+        yield from _stream_chunks(bz2.BZ2File(f, mode="rb"))
+        return
+    start = f.tell()
+    yielded = False
+    try:
+        for chunk in _stream_chunks(indexed_bzip2.open(f, parallelization=max(1, threads))):
+            yielded = True
+            yield chunk
+    except RuntimeError:
+        if yielded:
+            raise
+        # indexed_bzip2 scans ahead and refuses a damaged file before its first byte; the stdlib
+        # decoder streams up to the damage, so what precedes it can still be read (and salvaged)
+        f.seek(start)
+        yield from _stream_chunks(bz2.BZ2File(f, mode="rb"))
+
+
+def _xz_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
+    yield from _stream_chunks(lzma.LZMAFile(f, mode="rb"))
+
+
+def _zst_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
+    # The stdlib-style ZstdFile (Python 3.14's compression.zstd, or its backport) bounds the output
+    # of each read (a highly repetitive stream cannot balloon memory) and raises EOFError on a
+    # truncated frame; zstandard's stream_reader would end silently there.
+    yield from _stream_chunks(_zstd_module().ZstdFile(f, mode="rb"))
+
+
+def _zstd_module():
+    try:
+        from compression import zstd  # Python 3.14+
+    except ImportError:
+        from backports import zstd
+    return zstd
+
+
+def _zst_writer(f: BinaryIO, level: int | None) -> BinaryIO:
+    compressor = zstandard.ZstdCompressor(level=3 if level is None else level, write_checksum=True)
+    return compressor.stream_writer(f, closefd=False)
+
+
+def _gz_writer(f: BinaryIO, level: int | None) -> BinaryIO:
+    # mtime=0 and no file name keep the gzip header deterministic
+    return gzip.GzipFile(filename="", fileobj=f, mode="wb", compresslevel=6 if level is None else level, mtime=0)
+
+
+def _bz2_writer(f: BinaryIO, level: int | None) -> BinaryIO:
+    return bz2.BZ2File(f, mode="wb", compresslevel=9 if level is None else level)
+
+
+def _xz_writer(f: BinaryIO, level: int | None) -> BinaryIO:
+    return lzma.LZMAFile(f, mode="wb", preset=6 if level is None else level, check=lzma.CHECK_CRC64)
+
+
+CODECS: dict[str, Codec] = {
+    "none": Codec("none", "", None, None, lambda f, level: _NoCloseWriter(f), _plain_chunks),
+    "gz": Codec("gz", ".gz", 6, (1, 9), _gz_writer, _gz_chunks),
+    "bz2": Codec("bz2", ".bz2", 9, (1, 9), _bz2_writer, _bz2_chunks),
+    "xz": Codec("xz", ".xz", 6, (0, 9), _xz_writer, _xz_chunks),
+    "zst": Codec("zst", ".zst", 3, (-7, 22), _zst_writer, _zst_chunks),
+}
+
+COMPRESSED_SUFFIXES = {".gz": "gz", ".tgz": "gz", ".bz2": "bz2", ".tbz2": "bz2", ".xz": "xz",
+                       ".txz": "xz", ".zst": "zst", ".zstd": "zst", ".tzst": "zst"}
+
+_MAGIC = (
+    (b"\x1f\x8b", "gz"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zst"),
+)
+
+
+def detect_codec(head: bytes) -> str:
+    """Name of the compression of a stream from its first bytes; "none" for anything else."""
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[3:4] != b"0" and head[4:10] in (
+        b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90"):
+        return "bz2"
+    return "none"
+
+
+def parse_codec_spec(spec: str) -> tuple[str, int | None]:
+    """``"zst:19"`` -> ``("zst", 19)``; ``"none"`` -> ``("none", None)``. Raises UsageError."""
+    name, _, level_text = spec.partition(":")
+    name = {"zstd": "zst", "gzip": "gz", "plain": "none", "tar": "none"}.get(name, name)
+    if name not in CODECS:
+        raise UsageError(f"unknown codec {spec!r}; choose from {', '.join(CODECS)}")
+    codec = CODECS[name]
+    if not level_text:
+        return name, codec.default_level
+    if codec.levels is None:
+        raise UsageError(f"codec {name!r} takes no level (got {spec!r})")
+    try:
+        level = int(level_text)
+    except ValueError:
+        raise UsageError(f"level in {spec!r} is not an integer") from None
+    low, high = codec.levels
+    if not low <= level <= high:
+        raise UsageError(f"{name} level must be in {low}..{high} (got {level})")
+    return name, level
+
+
+try:  # isal raises its own error class (not an OSError) on a damaged deflate stream
+    from isal.igzip_lib import IsalError as _IsalError
+except ImportError:
+    _IsalError = ValueError
+_DECODE_ERRORS = (EOFError, OSError, lzma.LZMAError, zstandard.ZstdError, _zstd_module().ZstdError, RuntimeError,
+                  ValueError, _IsalError)
+
+
+def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, threads: int = 1) -> Iterator[bytes]:
+    """Decompressed chunks of a shard file opened for binary reading.
+
+    The codec is detected from the magic bytes unless given. Any decompressor error, and a
+    stream that ends early, becomes ``CorruptStreamError`` naming the shard.
+    """
+    head = f.peek(16)[:16] if hasattr(f, "peek") else b""
+    if codec is None:
+        if not head:
+            head = f.read(16)
+            f.seek(0)
+        codec = detect_codec(head)
+    try:
+        yield from CODECS[codec].iter_chunks(f, threads)
+    except CorruptStreamError as err:
+        raise err.located(shard=shard)
+    except _DECODE_ERRORS as err:
+        raise CorruptStreamError(f"{codec} stream is truncated or corrupt ({type(err).__name__}: {err})",
+                                 shard=shard) from err
+
+
+def open_writer(f: BinaryIO, codec: str, level: int | None = None) -> BinaryIO:
+    """A writable file object that compresses into ``f``; closing it finishes the stream only."""
+    return CODECS[codec].open_writer(f, level)
+
+
+def codec_of_path(path: str) -> str:
+    """Codec named by a file's suffix (for naming outputs only; reading always sniffs magic)."""
+    lower = path.lower()
+    for suffix, name in COMPRESSED_SUFFIXES.items():
+        if lower.endswith(suffix):
+            return name
+    return "none"

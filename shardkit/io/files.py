@@ -1,0 +1,368 @@
+"""Files written all or nothing, and the checks of finished outputs: the bottom of every writer.
+
+``AtomicFile(dst)`` / ``atomic_write_*``: a temporary name unique to this write
+(``.NAME.<random>.partial`` beside ``dst``; for a URL, in ``TMPDIR``), fsync, ``verify(tmp)`` before
+the final name, rename (or publish to the store), fsync the folder. An ``OSError`` becomes
+``OutputError`` naming the path and the temporary file is removed. ``remove_leftovers(outputs)``
+deletes what killed runs left. The training side uses ``pid_alive`` and ``atomic_write_bytes`` from
+here; the writers' run lifecycle (``shardkit.run.lifecycle``) builds on the rest.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import secrets
+from typing import Callable, Iterable
+
+from shardkit.errors import ShardkitError, UsageError
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+PARTIAL_SUFFIX = ".partial"
+
+class OutputError(UsageError):
+    """An output cannot be written: no space, no permission, read-only, its folder vanished (exit 2)."""
+
+    check = "output"
+
+
+def os_reason(err: OSError) -> str:
+    """The words for an OSError: ``No space left on device``, ``Read-only file system``, ..."""
+    return err.strerror or str(err) or type(err).__name__
+
+
+def output_error(err: OSError, path: str, doing: str = "cannot write") -> OutputError:
+    reason = os_reason(err)
+    if err.errno == errno.ENOENT:
+        reason = "its folder vanished" if not os.path.isdir(os.path.dirname(os.path.abspath(path)) or ".") \
+            else reason
+    out = OutputError(f"{doing} ({reason})", shard=path)
+    out.__cause__ = err
+    return out
+
+def _local(path: str) -> bool:
+    return "://" not in path and not path.startswith("pipe:") and not path.rstrip().endswith("|")
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this id exists on this host (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+# --------------------------------------------------------------------------------- atomic files
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_path(dst: str) -> str:
+    """A temporary name for ``dst`` unique to this write: ``.NAME.<random>.partial`` beside it
+    (for a URL, in the local temporary folder)."""
+    token = secrets.token_hex(6)
+    if not _local(dst):
+        import hashlib
+        import tempfile
+
+        digest = hashlib.sha256(dst.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), f".shardkit-{digest}-{os.path.basename(dst)}.{token}{PARTIAL_SUFFIX}")
+    return os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.{token}{PARTIAL_SUFFIX}")
+
+
+def remove_leftovers(outputs: Iterable[str]) -> int:
+    """Delete the temporary files killed runs left for ``outputs`` (``.NAME[.<random>].partial``).
+
+    Only names of these outputs, so another slice writing into the same folder is untouched; call
+    it while holding the folder's lock. Returns how many were removed.
+    """
+    import tempfile
+
+    folders: dict[str, set[str]] = {}
+    for dst in outputs:
+        if _local(dst):
+            folders.setdefault(os.path.dirname(os.path.abspath(dst)), set()).add(os.path.basename(dst))
+        else:
+            import hashlib
+
+            digest = hashlib.sha256(dst.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+            folders.setdefault(tempfile.gettempdir(), set()).add(f"shardkit-{digest}-{os.path.basename(dst)}")
+    removed = 0
+    for folder, names in folders.items():
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if not (name.startswith(".") and name.endswith(PARTIAL_SUFFIX)):
+                continue
+            stem = name[1:-len(PARTIAL_SUFFIX)]
+            base, dot, token = stem.rpartition(".")
+            if stem in names or (dot and base in names and all(c in "0123456789abcdef" for c in token)):
+                try:
+                    os.unlink(entry.path)
+                    removed += 1
+                except OSError:
+                    pass
+    return removed
+
+
+class AtomicFile:
+    """Write ``dst`` all or nothing: ``with AtomicFile(dst) as f: ...; f.commit(verify)``.
+
+    ``f.file`` is the open binary temporary file. ``commit(verify=None)`` flushes, fsyncs and
+    closes it, calls ``verify(tmp_path)`` (which raises if the bytes are wrong), then renames it to
+    ``dst`` and fsyncs the folder (a URL: published through fsspec). Leaving the block without
+    ``commit`` (an exception, or on purpose) removes the temporary file. OSErrors while writing
+    are the caller's; ``commit`` raises ``OutputError`` naming ``dst``.
+    """
+
+    def __init__(self, dst: str, *, buffering: int = -1):
+        self.dst = os.fspath(dst)
+        self.tmp = temp_path(self.dst)
+        self._buffering = buffering
+        self.file = None
+        self.committed = False
+
+    def __enter__(self) -> "AtomicFile":
+        try:
+            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666 & ~_UMASK)
+        except OSError as err:
+            raise output_error(err, self.dst) from None
+        self.file = os.fdopen(fd, "wb", buffering=self._buffering)
+        return self
+
+    def write(self, data) -> int:
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def commit(self, verify: Callable[[str], None] | None = None, *, sync_while_verifying: bool = False) -> None:
+        """``sync_while_verifying``: the fsync runs in a thread while ``verify`` reads the file back
+        (both see the same bytes: the read-back comes from the page cache either way), so the wait for
+        the disk overlaps the read-back's work; the rename still waits for both."""
+        syncing = None
+        try:
+            self.file.flush()
+            if sync_while_verifying and verify is not None:
+                syncing = _Fsync(self.file.fileno())
+            else:
+                os.fsync(self.file.fileno())
+            written, stored = self.file.tell(), os.fstat(self.file.fileno()).st_size
+            if syncing is None:
+                self.file.close()
+        except OSError as err:
+            if syncing is not None:
+                syncing.wait()
+            raise output_error(err, self.dst) from None
+        try:
+            if written != stored:
+                from shardkit.errors import VerificationError
+
+                raise VerificationError(f"{stored} bytes on disk after writing {written}", shard=self.dst)
+            if verify is not None:
+                verify(self.tmp)
+        finally:
+            failed = syncing.wait() if syncing is not None else None
+        if syncing is not None:
+            try:
+                if failed is not None:
+                    raise failed
+                self.file.close()
+            except OSError as err:
+                raise output_error(err, self.dst) from None
+        if _local(self.dst):
+            try:
+                os.replace(self.tmp, self.dst)
+                fsync_dir(os.path.dirname(os.path.abspath(self.dst)))
+            except OSError as err:
+                raise output_error(err, self.dst) from None
+        else:
+            from shardkit.io.remote import publish_output
+
+            publish_output(self.tmp, self.dst)
+        self.committed = True
+
+    def discard(self) -> None:
+        if self.file is not None and not self.file.closed:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass
+
+    def __exit__(self, *exc) -> None:
+        if not self.committed:
+            self.discard()
+
+
+class _Fsync:
+    """``os.fsync(fd)`` in a thread (it releases the GIL); ``wait()`` returns its OSError or None."""
+
+    def __init__(self, fd: int):
+        import threading
+
+        self.error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, args=(fd,), name="shardkit-fsync", daemon=True)
+        self._thread.start()
+
+    def _run(self, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as err:
+            self.error = err
+
+    def wait(self) -> OSError | None:
+        self._thread.join()
+        return self.error
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp name, fsync, rename, fsync the folder).
+
+    Any OSError becomes an ``OutputError`` (exit 2) naming ``path``; no temporary file is left.
+    """
+    with AtomicFile(path) as f:
+        try:
+            f.write(data)
+        except OSError as err:
+            raise output_error(err, path) from None
+        f.commit()
+
+
+def atomic_write_json(path: str, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def atomic_write_lines(path: str, lines) -> None:
+    atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode("utf-8"))
+
+
+def load_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError, IsADirectoryError):
+        return None
+
+
+class HashingFile:
+    """Binary output that hashes and counts what passes through it."""
+
+    def __init__(self, f):
+        self._f = f
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self._f.write(data)
+        self.sha256.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+def member_digest(name: str, data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def combine_digests(entries: list[tuple[str, bytes]]) -> str:
+    """One digest over the ordered (name, content digest) pairs of a shard."""
+    h = hashlib.sha256()
+    for name, digest in entries:
+        h.update(name.encode("utf-8", "surrogateescape") + b"\x00" + digest)
+    return h.hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a local file, or of an object read back through fsspec."""
+    from shardkit.io.remote import is_local, open_input
+
+    h = hashlib.sha256()
+    with open(path, "rb") if is_local(path) else open_input(path) as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def output_size(path: str) -> int | None:
+    """Size of a finished output (local file or URL); None if there is none."""
+    from shardkit.io.remote import input_info, is_local
+
+    try:
+        return os.stat(path).st_size if is_local(path) else input_info(path)["size"]
+    except (OSError, ShardkitError):
+        return None
+
+
+def output_unchanged(path: str, size: int, sha256: str) -> bool:
+    """Whether a finished output (local file or URL) still has the recorded size and sha256 (a URL is
+    read back to hash it: object stores' ETags are not sha256); False when it cannot be read."""
+    if output_size(path) != size:
+        return False
+    try:
+        return file_sha256(path) == sha256
+    except (OSError, ShardkitError):
+        return False
+
+
+def load_report(path: str) -> dict | None:
+    """A previous run's report, local or at a URL; None if there is none or it does not parse."""
+    import json
+
+    from shardkit.io.remote import is_local, open_input
+
+    if is_local(path):
+        return load_json(path)
+    try:
+        with open_input(path) as f:
+            return json.loads(f.read())
+    except (ShardkitError, ValueError):
+        return None
+
+
+def remove_temporary_keys(outputs: list[str]) -> None:
+    """Delete the temporary keys a killed run left beside these outputs (``.NAME.<hex>.partial``).
+
+    Only the names of these outputs: another job of the array may be publishing its own there now.
+    """
+    from shardkit.io.remote import filesystem
+
+    folders: dict[str, set[str]] = {}
+    for dst in outputs:
+        folder, _, name = dst.rpartition("/")
+        folders.setdefault(folder, set()).add(name)
+    for folder, names in folders.items():
+        fs, key = filesystem(folder, None)
+        try:
+            fs.invalidate_cache(key)
+            listed = fs.ls(key, detail=False)
+        except FileNotFoundError:
+            continue
+        except Exception as err:
+            raise ShardkitError(f"cannot list the output folder ({type(err).__name__}: {err})", shard=folder) from err
+        for path in listed:
+            name = path.rpartition("/")[2]
+            stem, dot, rest = name[1:].rpartition(".partial")[0].rpartition(".")
+            if name.startswith(".") and name.endswith(".partial") and stem in names and dot:
+                fs.rm(path)

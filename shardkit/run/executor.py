@@ -1,0 +1,421 @@
+"""Where per-shard tasks run: in this process, in a local process pool, or on a Ray cluster.
+
+``run_tasks(fn, tasks, executor=...)`` is the one loop every command uses for its per-shard work;
+``fn(task)`` is a module-level function of one picklable argument (convert's ``_task((src, dst,
+settings))``, validate's ``_validate_task((path, options))``). Results come back as
+``(index, result)``, in completion order or, with ``ordered=True``, in task order; either way the
+command assembles the same report and manifest, so every executor writes the same bytes.
+
+- ``local``: ``jobs == 1`` runs inline; otherwise a forkserver process pool. A worker process that
+  dies (killed, out of memory) breaks the whole pool; a new pool reruns the tasks that were in it,
+  one at a time, so that the one that dies again is known, and retries it up to ``retries`` times.
+  Workers die with the main process: each sets ``PR_SET_PDEATHSIG`` (its parent is the
+  forkserver, which sets it too) and watches the main process's pid, so a ``kill -9`` of a run
+  leaves no worker writing and no forkserver or resource tracker behind.
+- ``ray``: one Ray task per item, ``max_retries=retries`` (Ray re-runs a task whose worker or node
+  died; a task that raises is not retried). Connects to ``ray_address`` (default ``auto``: the
+  cluster named by ``RAY_ADDRESS`` or started with ``ray start`` on this node), or starts a local
+  instance on this machine's cores when none is running and no address was given.
+
+Both bound the tasks submitted but not yet handed back (``max_in_flight``), so a million-shard list
+never sits in a scheduler queue or in memory at once. Data problems are results (convert returns
+``status: failed``); a task that raises is re-raised here as the same ``ShardkitError`` located at
+the task's shard, or as ``TaskFailedError`` naming the shard and the exception.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from contextlib import closing
+from typing import Any, Callable, Iterable, Iterator
+
+from shardkit.errors import ShardkitError, UsageError
+from shardkit.run.lifecycle import pid_alive
+
+EXECUTORS = ("local", "ray")
+RAY_INSTALL_HINT = "pip install 'shardkit[ray]'"
+
+
+class TaskFailedError(ShardkitError):
+    """A task raised instead of returning a result, or its worker died more often than retried."""
+
+    check = "task"
+
+
+def task_name(task: Any, index: int) -> str:
+    """What an error calls a task: its first string field (the shard path), else its position."""
+    fields = task if isinstance(task, (tuple, list)) else (task,)
+    for value in fields:
+        if isinstance(value, (str, os.PathLike)):
+            return os.fspath(value)
+    return f"task {index}"
+
+
+def _located(err: BaseException, task: Any, index: int) -> ShardkitError:
+    name = task_name(task, index)
+    if isinstance(err, ShardkitError):
+        return err.located(shard=name)
+    return TaskFailedError(f"task raised {type(err).__name__}: {err}", shard=name)
+
+
+class _Raised:
+    """A task's exception, carried to the point where its result would have been handed back."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _failed(err: BaseException, task: Any, index: int) -> _Raised:
+    located = _located(err, task, index)
+    if located is not err:
+        located.__cause__ = err
+    return _Raised(located)
+
+
+class _Prepared:
+    """A task list whose items are prepared when they are fetched (see ``run_tasks``' ``prepare``)."""
+
+    def __init__(self, items: list, prepare: Callable[[Any], Any]):
+        self._items = items
+        self._prepare = prepare
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index: int):
+        return self._prepare(self._items[index])
+
+    def __iter__(self):
+        return (self._prepare(item) for item in self._items)
+
+
+class _Window:
+    """Tasks submitted but not yet handed to the caller; submission waits while it is full."""
+
+    def __init__(self, limit: int):
+        self.limit = max(1, limit)
+        self.outstanding = 0
+
+    @property
+    def open(self) -> bool:
+        return self.outstanding < self.limit
+
+
+def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | None = None,
+              executor: str = "local", ray_address: str | None = None, max_in_flight: int | None = None,
+              retries: int = 3, ordered: bool = False, on_result: Callable[[int, Any], None] | None = None,
+              initializer: Callable[..., None] | None = None, initargs: tuple = (),
+              prepare: Callable[[Any], Any] | None = None) -> Iterator[tuple[int, Any]]:
+    """Run ``fn(task)`` for every task; an iterator of ``(index, result)``. See the module docstring.
+
+    ``jobs``: local processes [default: all cores]; with Ray, the most tasks running at once
+    [default: twice the cluster's CPUs in flight]. ``on_result(index, result)`` is called for each
+    result just before it is yielded. ``initializer(*initargs)`` runs once in each worker process
+    before its first task (inline: once, here). ``prepare(task)``, when given, turns a task into
+    the argument ``fn`` receives just before it is submitted, here, so that only the tasks in
+    flight are held in full (make builds a shard's utterance list this way). Arguments are checked, and Ray is connected, when
+    this is called; tasks run as the iterator is consumed.
+    """
+    tasks = list(tasks) if prepare is None else _Prepared(list(tasks), prepare)
+    if executor not in EXECUTORS:
+        raise UsageError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if retries < 0:
+        raise UsageError("retries must be 0 or more")
+    if executor == "ray":
+        ray = connect_ray(ray_address)
+        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        window = _Window(max_in_flight or jobs or 2 * cpus)
+        completions = _iter_ray(ray, fn, tasks, window, retries, initializer, initargs)
+    else:
+        jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
+        if jobs == 1:
+            window = _Window(1)
+            completions = _iter_inline(fn, tasks, window, initializer, initargs)
+        else:
+            window = _Window(max_in_flight or 2 * jobs)
+            completions = _iter_pool(fn, tasks, jobs, window, retries, initializer, initargs)
+    return _hand_back(completions, window, len(tasks), ordered, on_result)
+
+
+def _hand_back(completions, window: _Window, total: int, ordered: bool, on_result) -> Iterator[tuple[int, Any]]:
+    # In ordered mode, results that finish early wait here; the window counts them, so at most
+    # ``limit`` results are ever held, and the lowest unreturned index is always still in flight.
+    held: dict[int, Any] = {}
+    next_index = 0
+    with closing(completions):  # an early stop shuts the pool down or cancels the Ray tasks
+        for index, result in completions:
+            if ordered:
+                held[index] = result
+                ready = []
+                while next_index in held:
+                    ready.append((next_index, held.pop(next_index)))
+                    next_index += 1
+            else:
+                ready = [(index, result)]
+            for done_index, done in ready:
+                window.outstanding -= 1
+                if isinstance(done, _Raised):
+                    raise done.error
+                if on_result:
+                    on_result(done_index, done)
+                yield done_index, done
+    assert not held and (not ordered or next_index == total), "ordered hand-back lost a result"
+
+
+def _iter_inline(fn, tasks, window: _Window, initializer, initargs):
+    if initializer is not None:
+        initializer(*initargs)
+    for index, task in enumerate(tasks):
+        window.outstanding += 1
+        try:
+            result = fn(task)
+        except Exception as err:
+            result = _failed(err, task, index)
+        yield index, result
+
+
+def _iter_pool(fn, tasks, jobs: int, window: _Window, retries: int, initializer, initargs):
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    def new_pool():
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=forkserver_context(), initializer=_pool_worker_init,
+                                   initargs=(os.getpid(), initializer, initargs))
+
+    pool = new_pool()
+    pending: dict = {}  # future -> task index
+    # When a worker dies the whole pool breaks and every task in it is lost, with no telling which
+    # one killed it. The lost tasks become suspects and run again one at a time in a new pool: a
+    # death then has one culprit, which is charged an attempt and runs alone again, up to ``retries``.
+    suspects: list[int] = []
+    alone: int | None = None  # the suspect running by itself
+    attempts: dict[int, int] = {}
+    next_index = 0
+    try:
+        while next_index < len(tasks) or pending or suspects:
+            if suspects and not pending:
+                alone = suspects.pop(0)
+                pending[pool.submit(fn, tasks[alone])] = alone
+            while alone is None and next_index < len(tasks) and window.open:
+                pending[pool.submit(fn, tasks[next_index])] = next_index
+                window.outstanding += 1
+                next_index += 1
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            broken = False
+            for future in sorted(done, key=pending.__getitem__):
+                index = pending[future]
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    continue
+                except Exception as err:
+                    result = _failed(err, tasks[index], index)
+                del pending[future]
+                if index == alone:
+                    alone = None
+                yield index, result
+            if not broken:
+                continue
+            if alone is not None:
+                attempts[alone] = attempts.get(alone, 0) + 1
+                if attempts[alone] > retries:
+                    times = "once" if retries == 0 else f"each of the {retries + 1} times it ran"
+                    raise TaskFailedError(f"its worker process died (killed, out of memory or crashed) {times}",
+                                          shard=task_name(tasks[alone], alone))
+                suspects.insert(0, alone)
+                alone = None
+            else:
+                suspects.extend(sorted(pending.values()))
+            pending.clear()
+            pool.shutdown(wait=True, cancel_futures=True)
+            pool = new_pool()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+# --- workers that die with their parent --------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+WATCHDOG_SECONDS = 0.5
+
+
+def die_with_parent(signal_number: int | None = None) -> bool:
+    """Ask the kernel to kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``).
+
+    Returns False where there is no such call (not Linux); the caller's watchdog still works.
+    """
+    import signal
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal_number or signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def watch_parent(pid: int, interval: float = WATCHDOG_SECONDS) -> None:
+    """A daemon thread that kills this process (and any child it started in its process group
+    is left to PR_SET_PDEATHSIG) as soon as process ``pid`` is gone."""
+    import signal
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(interval)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os.kill(os.getpid(), signal.SIGKILL)
+            except PermissionError:  # pid reused by another user's process: ours is gone
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="shardkit-parent-watchdog", daemon=True).start()
+
+
+def _pool_worker_init(main_pid: int, initializer, initargs) -> None:
+    """First thing in every pool worker: die with the forkserver (PDEATHSIG) and with the main
+    process (watchdog: the worker's parent is the forkserver, not the main process)."""
+    die_with_parent()
+    if os.getppid() == 1 or not pid_alive(main_pid):
+        os._exit(1)
+    watch_parent(main_pid)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def forkserver_context():
+    """The forkserver multiprocessing context, whose server process dies with this one.
+
+    The server imports ``shardkit.run.deathsig`` first, which sets its PR_SET_PDEATHSIG: a kill -9
+    of the main process then ends the forkserver, and with it (PDEATHSIG again) every worker, and
+    the resource tracker, whose last writers they were. A rerun right after finds no one writing.
+    """
+    import multiprocessing
+    import threading
+
+    context = multiprocessing.get_context("forkserver")
+    module = "shardkit.run.deathsig"
+    try:
+        from multiprocessing import forkserver
+
+        current = list(getattr(forkserver._forkserver, "_preload_modules", []) or [])
+    except (ImportError, AttributeError):
+        current = []
+    # PR_SET_PDEATHSIG follows the parent *thread*: a server started from a thread that ends
+    # would die with it, so only a server started from the main thread asks for it
+    wanted = threading.current_thread() is threading.main_thread()
+    if wanted and module not in current:
+        context.set_forkserver_preload(current + [module])
+    elif not wanted and module in current:
+        context.set_forkserver_preload([m for m in current if m != module])
+    return context
+
+
+def local_pool(jobs: int):
+    """A forkserver ``ProcessPoolExecutor`` whose workers die with this process (for the few
+    commands that drive a pool themselves rather than through ``run_tasks``)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=forkserver_context(), initializer=_pool_worker_init,
+                               initargs=(os.getpid(), None, ()))
+
+
+# --- Ray ---------------------------------------------------------------------------------------
+
+_WORKER_INIT_TOKEN: str | None = None
+
+
+def _ray_call(fn, task, init):
+    """The body of every Ray task: run the initializer once per worker process, then ``fn(task)``."""
+    global _WORKER_INIT_TOKEN
+    if init is not None:
+        token, boxed = init
+        if _WORKER_INIT_TOKEN != token:
+            import ray
+
+            initializer, initargs = ray.get(boxed[0])
+            initializer(*initargs)
+            _WORKER_INIT_TOKEN = token
+    return fn(task)
+
+
+def connect_ray(address: str | None = None):
+    """Connect this process to Ray (once) and return the ``ray`` module.
+
+    ``address`` None tries ``auto`` (``RAY_ADDRESS`` or a ``ray start`` cluster on this node) and
+    starts a local instance on all cores when none is running; an explicit address must answer.
+    A process that already called ``ray.init`` keeps its connection.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(f"--executor ray needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
+    if ray.is_initialized():
+        return ray
+    import logging
+
+    options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+    if address:
+        _check_reachable(address)
+    try:
+        ray.init(address=address or "auto", **options)
+    except ConnectionError as err:
+        if address:
+            raise UsageError(f"cannot reach the Ray cluster at --ray-address {address} ({err})") from None
+        ray.init(address="local", num_cpus=os.cpu_count() or 1, **options)
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse a ``host:port`` nobody listens on now: ray.init would retry it for minutes."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return  # "auto", "local" and the like: Ray resolves those itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as err:
+        raise UsageError(f"cannot reach the Ray cluster at --ray-address {address} "
+                         f"({err.strerror or err})") from None
+
+
+def _iter_ray(ray, fn, tasks, window: _Window, retries: int, initializer, initargs):
+    remote = ray.remote(_ray_call).options(max_retries=retries, retry_exceptions=False, num_cpus=1)
+    # the boxed reference reaches each worker unresolved, so it fetches the initargs only once
+    init = (uuid.uuid4().hex, [ray.put((initializer, initargs))]) if initializer is not None else None
+    pending: dict = {}  # ObjectRef -> task index
+    next_index = 0
+    try:
+        while next_index < len(tasks) or pending:
+            while next_index < len(tasks) and window.open:
+                pending[remote.remote(fn, tasks[next_index], init)] = next_index
+                window.outstanding += 1
+                next_index += 1
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                index = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayTaskError as err:
+                    # err.cause is the task's own exception; err itself carries the remote traceback
+                    result = _failed(getattr(err, "cause", None) or err, tasks[index], index)
+                    result.error.__cause__ = err
+                except ray.exceptions.RayError as err:
+                    # the worker or node died on every attempt, an object was lost, out of memory
+                    first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                    error = TaskFailedError(f"Ray could not finish the task in {retries + 1} attempts "
+                                            f"({type(err).__name__}: {first_line})",
+                                            shard=task_name(tasks[index], index))
+                    error.__cause__ = err
+                    result = _Raised(error)
+                yield index, result
+    finally:
+        for ref in pending:
+            ray.cancel(ref)

@@ -1,0 +1,177 @@
+"""merge-reports: join the per-slice reports of a ``--split I/N`` job array into one.
+
+The job layer's half: find the slices, check that they belong together, lock the folders, and the
+generic join (entries concatenated, lists joined) that convert and index reports need. A command
+whose report needs more (validate, make, balance) exposes its own ``merge_reports(slices)``, found
+through ``shardkit.commands.report_merger``; this module imports no command.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Callable
+
+from shardkit.errors import ShardkitError, UsageError
+from shardkit.run.lifecycle import OutputLock, atomic_write_json, atomic_write_lines
+from shardkit.run.split import (
+    ENTRIES_KEY,
+    FAILED_STATUSES,
+    MAY_DIFFER,
+    _found_slices,
+    _load_slice,
+    _without,
+    slice_path,
+)
+
+
+@dataclass(frozen=True)
+class Slices:
+    """The checked slice reports of one job array, handed to a command's report merger."""
+
+    out_dir: str
+    command: str  # the report's stem (``--command``)
+    kind: str  # the command that wrote the reports
+    docs: list[dict]
+    count: int
+    entries_key: str
+
+    @property
+    def report_path(self) -> str:
+        return os.path.join(self.out_dir, f"{self.command}.json")
+
+
+Merger = Callable[[Slices], dict]
+
+
+def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = ENTRIES_KEY,
+                  may_differ: tuple[str, ...] | None = None,
+                  mergers: Callable[[str], Merger | None] | None = None) -> dict:
+    """Merge ``<command>.slice-I-of-N.json`` (and ``data.slice-I-of-N.list``) in ``out_dir`` into one.
+
+    Writes ``<command>.json`` (the slices' entries concatenated in slice order, everything else as
+    the slices agree on it, no ``slice`` record: what one run over the whole list writes) and
+    ``data.list`` when the slices have lists. Slice files are kept. Missing slices, slices of
+    different N, of different input lists or with different settings raise ``ShardkitError``
+    naming them; ``may_differ`` (default ``MAY_DIFFER`` of the reports' own ``command``) lists
+    settings exempt from the check. ``mergers(kind)`` gives the command's own merger, or None for
+    the generic join (``write_merged``). Returns a summary dict.
+    """
+    slices = _checked_slices(out_dir, command, entries_key, may_differ)
+    merger = (mergers(slices.kind) if mergers is not None else None) or write_merged
+    with ExitStack() as locks:
+        for folder in _written_folders(slices.out_dir, slices.kind, slices.docs):
+            locks.enter_context(OutputLock(folder, slices.kind))
+        return merger(slices)
+
+
+def _checked_slices(out_dir: str, command: str, entries_key: str, may_differ: tuple[str, ...] | None) -> Slices:
+    out_dir = os.path.abspath(out_dir)
+    if not os.path.isdir(out_dir):
+        raise UsageError("no such folder", shard=out_dir)
+    report_name = f"{command}.json"
+    found = _found_slices(out_dir, report_name)
+    if not found:
+        raise ShardkitError(f"no slice reports to merge (looked for {command}.slice-I-of-N.json)", shard=out_dir)
+    count = _one_slice_count(out_dir, found)
+    missing = [i for i in range(1, count + 1) if (i, count) not in found]
+    if missing:
+        names = ", ".join(os.path.basename(slice_path(report_name, i, count)) for i in missing[:5])
+        names += " ..." if len(missing) > 5 else ""
+        raise ShardkitError(f"missing slice{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                            f"of {count} (no {names}); rerun those jobs, then merge again", shard=out_dir)
+    docs = [_load_slice(found[(i, count)], i, count, entries_key) for i in range(1, count + 1)]
+    kind = docs[0].get("command") or command  # the report's own command: --report may have named it otherwise
+    _check_slices_agree(out_dir, docs, entries_key, MAY_DIFFER.get(kind, ()) if may_differ is None else may_differ)
+    return Slices(out_dir, command, kind, docs, count, entries_key)
+
+
+def _one_slice_count(out_dir: str, found: dict) -> int:
+    counts = sorted({count for _, count in found})
+    if len(counts) > 1:
+        examples = ", ".join(os.path.basename(found[min(k for k in found if k[1] == n)]) for n in counts)
+        raise ShardkitError(f"slice reports of different job arrays (N = {', '.join(map(str, counts))}: {examples}); "
+                            f"remove the stale ones and merge again", shard=out_dir)
+    return counts[0]
+
+
+def _check_slices_agree(out_dir: str, docs: list[dict], entries_key: str, may_differ: tuple[str, ...]) -> None:
+    first = docs[0]
+    first_compared = _without(first, may_differ)
+    for i, doc in enumerate(docs[1:], start=2):
+        compared = _without(doc, may_differ)
+        for field in ("inputs_total", "inputs_sha256"):
+            if doc["slice"].get(field) != first["slice"].get(field):
+                raise ShardkitError(f"slices 1 and {i} were cut from different input lists ({field} differs)",
+                                    shard=out_dir)
+        for key in sorted((set(first_compared) | set(compared)) - {"slice", entries_key}):
+            if first_compared.get(key) != compared.get(key):
+                raise ShardkitError(f"slices 1 and {i} disagree on {key!r} (run with other settings or "
+                                    f"another shardkit version); rerun the odd one", shard=out_dir)
+
+
+def _written_folders(out_dir: str, kind: str, docs: list[dict]) -> list[str]:
+    """The folders a merge writes into, each locked as an un-sliced run of ``kind`` locks it, so that
+    a merge and such a run never write one folder at once: OUT_DIR, and validate's quarantine folder."""
+    folders = [out_dir]
+    quarantine = next((doc["quarantine"] for doc in docs if doc.get("quarantine")), None)
+    if kind == "validate" and quarantine and os.path.isdir(quarantine["dir"]) and \
+            os.path.realpath(quarantine["dir"]) != os.path.realpath(out_dir):
+        folders.append(quarantine["dir"])
+    return folders
+
+
+def failed_entries(entries: list) -> list[dict]:
+    """The entries a merged run counts as problems (failed status or findings)."""
+    return [entry for entry in entries if isinstance(entry, dict)
+            and (entry.get("status") in FAILED_STATUSES or entry.get("findings"))]
+
+
+def concatenated(slices: Slices) -> dict:
+    """The generic merged report: the first slice's fields, every slice's entries in order."""
+    merged = {key: value for key, value in slices.docs[0].items() if key not in ("slice", slices.entries_key)}
+    merged[slices.entries_key] = [entry for doc in slices.docs for entry in doc[slices.entries_key]]
+    return merged
+
+
+def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
+    """Join ``data.slice-I-of-N.list`` into ``data.list`` when every slice has one; (path, lines)."""
+    out_dir, count = slices.out_dir, slices.count
+    list_paths = [slice_path(os.path.join(out_dir, "data.list"), i, count) for i in range(1, count + 1)]
+    have_lists = [os.path.exists(p) for p in list_paths]
+    if any(have_lists) and not all(have_lists):
+        absent = [str(i) for i, ok in enumerate(have_lists, start=1) if not ok]
+        raise ShardkitError(f"slice report{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
+                            f"{'have' if len(absent) > 1 else 'has'} no data.slice-I-of-{count}.list beside "
+                            f"{'them' if len(absent) > 1 else 'it'}", shard=out_dir)
+    if not all(have_lists):
+        return None, None
+    lines = []
+    for path in list_paths:
+        with open(path, encoding="utf-8") as f:
+            lines.extend(line.rstrip("\n") for line in f if line.strip())
+    data_list = os.path.join(out_dir, "data.list")
+    atomic_write_lines(data_list, lines)
+    return data_list, len(lines)
+
+
+def write_merged(slices: Slices, merged: dict | None = None, *, skipped: int | None = None) -> dict:
+    """Write the merged report (``merged``, or the generic concatenation) and ``data.list``; the summary.
+
+    ``skipped``: utterances the slices skipped (make's findings), which count as problems.
+    """
+    merged = concatenated(slices) if merged is None else merged
+    entries = merged[slices.entries_key]
+    problems = failed_entries(entries)
+    data_list, listed = _merged_list(slices)
+    atomic_write_json(slices.report_path, merged)
+    statuses: dict[str, int] = {}
+    for entry in entries:
+        status = entry.get("status") if isinstance(entry, dict) else None
+        if status is not None:
+            statuses[status] = statuses.get(status, 0) + 1
+    return {"command": "merge-reports", "report": slices.command, "out_dir": slices.out_dir, "slices": slices.count,
+            "entries": len(entries), "statuses": statuses, "problems": len(problems) + (skipped or 0),
+            **({"skipped_utterances": skipped} if skipped is not None else {}),
+            "manifest": slices.report_path, "data_list": data_list, "listed": listed}

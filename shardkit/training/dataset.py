@@ -1,0 +1,275 @@
+"""A torch ``IterableDataset`` over shards, split across ranks and loader workers as WeNet splits them.
+
+Each epoch every rank shuffles the shard list with the same seed, and position i of the shuffled
+list goes to consumer ``i mod (world_size * num_workers)`` with consumer id
+``worker * world_size + rank`` (the rule lives in :mod:`shardkit.planning.partition`). Each consumer reads
+its shards with :func:`shardkit.training.reader.iter_samples` and yields
+``{key, shard, txt, audio, sample_rate}``; ``audio`` is a tensor of shape (frames, channels).
+
+The dataset holds only plain values (paths, integers, names), so it pickles cleanly for the
+spawn and forkserver start methods. torch is imported only when a dataset is made.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+
+from shardkit.errors import ShardkitError, UsageError
+from shardkit.planning.partition import lines_for
+from shardkit.training.reader import DEFAULT_POOL, check_decode_settings, iter_samples, reuse_freed_memory
+
+try:
+    from torch.utils.data import IterableDataset as _Base
+except ImportError:  # the dataset needs torch; the rest of shardkit does not
+    _Base = object
+
+
+def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)``: the arguments, else torch.distributed when initialised, else the
+    RANK / WORLD_SIZE environment variables (torchrun sets them), else (0, 1)."""
+    if rank is None or world_size is None:
+        dist_rank = dist_world = None
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist_rank, dist_world = dist.get_rank(), dist.get_world_size()
+        except ImportError:
+            pass
+        if dist_world is None:
+            dist_rank, dist_world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        rank = dist_rank if rank is None else rank
+        world_size = dist_world if world_size is None else world_size
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise UsageError(f"rank {rank} is outside world_size {world_size}")
+    return rank, world_size
+
+
+class ShardDataset(_Base):
+    """Samples of WeNet-style shards for a torch ``DataLoader``, split by rank and worker.
+
+    ``shards``: a data.list path, a shard or folder path, or a list of shard paths.
+    ``rank``/``world_size``: default from torch.distributed or the environment (see
+    :func:`resolve_world`), fixed when the dataset is made, so workers need no process group.
+    ``shuffle``/``seed``: the list order of an epoch is ``shardkit.planning.partition.shuffled_order(n,
+    seed, epoch)``, identical on every rank. ``set_epoch(e)`` before iterating, as in WeNet. With
+    ``persistent_workers=True`` the workers keep the copy they started with, so each further
+    iteration of a worker's copy counts as the next epoch (same result as calling set_epoch with
+    consecutive epochs). ``dtype``, ``decoder``, ``on_error``: as for ``iter_samples``
+    (``on_error`` must be picklable, e.g. ``shardkit.training.reader.warn_and_skip``). ``as_tensor``:
+    audio as a torch tensor (default) or the numpy array. ``dtype="int16"`` with
+    :func:`collate_padded` ships half the bytes of float32 out of the workers; the trainer
+    scales on its device (:func:`audio_float`), getting the same float32 values.
+    ``channels=1``: downmix other channel counts to mono (the mean); ``sample_rate``: resample
+    other rates to it (soxr, high quality). Without them, a batch mixing formats is a
+    ShardkitError naming the shard and key of the odd utterance.
+    """
+
+    def __init__(self, shards, *, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
+                 seed: int = 0, epoch: int = 0, dtype: str = "float32", decoder: str = "shardkit",
+                 on_error: Callable[[ShardkitError], None] | None = None, as_tensor: bool = True,
+                 threads: int = 1, sample_rate: int | None = None, channels: int | None = None):
+        try:
+            import torch  # noqa: F401
+        except ImportError as err:
+            raise UsageError("ShardDataset needs torch: pip install 'shardkit[torch]'") from err
+        from shardkit.io.inputs import expand_shards
+
+        check_decode_settings(decoder, dtype)
+        if sample_rate is not None and sample_rate < 1:
+            raise UsageError(f"sample_rate must be a positive number of Hz, not {sample_rate}")
+        if channels not in (None, 1):
+            raise UsageError(f"channels={channels!r}: only downmixing to mono (channels=1) is supported")
+        paths = [shards] if isinstance(shards, (str, os.PathLike)) else list(shards)
+        self.shards = expand_shards([os.fspath(p) for p in paths])
+        self.rank, self.world_size = resolve_world(rank, world_size)
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = epoch
+        self.dtype = dtype
+        self.decoder = decoder
+        self.on_error = on_error
+        self.as_tensor = as_tensor
+        self.threads = threads
+        self.sample_rate = sample_rate
+        self.channels = channels
+        self._iterations = 0  # since the last set_epoch, in this process's copy
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._iterations = 0
+
+    def shards_for(self, worker: int, num_workers: int, epoch: int | None = None) -> list[str]:
+        """The shards one worker of this rank reads in an epoch, in reading order (pure)."""
+        epoch = self.epoch if epoch is None else epoch
+        lines = lines_for(self.rank, worker, len(self.shards), self.world_size, num_workers,
+                          (self.seed, epoch) if self.shuffle else None)
+        return [self.shards[i] for i in lines]
+
+    def __iter__(self):
+        import torch.utils.data
+
+        info = torch.utils.data.get_worker_info()
+        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if info is not None:
+            reuse_freed_memory()  # this process is a loader worker: its allocator is ours to tune
+        epoch = self.epoch + self._iterations
+        self._iterations += 1
+        to_tensor = torch.from_numpy if self.as_tensor else None
+        rate, channels = self.sample_rate, self.channels
+        for sample in iter_samples(self.shards_for(worker, num_workers, epoch), dtype=self.dtype,
+                                   decoder=self.decoder, on_error=self.on_error, threads=self.threads):
+            if channels is not None and sample["audio"].shape[1] != channels:
+                sample["audio"] = downmix(sample["audio"])
+            if rate is not None and sample["sample_rate"] != rate:
+                sample["audio"] = resample(sample["audio"], sample["sample_rate"], rate)
+                sample["sample_rate"] = rate
+            if to_tensor is not None:
+                sample["audio"] = to_tensor(sample["audio"])
+            yield sample
+
+
+def downmix(audio: np.ndarray) -> np.ndarray:
+    """(frames, channels) -> (frames, 1): the mean of the channels, in the same dtype (int16 rounded)."""
+    if audio.dtype == np.int16:
+        return np.round(audio.mean(axis=1, dtype=np.float32)).astype(np.int16).reshape(-1, 1)
+    return audio.mean(axis=1, dtype=audio.dtype).reshape(-1, 1)
+
+
+def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """(frames, channels) at ``rate`` -> at ``target`` Hz with soxr (high quality), same dtype."""
+    import soxr
+
+    out = soxr.resample(audio, rate, target, quality="HQ")
+    return out.reshape(len(out), audio.shape[1])
+
+
+def _as_numpy(audio):
+    return audio if isinstance(audio, np.ndarray) else audio.numpy()
+
+
+def _check_format(samples: list[dict], audio: list[np.ndarray]) -> None:
+    """Every utterance of a batch must share the first one's channels, rate and dtype: else a
+    ShardkitError naming the odd utterance (its shard and key) and the ShardDataset option that fixes it."""
+    for s, a in zip(samples, audio):
+        if a.ndim != 2:
+            raise ShardkitError(f"audio has shape {tuple(a.shape)}, expected (frames, channels)",
+                                shard=s.get("shard"), member=s.get("key"))
+    first, (channels, dtype) = samples[0], (audio[0].shape[1], audio[0].dtype)
+    rate = first["sample_rate"]
+    for s, a in zip(samples, audio):
+        if a.shape[1] != channels or s["sample_rate"] != rate or a.dtype != dtype:
+            fix = ("pass channels=1 to ShardDataset to downmix to mono" if a.shape[1] != channels else
+                   f"pass sample_rate={rate} to ShardDataset to resample" if s["sample_rate"] != rate else
+                   "decode every shard with one dtype")
+            raise ShardkitError(f"utterance has {a.shape[1]} channel(s), {s['sample_rate']} Hz, {a.dtype}, but the "
+                                f"batch's first ({first.get('key')!r}) has {channels}, {rate} Hz, {dtype}: a batch "
+                                f"needs one format; {fix}", shard=s.get("shard"), member=s.get("key"))
+
+
+def batch_tensors(specs: list[tuple[tuple[int, ...], str]]) -> list:
+    """New uninitialised tensors ``[(shape, dtype name), ...]`` for one batch.
+
+    In the main process, plain tensors (the large ones over :data:`shardkit.training.reader.DEFAULT_POOL`'s
+    buffers, reused once the batch is gone). Inside a loader worker, views of one reused shared-memory
+    segment that cross to the trainer as a few numbers (:mod:`shardkit.training.batchshm`); when none is
+    free, tensors in torch's own shared memory (allocated there, as torch's default_collate
+    does, so their bytes are written once).
+    """
+    import torch
+    import torch.utils.data
+
+    if torch.utils.data.get_worker_info() is None:  # large ones from the reader's pool: no fresh pages
+        return [torch.from_numpy(DEFAULT_POOL.array(n, getattr(np, dtype)).reshape(shape))
+                if (n := int(np.prod(shape))) >= 16384 else torch.empty(shape, dtype=getattr(torch, dtype))
+                for shape, dtype in specs]
+    from shardkit.training.batchshm import shared_tensors
+
+    tensors = shared_tensors(specs)
+    if tensors is not None:
+        return tensors
+    out = []
+    for shape, dtype in specs:
+        tdtype = getattr(torch, dtype)
+        storage = torch.UntypedStorage._new_shared(int(np.prod(shape)) * tdtype.itemsize)
+        out.append(torch.empty(0, dtype=tdtype).set_(storage, 0, shape))
+    return out
+
+
+def collate_padded(samples: list[dict]) -> dict:
+    """``collate_fn`` for batches: audio zero-padded into one (batch, frames, channels) tensor.
+
+    One tensor per batch crosses from a worker to the trainer instead of one per utterance
+    (each crossing costs a shared-memory segment); ``lengths`` holds the true frame counts.
+    The batch keeps the samples' dtype: with ``ShardDataset(dtype="int16")`` it is half the bytes
+    of float32, and the trainer scales it on its device (:func:`audio_float`). Inside a loader
+    worker the batch is built straight in shared memory. Utterances must share channels and
+    sample rate (``ShardDataset(channels=1, sample_rate=...)`` converts them); otherwise a
+    ShardkitError names the odd one.
+    """
+    import torch
+
+    audio = [_as_numpy(s["audio"]) for s in samples]
+    _check_format(samples, audio)
+    lengths = [a.shape[0] for a in audio]
+    frames = max(lengths)
+    batch, lengths_t = batch_tensors([((len(audio), frames, audio[0].shape[1]), audio[0].dtype.name),
+                                      ((len(audio),), "int64")])
+    out = batch.numpy()
+    for i, (a, n) in enumerate(zip(audio, lengths)):
+        out[i, :n] = a
+        out[i, n:] = 0
+    lengths_t.numpy()[:] = lengths
+    return {"key": [s["key"] for s in samples], "txt": [s["txt"] for s in samples], "audio": batch,
+            "lengths": lengths_t, "sample_rate": [s["sample_rate"] for s in samples]}
+
+
+def collate_packed(samples: list[dict]) -> dict:
+    """``collate_fn`` without padding, for models that pad on their device anyway.
+
+    ``audio`` is every utterance's frames one after the other, shape (total frames, channels);
+    ``lengths`` the frame counts and ``offsets`` where each starts;
+    the other keys as :func:`collate_padded`. No padding bytes are written or sent;
+    :func:`pad_packed` gives the padded (batch, frames, channels) tensor where the model wants it.
+    """
+    import torch
+
+    audio = [_as_numpy(s["audio"]) for s in samples]
+    _check_format(samples, audio)
+    lengths = [a.shape[0] for a in audio]
+    batch, lengths_t, offsets_t = batch_tensors([((sum(lengths), audio[0].shape[1]), audio[0].dtype.name),
+                                                 ((len(audio),), "int64"), ((len(audio),), "int64")])
+    np.concatenate(audio, axis=0, out=batch.numpy())
+    lengths_t.numpy()[:] = lengths
+    offsets_t.numpy()[0] = 0
+    np.cumsum(lengths[:-1], out=offsets_t.numpy()[1:])
+    return {"key": [s["key"] for s in samples], "txt": [s["txt"] for s in samples], "audio": batch,
+            "lengths": lengths_t, "offsets": offsets_t, "sample_rate": [s["sample_rate"] for s in samples]}
+
+
+def pad_packed(batch: dict):
+    """The (batch, frames, channels) zero-padded audio of a :func:`collate_packed` batch, on the
+    device its ``audio`` is on (move ``audio`` first: padding on the GPU costs the CPU nothing)."""
+    import torch
+
+    audio = batch["audio"]
+    return torch.nn.utils.rnn.pad_sequence(list(audio.split(batch["lengths"].tolist())), batch_first=True)
+
+
+INT16_SCALE = 1 / 32768
+
+
+def audio_float(batch: dict, device=None, non_blocking: bool = True):
+    """A batch's ``audio`` as float32 on ``device``: int16 batches are moved as int16 (half the
+    bytes) and scaled there by 1/32768, giving exactly the float32 a float32 dataset would yield."""
+    import torch
+
+    audio = batch["audio"]
+    if device is not None:
+        audio = audio.to(device, non_blocking=non_blocking)
+    if audio.dtype == torch.int16:
+        return audio.to(torch.float32).mul_(INT16_SCALE)
+    return audio.to(torch.float32)

@@ -1,0 +1,87 @@
+"""The house in folders: the layer contract (import-linter), the complexity ceiling (radon), the
+public import paths users' training scripts rely on, and the size of the top folder."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+
+def test_the_layer_contract_holds():
+    lint = os.path.join(BIN, "lint-imports")
+    if not os.path.exists(lint):
+        pytest.skip("import-linter is not installed (scripts/test.sh installs it)")
+    done = subprocess.run([lint, "--config", os.path.join(REPO, ".importlinter")], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_the_layer_contract_catches_an_upward_import(tmp_path):
+    """The contract is not vacuous: a copy of the package with io importing a command breaks it."""
+    lint = os.path.join(BIN, "lint-imports")
+    if not os.path.exists(lint):
+        pytest.skip("import-linter is not installed (scripts/test.sh installs it)")
+    import shutil
+
+    shutil.copytree(os.path.join(REPO, "shardkit"), tmp_path / "shardkit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "shardkit" / "io" / "codecs.py", "a", encoding="utf-8") as f:
+        f.write("\n\ndef _upward():\n    from shardkit.commands.convert import run_convert  # noqa: F401\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([lint, "--config", os.path.join(REPO, ".importlinter"), "--no-cache"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode != 0
+    assert "shardkit.io.codecs -> shardkit.commands.convert" in done.stdout
+
+
+def test_no_function_above_complexity_30_outside_the_tar_parser():
+    pytest.importorskip("radon")
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        from check_complexity import offenders
+    finally:
+        sys.path.pop(0)
+    assert offenders(os.path.join(REPO, "shardkit"), 30) == []
+
+
+def test_at_most_eight_modules_beside_the_packages():
+    top = [name for name in os.listdir(os.path.join(REPO, "shardkit"))
+           if name.endswith(".py") and name not in ("__init__.py", "__main__.py")]
+    assert len(top) <= 8, top
+
+
+@pytest.mark.parametrize("old, new", [("tario", "io.tar"), ("reader", "training.reader"), ("wds", "training.wds"),
+                                      ("dataset", "training.dataset"), ("advice", "planning.advice"),
+                                      ("_zstd_tarfile", "io.zstd_tarfile")])
+def test_public_paths_are_the_same_modules(old, new):
+    """A compatibility path is the module itself: attributes, monkeypatches and pickles agree."""
+    import importlib
+
+    assert importlib.import_module(f"shardkit.{old}") is importlib.import_module(f"shardkit.{new}")
+
+
+def test_the_readme_imports_still_work():
+    import shardkit
+    from shardkit.dataset import ShardDataset, collate_padded  # noqa: F401
+    from shardkit.errors import ShardkitError  # noqa: F401
+    from shardkit.reader import iter_samples
+    from shardkit.tario import iter_tar_members  # noqa: F401
+
+    assert shardkit.iter_samples is iter_samples
+    assert pickle.loads(pickle.dumps(ShardDataset)) is ShardDataset
+
+
+def test_python_dash_m_and_the_console_script_list_every_command():
+    done = subprocess.run([sys.executable, "-m", "shardkit", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for name in ("balance", "bench", "convert", "demo", "index", "list", "loader-check", "make", "merge-reports",
+                 "plan", "validate", "verify", "wenet"):
+        assert f"  {name} " in done.stdout
