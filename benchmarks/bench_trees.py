@@ -46,7 +46,7 @@ def convert_row(tree: str, shards: list[str], out_dir: str) -> tuple[int, float]
     env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "shardkit", "convert", *shards, "-o", out_dir, "-j", "1", "--codec",
-                          "zst:3", "-q", "--json", "--overwrite"], env=env, capture_output=True, text=True)
+                          "zst", "--level", "3", "-q", "--json", "--overwrite"], env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t
     if out.returncode != 0:
         raise SystemExit(f"convert failed in {tree}: {out.stderr[-2000:]}")
@@ -62,7 +62,7 @@ def main(argv=None) -> None:
     totals, layout = bench_corpus(args.work_dir, args.corpus_mb, formats=("none", "zst:3", "bz2"))
     lists = {}
     for spec in ("none", "zst:3"):
-        lists[spec] = os.path.join(args.work_dir, f"list-{spec.replace(':', '')}.txt")
+        lists[spec] = os.path.join(args.work_dir, f"{spec.replace(':', '')}.list")
         with open(lists[spec], "w") as f:
             f.writelines(path + "\n" for path in layout[f"{spec}/wav"])
     rows = {"iter_samples plain": lambda tree: read_row(tree, lists["none"]),
