@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from conftest import SMALL_CORPORA, corpus
+
 from shardkit.cli import main
 from shardkit.io.synth import write_shards
 from shardkit.planning.partition import lines_for, plan_figures
@@ -252,7 +252,7 @@ def test_feature_frames_follow_kaldi_framing_and_resampling():
 def test_feature_frames_match_torchaudio():
     torchaudio = pytest.importorskip("torchaudio")
     import torch
-    import torchaudio.compliance.kaldi as kaldi
+    from torchaudio.compliance import kaldi
 
     for n, rate in [(400, 16000), (16123, 16000), (8000, 8000), (44100, 44100), (22050, 22050)]:
         wav = torch.zeros(1, n)
@@ -410,7 +410,8 @@ def test_plan_without_wenet_conf_is_unchanged(tmp_path):
     records, index, listing = _generated_index(tmp_path, n=500, shards=12)
     result, doc = _plan(listing, "--index", index, "--world-size", "3", "--num-workers", "2")
     assert result.exit_code == 0, result.output
-    paths = open(listing).read().split()
+    with open(listing) as f:
+        paths = f.read().split()
     utts = np.array([sum(1 for r in records if r["shard"] == p) for p in paths])
     secs = np.array([sum(r["duration"] for r in records if r["shard"] == p) for p in paths])
     assert doc == {"command": "plan", **plan_figures(utts, secs, world_size=3, num_workers=2, epochs=3, seed=0)}
@@ -418,7 +419,7 @@ def test_plan_without_wenet_conf_is_unchanged(tmp_path):
 
 def test_plan_and_balance_on_real_shards_with_a_units_file(tmp_path):
     specs = SMALL_CORPORA
-    paths = write_shards(corpus(specs), str(tmp_path / "src"), utts_per_shard=4, codec="zst")
+    write_shards(corpus(specs), str(tmp_path / "src"), utts_per_shard=4, codec="zst")
     texts = {key: text for key, text, _, _ in corpus(specs)}
     seconds = {key: s for key, _, _, s in corpus(specs)}
     units = tmp_path / "units.txt"
@@ -448,10 +449,10 @@ def test_plan_and_balance_on_real_shards_with_a_units_file(tmp_path):
     assert "filter_conf drops" in result.stderr
     from shardkit.io.tar import group_samples, iter_shard_members
 
-    written = {s["__key__"] for p in open(out / "data.list").read().split()
+    written = {s["__key__"] for p in (out / "data.list").read_text().split()
                for s in group_samples(iter_shard_members(p), shard=p)}
     assert written.isdisjoint(expected)
-    assert json.load(open(out / "balance.json"))["wenet_conf"]["filter"]["dropped_utterances"] == len(expected)
+    assert json.loads((out / "balance.json").read_text())["wenet_conf"]["filter"]["dropped_utterances"] == len(expected)
     assert summary["wenet_conf"]["batches"]["epochs"][0]["steps_per_rank"] == [
         sum(w) for w in summary["wenet_conf"]["batches"]["epochs"][0]["batches_per_worker"]]
 
@@ -466,7 +467,7 @@ def test_balance_without_wenet_conf_has_no_new_fields(make_shards, tmp_path):
 
 
 def test_unknown_conf_fields_reach_stderr_and_json(tmp_path):
-    records, index, listing = _generated_index(tmp_path, n=200, shards=6)
+    _, index, listing = _generated_index(tmp_path, n=200, shards=6)
     conf = _write_conf(tmp_path / "train.yaml", {"mystery_conf": {"a": 1}})
     result = CliRunner().invoke(main, ["plan", listing, "--index", index, "--world-size", "2", "--num-workers", "1",
                                        "--wenet-conf", conf, "--json"])
@@ -477,7 +478,7 @@ def test_unknown_conf_fields_reach_stderr_and_json(tmp_path):
 
 @pytest.mark.parametrize("case", ["bad_yaml", "missing_units", "no_conf_file", "tokenizer_alone", "no_sentencepiece"])
 def test_clear_errors(tmp_path, case, monkeypatch):
-    records, index, listing = _generated_index(tmp_path, n=50, shards=4)
+    _, index, listing = _generated_index(tmp_path, n=50, shards=4)
     args = [listing, "--index", index, "--world-size", "1", "--num-workers", "1"]
     conf = tmp_path / "train.yaml"
     if case == "bad_yaml":

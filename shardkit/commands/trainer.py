@@ -79,14 +79,17 @@ class _Columns:
         self.shard, self.keys, self.corpus, self.samples, self.rate, self.seconds, self.chars = ([] for _ in range(7))
         self.txt: list[tuple[int, int]] = []
 
-    def add(self, record: dict, *, where: str) -> None:
+    def add(self, record: dict, path: str, number: int | None = None) -> None:
+        """One record (``path``/``number``: where it came from, named only in an error)."""
         shard = record["shard"]
         sid = self.shard_ids.get(shard)
         if sid is None:
             sid = self.shard_ids[shard] = len(self.shards)
             self.shards.append(shard)
         corpus = record.get("corpus") or _folder(shard)
-        cid = self.corpus_ids.setdefault(corpus, len(self.corpus_ids))
+        cid = self.corpus_ids.get(corpus)
+        if cid is None:
+            cid = self.corpus_ids[corpus] = len(self.corpus_ids)
         try:
             self.samples.append(int(record["frames"]))
             self.rate.append(int(record["sample_rate"]))
@@ -94,19 +97,23 @@ class _Columns:
         except (KeyError, TypeError, ValueError):
             raise ShardkitError(f"index record of {record.get('key')!r} lacks frames, sample_rate or text_chars "
                                 "(an index from an older shardkit? rebuild it with `shardkit index`)",
-                                shard=where) from None
+                                shard=_where(path, number)) from None
         self.shard.append(sid)
         self.keys.append(record["key"])
         self.corpus.append(cid)
         self.seconds.append(float(record["duration"]))
         if self.want_txt:
-            self.txt.append(_txt_range(record, where))
+            self.txt.append(_txt_range(record, _where(path, number)))
 
     def columns(self) -> UttColumns:
         return UttColumns(self.shards, np.asarray(self.shard, np.int64), self.keys, list(self.corpus_ids),
                           np.asarray(self.corpus, np.int64), np.asarray(self.samples, np.int64),
                           np.asarray(self.rate, np.int64), np.asarray(self.seconds, np.float64),
                           np.asarray(self.chars, np.int64), self.txt if self.want_txt else None)
+
+
+def _where(path: str, number: int | None) -> str:
+    return path if number is None else f"{path}: line {number}"
 
 
 def _folder(shard: str) -> str:
@@ -126,6 +133,7 @@ def index_columns(index_files: Sequence[str], *, want_txt: bool, keep: set[str] 
     from shardkit.commands.index import loads, open_index, parse_index_line
 
     cols = _Columns(want_txt)
+    add = cols.add
     for path in index_files:
         with open_index(path) as f:
             for number, line in enumerate(f, 1):
@@ -138,7 +146,7 @@ def index_columns(index_files: Sequence[str], *, want_txt: bool, keep: set[str] 
                     parse_index_line(line, path=path, number=number)  # raises the precise error
                     raise ShardkitError(f"line {number} is not an index record", shard=path) from None
                 if keep is None or shard in keep:
-                    cols.add(record, where=f"{path}: line {number}")
+                    add(record, path, number)
     return cols.columns()
 
 
@@ -248,7 +256,7 @@ def _list_columns(paths: Sequence[str], *, index_files: Sequence[str], jobs: int
             failures.append({"shard": shard, "error": error})
         else:
             for record in records:
-                builder.add(record, where=shard)
+                builder.add(record, shard)
         if on_shard:
             on_shard(shard, len(records or ()), error)
     return builder.columns(), failures

@@ -170,7 +170,7 @@ class _Conf:
         except (TypeError, ValueError):
             raise ConfError(f"{self.where}.{key}: expected {kind.__name__}, got {value!r}") from None
 
-    def sub(self, key: str) -> "_Conf":
+    def sub(self, key: str) -> _Conf:
         self.used.add(key)
         return _Conf(f"{self.where}.{key}", self.mapping.get(key), self.warnings)
 
@@ -786,6 +786,6 @@ def filter_summary(reasons: np.ndarray, corpus: np.ndarray, names: Sequence[str]
             "example_keys": [keys[i] for i in np.flatnonzero(gone)[:examples]]})
     total_s = float(seconds.sum())
     gone_s = float(seconds[dropped].sum())
-    return {"utterances": int(len(reasons)), "dropped_utterances": int(dropped.sum()),
+    return {"utterances": len(reasons), "dropped_utterances": int(dropped.sum()),
             "dropped_seconds": round(gone_s, 3), "dropped_share": round(gone_s / total_s, 6) if total_s > 0 else 0.0,
             "corpora": per_corpus}
