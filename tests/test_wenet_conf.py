@@ -417,9 +417,10 @@ def test_plan_without_wenet_conf_is_unchanged(tmp_path):
     assert doc == {"command": "plan", **plan_figures(utts, secs, world_size=3, num_workers=2, epochs=3, seed=0)}
 
 
-def test_plan_and_balance_on_real_shards_with_a_units_file(tmp_path):
+@pytest.mark.parametrize("codec", ["zst", "none"])
+def test_plan_and_balance_on_real_shards_with_a_units_file(tmp_path, codec):
     specs = SMALL_CORPORA
-    write_shards(corpus(specs), str(tmp_path / "src"), utts_per_shard=4, codec="zst")
+    write_shards(corpus(specs), str(tmp_path / "src"), utts_per_shard=4, codec=codec)
     texts = {key: text for key, text, _, _ in corpus(specs)}
     seconds = {key: s for key, _, _, s in corpus(specs)}
     units = tmp_path / "units.txt"
@@ -510,3 +511,22 @@ def test_clear_errors(tmp_path, case, monkeypatch):
 
 def test_reasons_are_named():
     assert REASONS[0] == "kept" and len(REASONS) == 7
+
+
+def test_conf_paths_resolve_beside_a_recipes_conf_folder(tmp_path, monkeypatch):
+    from shardkit.io.wenet_conf import load_tokenizer, load_trainer_conf
+
+    recipe = tmp_path / "recipe"
+    (recipe / "conf").mkdir(parents=True)
+    (recipe / "data" / "dict").mkdir(parents=True)
+    (recipe / "data" / "dict" / "lang_char.txt").write_text("<blank> 0\n<unk> 1\n你 2\n")
+    (recipe / "data" / "nls.txt").write_text("{NOISE}\n")
+    conf_path = recipe / "conf" / "train.yaml"
+    conf_path.write_text(FULL_CONF.format(units="data/dict/lang_char.txt").replace(
+        "non_lang_syms_path: null", "non_lang_syms_path: data/nls.txt"))
+    monkeypatch.chdir(tmp_path)
+    conf = load_trainer_conf(str(conf_path))
+    tok, note = load_tokenizer(conf.tokenizer, str(conf_path))
+    assert tok.symbols == {"<blank>", "<unk>", "你"} and tok.non_lang_syms == ("{NOISE}",)
+    assert "CharTokenizer" in note and "lang_char.txt" in note
+    assert count_tokens("{noise} 你好", tok) == 3  # {NOISE}, 你, 好 -> <unk>
