@@ -274,11 +274,12 @@ def test_dynamic_batch_starts_match_wenets_window_sample_by_sample():
         cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 4))))
         bounds = np.concatenate([[0], cuts, [n]])
         limit = int(rng.integers(1, 6000))
-        marks = dynamic_batch_starts(frames, bounds, limit)
-        for c in range(len(bounds) - 1):
-            seg = marks[bounds[c]:bounds[c + 1]]
-            got = np.diff(np.append(np.flatnonzero(seg), len(seg))).tolist()
-            assert got == wenet_dynamic_batches(frames[bounds[c]:bounds[c + 1]].tolist(), limit)
+        for precompute in (True, False):  # lengths for every sample at once, or per step of the walk
+            marks = dynamic_batch_starts(frames, bounds, limit, precompute=precompute)
+            for c in range(len(bounds) - 1):
+                seg = marks[bounds[c]:bounds[c + 1]]
+                got = np.diff(np.append(np.flatnonzero(seg), len(seg))).tolist()
+                assert got == wenet_dynamic_batches(frames[bounds[c]:bounds[c + 1]].tolist(), limit)
 
 
 def _reference_worker_batches(shards, order_seed, world_size, num_workers, conf: TrainerConf):

@@ -451,12 +451,9 @@ def filter_reasons(samples, sample_rate, tokens, conf: FilterConf) -> np.ndarray
 # Feature frames
 
 
-def _ms_samples(rate: np.ndarray, ms: float) -> np.ndarray:
-    """torchaudio kaldi's ``int(sample_frequency * ms * 0.001)``, per distinct rate (the float product as Python does it)."""
-    out = np.empty(len(rate), np.int64)
-    for r in np.unique(rate):
-        out[rate == r] = int(float(r) * ms * 0.001)
-    return out
+def _ms_samples(rate: int, ms: float) -> int:
+    """torchaudio kaldi's ``int(sample_frequency * ms * 0.001)`` (the float product as Python does it)."""
+    return int(float(rate) * ms * 0.001)
 
 
 def feature_frames(samples, sample_rate, conf: TrainerConf, *, seed_seq: Sequence[int] = (0,)) -> np.ndarray:
@@ -478,15 +475,14 @@ def feature_frames(samples, sample_rate, conf: TrainerConf, *, seed_seq: Sequenc
         speeds = np.asarray(conf.speeds, np.float64)[rng.integers(0, len(conf.speeds), len(n))]
         n = np.where(speeds != 1.0, np.rint(n / speeds).astype(np.int64), n)
     f = conf.features
-    rate_after = np.full(len(n), target, np.int64)
     if f.feats_type == "log_mel_spectrogram":
         n = n + f.padding
         if f.pad_or_trim:
             n = np.full(len(n), f.max_duration * target, np.int64)
         frames = n // f.hop_length
     else:
-        size = _ms_samples(rate_after, f.frame_length)
-        shift = np.maximum(_ms_samples(rate_after, f.frame_shift), 1)
+        size = _ms_samples(target, f.frame_length)  # every sample is at the resample rate now
+        shift = max(_ms_samples(target, f.frame_shift), 1)
         frames = np.where(n < size, 0, 1 + (n - size) // shift)
     if conf.spec_trim:
         length = rng.integers(1, conf.spec_trim_max_t + 1, len(frames))
@@ -561,55 +557,78 @@ def _stable_order(primary: np.ndarray, secondary: np.ndarray) -> np.ndarray:
 # Batches
 
 
-def dynamic_batch_starts(frames: np.ndarray, bounds: np.ndarray, max_frames: int) -> np.ndarray:
+def dynamic_batch_starts(frames: np.ndarray, bounds: np.ndarray, max_frames: int, *,
+                         precompute: bool | None = None) -> np.ndarray:
     """Where each batch of WeNet's dynamic window starts, per consumer (a bool mark per sample).
 
     A batch that starts at sample s takes the next samples while (its longest frames) x (its size)
     stays within ``max_frames`` (``DynamicBatchWindow``: before adding a sample the window checks
     ``longest x (buffer + 1)``; a sample that alone exceeds the limit is a batch of one). That
-    product only grows with the size, so every start's batch length is found at once by binary
-    lifting over a table of range maxima; the starts are then followed from each consumer's first
-    sample, one batch per step for all consumers together.
+    product only grows with the size, so a batch's length is found by binary lifting over a table
+    of range maxima. The batches are then followed from each consumer's first sample, one batch
+    per step for all consumers together: with many consumers the lengths are found at each step
+    for the current starts only, with few (long walks) for every sample at once beforehand
+    (``precompute`` forces either way; both give the same batches).
     """
     n = len(frames)
     marks = np.zeros(n, bool)
     if n == 0:
         return marks
     f = frames.astype(np.int64)
-    consumer, _ = _positions(bounds)
-    seg_end = bounds[1:][consumer]
-    longest = int(np.diff(bounds).max())
-    smallest = int(f.min())
-    if smallest > 0:
-        longest = min(longest, max_frames // smallest + 1)
-    levels = max(1, math.ceil(math.log2(longest + 1)))
-    table = [f]  # table[k][i] = max(f[i : i + 2**k]) (clipped at the end)
-    for k in range(1, levels + 1):
-        prev, step = table[-1], 1 << (k - 1)
-        nxt = prev.copy()
-        if step < n:
-            nxt[:-step] = np.maximum(prev[:-step], prev[step:])
-        table.append(nxt)
-    start = np.arange(n, dtype=np.int64)
-    size = np.zeros(n, np.int64)
-    best = np.zeros(n, np.int64)
-    for k in range(levels, -1, -1):
-        cand = size + (1 << k)
-        idx = np.minimum(start + size, n - 1)
-        peak = np.maximum(best, table[k][idx])
-        ok = (start + cand <= seg_end) & (peak * cand <= max_frames)
-        size = np.where(ok, cand, size)
-        best = np.where(ok, peak, best)
-    following = start + np.maximum(size, 1)
-    cur, end = bounds[:-1].copy(), bounds[1:].copy()
+    table = _max_table(f, _longest_batch(f, bounds, max_frames))
+    cur, end = bounds[:-1].astype(np.int64), bounds[1:].astype(np.int64)
     keep = cur < end
     cur, end = cur[keep], end[keep]
+    # one step costs a few numpy calls on len(cur) values; lengths for all samples cost ~n element ops
+    typical = max(1, max_frames // max(1, int(np.median(f))))
+    following = None
+    if precompute is None:
+        precompute = int((end - cur).max()) // typical > n // 1000
+    if precompute:
+        consumer = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+        following = np.arange(n, dtype=np.int64) + _batch_lengths(table, np.arange(n, dtype=np.int64),
+                                                                  bounds[1:][consumer], max_frames)
     while len(cur):
         marks[cur] = True
-        cur = following[cur]
+        cur = following[cur] if following is not None else cur + _batch_lengths(table, cur, end, max_frames)
         keep = cur < end
         cur, end = cur[keep], end[keep]
     return marks
+
+
+def _longest_batch(f: np.ndarray, bounds: np.ndarray, max_frames: int) -> int:
+    """An upper bound of a dynamic batch's size: a consumer's length, or the limit over the shortest sample."""
+    longest = int(np.diff(bounds).max())
+    smallest = int(f.min())
+    return min(longest, max_frames // smallest + 1) if smallest > 0 else longest
+
+
+def _max_table(f: np.ndarray, longest: int) -> list[np.ndarray]:
+    """``table[k][i] = max(f[i : i + 2**k])`` (clipped at the end), for 2**k up to past ``longest``."""
+    levels = max(1, math.ceil(math.log2(longest + 1)))
+    table = [f]
+    for k in range(1, levels + 1):
+        prev, step = table[-1], 1 << (k - 1)
+        nxt = prev.copy()
+        if step < len(f):
+            nxt[:-step] = np.maximum(prev[:-step], prev[step:])
+        table.append(nxt)
+    return table
+
+
+def _batch_lengths(table: list[np.ndarray], start: np.ndarray, seg_end: np.ndarray, max_frames: int) -> np.ndarray:
+    """The dynamic batch length from each ``start`` (at least 1), not past ``seg_end``: the largest size
+    whose (longest frames) x (size) stays within ``max_frames``, found bit by bit from the top."""
+    n = len(table[0])
+    size = np.zeros(len(start), np.int64)
+    best = np.zeros(len(start), np.int64)
+    for k in range(len(table) - 1, -1, -1):
+        cand = size + (1 << k)
+        peak = np.maximum(best, table[k][np.minimum(start + size, n - 1)])
+        ok = (start + cand <= seg_end) & (peak * cand <= max_frames)
+        size = np.where(ok, cand, size)
+        best = np.where(ok, peak, best)
+    return np.maximum(size, 1)
 
 
 def batch_ids(frames: np.ndarray, bounds: np.ndarray, batch: BatchConf) -> np.ndarray:
