@@ -531,3 +531,13 @@ def test_conf_paths_resolve_beside_a_recipes_conf_folder(tmp_path, monkeypatch):
     assert tok.symbols == {"<blank>", "<unk>", "你"} and tok.non_lang_syms == ("{NOISE}",)
     assert "CharTokenizer" in note and "lang_char.txt" in note
     assert count_tokens("{noise} 你好", tok) == 3  # {NOISE}, 你, 好 -> <unk>
+
+
+def test_balance_refuses_a_corpus_the_filter_empties(make_shards, tmp_path):
+    paths = make_shards("none")
+    conf = _write_conf(tmp_path / "train.yaml", {"filter_conf": {"max_length": 1}, "mystery": 1})
+    result = CliRunner().invoke(main, ["balance", "--corpus", f"a={os.path.dirname(paths[0])}", "--world-size", "1",
+                                       "--num-workers", "1", "-o", str(tmp_path / "o"), "--dry-run", "-q", "-j", "1",
+                                       "--wenet-conf", conf])
+    assert result.exit_code == 2, result.output
+    assert "corpus 'a': the trainer's filter_conf drops every utterance" in result.stderr
