@@ -5,6 +5,7 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
+from shardkit.cli.plan import trainer_spec, wenet_conf_options
 
 
 def format_plan(summary: dict) -> str:
@@ -33,7 +34,9 @@ Examples:
       --shard-duration 1800 -o balanced -j 8
   shardkit balance --corpus zh=zh.index.jsonl --corpus en=en.index.jsonl --world-size 8 --num-workers 4 \
       -o /shared/balanced --split $SLURM_ARRAY_TASK_ID/4   # job array; then:
-  shardkit merge-reports /shared/balanced --command balance""")
+  shardkit merge-reports /shared/balanced --command balance
+  shardkit balance --corpus zh=zh.index.jsonl --corpus en=en.index.jsonl --world-size 8 --num-workers 4 \\
+      --wenet-conf conf/train.yaml --dropped-keys dropped.txt -o balanced --dry-run""")
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
               help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl); "
                    "WEIGHT 1 keeps each utterance once, 2 twice, 0.5 a seeded half. Repeat per corpus.")
@@ -55,12 +58,14 @@ Examples:
 @click.option("--dry-run", is_flag=True, help="Print the plan; write no shard.")
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
 @click.option("--overwrite", is_flag=True, help="Rewrite shards a previous run already finished.")
+@wenet_conf_options
 @jobs_option
 @executor_options("Plan every shard, write only slice I of N of them (job arrays); join with " "`shardkit merge-reports OUT_DIR --command balance`.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level, remainder,
-            seed, epochs, dry_run, verify, overwrite, jobs, executor, ray_address, split, as_json, quiet):
+            seed, epochs, dry_run, verify, overwrite, wenet_conf, tokenizer, dropped_keys, jobs, executor, ray_address,
+            split, as_json, quiet):
     """Rewrite a multi-corpus mix into shards that each carry the same seconds and utterance count.
 
     Writes N shards (N a multiple of world_size x num_workers, nearest to --shard-duration), each
@@ -76,6 +81,10 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     the jobs do not each index the shards) and writes only its block of output shards, with
     OUT_DIR/balance.slice-I-of-N.json and data.slice-I-of-N.list; each job decompresses the
     compressed sources its block needs into its own OUT_DIR/.balance/spool.slice-I-of-N.
+
+    --wenet-conf TRAIN.yaml balances only the audio the trainer's filter_conf keeps, reports what
+    it drops per corpus (--dropped-keys FILE lists the keys) and simulates the trainer's batching
+    of the balanced list (steps per rank and worker, what equal_steps would leave out).
     """
     import os
 
@@ -94,6 +103,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
         raise UsageError("give --shard-duration or --num-shards, not both")
     codec_name, level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
+    wenet = trainer_spec(wenet_conf, tokenizer, dropped_keys)
     bars: dict = {}
 
     def bar(name, total, unit):
@@ -126,15 +136,25 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
                          shard_duration=shard_duration, num_shards=num_shards, codec=codec_name, level=level,
                          remainder=remainder, seed=seed, dry_run=dry_run, jobs=jobs or os.cpu_count() or 1,
                          epochs=epochs, verify=verify, overwrite=overwrite, on_event=on_event, executor=executor,
-                         ray_address=ray_address, split=split_slice)
+                         ray_address=ray_address, split=split_slice, wenet=wenet)
     for b in bars.values():
         b.close()
     summary = report.summary()
+    if wenet is not None and dropped_keys:
+        from shardkit.commands.trainer import write_dropped_keys
+
+        write_dropped_keys(dropped_keys, report.dropped_keys)
     if as_json:
         emit_json(summary)
     if not quiet:
         click.echo(format_plan(summary), err=True)
         click.echo(format_figures(report.figures), err=True)
+    if wenet is not None:
+        from shardkit.commands.trainer import format_report
+
+        click.echo(format_report(report.wenet_conf, wenet.warnings) if not quiet else
+                   "\n".join(f"warning: {w}" for w in wenet.warnings), err=True, nl=bool(wenet.warnings) or not quiet)
+    if not quiet:
         if dry_run:
             click.echo("dry run: no shard written", err=True)
         else:

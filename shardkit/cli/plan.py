@@ -7,6 +7,33 @@ import click
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
 
 
+def wenet_conf_options(f):
+    """--wenet-conf, --tokenizer and --dropped-keys (plan and balance)."""
+    f = click.option("--dropped-keys", type=click.Path(dir_okay=False), default=None,
+                     help="With --wenet-conf: write the keys the trainer's filter drops to this file (one per "
+                          "line, atomically).")(f)
+    f = click.option("--tokenizer", type=click.Path(dir_okay=False), default=None,
+                     help="With --wenet-conf: the tokenizer file instead of the conf's (a units/symbol table, or "
+                          "a sentencepiece .model). Without any, one token per transcript character is assumed.")(f)
+    f = click.option("--wenet-conf", type=click.Path(dir_okay=False), default=None, metavar="TRAIN.yaml",
+                     help="WeNet's training conf: apply its filter_conf before planning and report what it drops, "
+                          "and simulate its batching (steps per rank and worker).")(f)
+    return f
+
+
+def trainer_spec(wenet_conf, tokenizer, dropped_keys):
+    """The loaded --wenet-conf (None without it); --tokenizer and --dropped-keys need it."""
+    if wenet_conf is None:
+        if tokenizer is not None or dropped_keys is not None:
+            from shardkit.errors import UsageError
+
+            raise UsageError("--tokenizer and --dropped-keys need --wenet-conf")
+        return None
+    from shardkit.commands.trainer import load_spec
+
+    return load_spec(wenet_conf, tokenizer)
+
+
 def audio_length(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
@@ -48,7 +75,9 @@ _READER_TITLES = {
 Examples:
   shardkit plan data/data.list --world-size 8 --num-workers 4 --epochs 3
   shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.jsonl --json
-  shardkit plan data/data.list --world-size 8 --num-workers 4 --reader webdataset""")
+  shardkit plan data/data.list --world-size 8 --num-workers 4 --reader webdataset
+  shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.jsonl \\
+      --wenet-conf conf/train_conformer.yaml --tokenizer data/dict/lang_char.txt""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("--world-size", required=True, type=click.IntRange(min=1), help="Number of ranks (GPUs).")
 @click.option("--num-workers", required=True, type=click.IntRange(min=1), help="Loader workers per rank.")
@@ -62,10 +91,12 @@ Examples:
 @click.option("--draws", type=click.IntRange(min=1), default=None,
               help="--reader webdataset, resampled: shards each worker draws per epoch "
                    "[default: shards / (world_size x num_workers), rounded up].")
+@wenet_conf_options
 @jobs_option
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or table on stderr.")
-def command(shards, world_size, num_workers, epochs, seed, index_files, reader, draws, jobs, as_json, quiet):
+def command(shards, world_size, num_workers, epochs, seed, index_files, reader, draws, wenet_conf, tokenizer,
+            dropped_keys, jobs, as_json, quiet):
     """Show how WeNet would split the list SHARDS across ranks and workers, epoch by epoch.
 
     The list is shuffled with the same seed on every rank each epoch, then line i goes to
@@ -78,6 +109,11 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
     give (rank, worker) lines[rank::world_size][worker::num_workers] of the unshuffled list, the
     same every epoch; with resampled=True each worker draws shards with replacement. WeNet's
     figures follow. The JSON document holds WebDataset's figures, with "resampled" and "wenet".
+
+    --wenet-conf TRAIN.yaml applies the trainer's filter_conf first (the figures are of the audio
+    that survives it) and reports what it drops per corpus, then simulates the trainer's batching
+    (batch_conf, shuffle and sort buffers) and reports steps per rank and worker and what
+    equal_steps would leave out; JSON: "wenet_conf" and "warnings".
     """
     import os
 
@@ -100,8 +136,18 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
         if error:
             bar.write(f"failed: {error}", file=sys.stderr)
 
-    utts, secs, failures = shard_sizes(paths, index_files=list(index_files), jobs=jobs or os.cpu_count() or 1,
-                                       on_shard=on_shard)
+    spec = trainer_spec(wenet_conf, tokenizer, dropped_keys)
+    if spec is None:
+        utts, secs, failures = shard_sizes(paths, index_files=list(index_files), jobs=jobs or os.cpu_count() or 1,
+                                           on_shard=on_shard)
+    else:
+        from shardkit.commands.trainer import plan_list
+
+        view, failures = plan_list(paths, spec, index_files=list(index_files), jobs=jobs or os.cpu_count() or 1,
+                                   world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed,
+                                   on_shard=on_shard)
+        if view is not None:
+            utts, secs = view.utterances, view.seconds
     bar.close()
     if failures:
         if as_json:
@@ -117,7 +163,17 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
         wenet = {"reader": "wenet", **figures}
         figures = {**plan_figures_webdataset(utts, secs, **sizes), "resampled": resampled, "wenet": wenet}
         shown = [figures, resampled, wenet]
+    extra = {} if spec is None else {"wenet_conf": view.report, "warnings": spec.warnings}
+    if spec is not None and dropped_keys:
+        from shardkit.commands.trainer import write_dropped_keys
+
+        write_dropped_keys(dropped_keys, view.dropped_keys)
     if as_json:
-        emit_json({"command": "plan", **figures})
+        emit_json({"command": "plan", **figures, **extra})
     if not quiet:
         click.echo("\n\n".join(format_figures(f) for f in shown), err=True)
+    if spec is not None:
+        from shardkit.commands.trainer import format_report
+
+        click.echo(format_report(view.report, spec.warnings) if not quiet else
+                   "\n".join(f"warning: {w}" for w in spec.warnings), err=True, nl=bool(spec.warnings) or not quiet)

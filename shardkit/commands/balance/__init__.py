@@ -29,6 +29,7 @@ split still is; the pipeline's steps look up what they call here, in this module
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from contextlib import ExitStack
@@ -119,6 +120,9 @@ class BalanceReport:
     failures: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
     slice: dict | None = None  # with --split: the slice of the output shards this run wrote
+    wenet_conf: dict | None = None  # with --wenet-conf: what the trainer's filter drops and how it batches
+    warnings: list[str] = field(default_factory=list)
+    dropped_keys: list[str] = field(default_factory=list)
 
     def _named(self, name: str) -> str | None:
         if self.dry_run:
@@ -135,6 +139,7 @@ class BalanceReport:
                 "this_run": {"done": counts["ok"], "skipped": counts["skipped"], "failed": counts["failed"]},
                 "failures": self.failures,
                 "plan": self.figures, "repeated_copies": len(self.repeats),
+                **({"wenet_conf": self.wenet_conf, "warnings": self.warnings} if self.wenet_conf is not None else {}),
                 "elapsed_seconds": round(self.elapsed, 3)}
 
     @property
@@ -177,13 +182,15 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                 level: int | None = 3, remainder: str = "pad", seed: int = 0, dry_run: bool = False,
                 jobs: int = 1, epochs: int = 3, verify: bool = True, overwrite: bool = False,
                 on_event: Callable[..., None] | None = None, executor: str = "local", ray_address: str | None = None,
-                split: tuple[int, int] | None = None) -> BalanceReport:
+                split: tuple[int, int] | None = None, wenet=None) -> BalanceReport:
     """Plan (and unless ``dry_run``, write) balanced shards; see the module docstring.
 
     ``executor``/``ray_address``: where indexing, spooling and shard writing run (shardkit.run.executor;
     Ray workers must see OUT_DIR and the sources at the same paths). ``split=(I, N)``: every slice
     computes the same plan, then writes only slice I of N of the output shards, reported as
     balance.slice-I-of-N.json and data.slice-I-of-N.list for ``shardkit merge-reports``.
+    ``wenet`` (a ``shardkit.commands.trainer.TrainerSpec``, from ``--wenet-conf``): plan only the
+    utterances the trainer's filter keeps, and report what it drops and how the output batches.
     """
     import tempfile
 
@@ -194,18 +201,26 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, dry_run, split)
         mix, index_files = _load_mix(corpora, work_dir, event, **where)
+        trainer = None
+        if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
+            from shardkit.commands.trainer import filter_mix
+
+            mix, trainer = filter_mix(mix, index_files, wenet)
         event("planning")
         planned = _plan(corpora, mix, index_files, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
                         epochs=epochs)
+        wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
+                                                                num_workers=num_workers, seed=seed, epochs=epochs)
         if dry_run:
             return BalanceReport(None, planned.plan, planned.figures, shard_table(planned.plan, mix, None),
-                                 planned.repeats, True, planned.sources, elapsed=time.perf_counter() - started)
+                                 planned.repeats, True, planned.sources, elapsed=time.perf_counter() - started,
+                                 **wenet_facts)
         _check_balanced(planned.plan)
         layout = _claim_outputs(corpora, planned, out_dir, work_dir, codec, split)
         journal, entries = _write(planned, layout, WriteSettings(codec=codec, level=level, verify=verify),
                                   event, overwrite=overwrite, **where)
-        report = _report(planned, layout, entries, started)
+        report = dataclasses.replace(_report(planned, layout, entries, started), **wenet_facts)
         _save_report(report, layout, {"world_size": world_size, "num_workers": num_workers,
                                        "shard_duration": shard_duration, "num_shards": num_shards, "codec": codec,
                                        "level": level, "remainder": remainder, "seed": seed})
@@ -445,7 +460,8 @@ def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None
         "settings": settings,
         "summary": report.plan.summary(), "sources": recorded_sources, "shards": [
             {k: v for k, v in row.items() if k != "status_this_run"} for row in table],
-        "plan": report.figures, "repeat_key_format": "{key}" + REPEAT_SUFFIX, "repeats": report.repeats})
+        "plan": report.figures, "repeat_key_format": "{key}" + REPEAT_SUFFIX, "repeats": report.repeats,
+        **({"wenet_conf": report.wenet_conf} if report.wenet_conf is not None else {})})
 
 
 def _clean_up(layout: _Layout, journal: Journal) -> None:
