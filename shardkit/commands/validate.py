@@ -55,6 +55,7 @@ from shardkit.io.audio import (
 )
 from shardkit.io.codecs import CODECS, detect_codec, open_writer
 from shardkit.io.inputs import expand_shards, plan_output_paths
+from shardkit.io.text import EMPTY_TEXT, KEY_CONTROL, TEXT_CONTROL, key_control_problem, text_problems
 from shardkit.io.tar import (
     AUDIO_EXTENSIONS,
     DEFAULT_MAX_MEMBER_BYTES,
@@ -100,9 +101,9 @@ SPLIT_KEY = "split_key"  # members of one key apart in the shard
 DUPLICATE_KEY = "duplicate_key"  # a complete utterance's key again, in this shard or an earlier one
 # Text:
 TEXT_ENCODING = "text_encoding"
-EMPTY_TEXT = "empty_text"  # nothing left after removing whitespace and invisible characters (BOM, zero-width)
-TEXT_CONTROL = "text_control"  # a NUL or another control character than tab, CR and LF
-KEY_CONTROL = "key_control"  # a key holding a control character: it cannot appear in a list line
+# EMPTY_TEXT: nothing left after removing whitespace and invisible characters (BOM, zero-width);
+# TEXT_CONTROL: a NUL or another control character than tab, CR and LF; KEY_CONTROL: a key holding a control
+# character (it cannot appear in a list line). Defined in shardkit.io.text, which make shares.
 # Audio:
 DECODE = "decode"
 TRUNCATED = "truncated"
@@ -189,41 +190,6 @@ def check_text(data: bytes) -> list[tuple[str, str]]:
     except UnicodeDecodeError as err:
         return [(TEXT_ENCODING, f"transcript is not valid UTF-8 ({err.reason} at byte {err.start})")]
     return text_problems(text)
-
-
-def text_problems(text: str) -> list[tuple[str, str]]:
-    """Problems of a decoded transcript (also make's, for Kaldi ``text`` and manifests)."""
-    problems = []
-    controls = sorted({c for c in text if is_control(c) and c not in "\t\r\n"})
-    if controls:
-        shown = ", ".join(f"U+{ord(c):04X}" for c in controls[:5])
-        problems.append((TEXT_CONTROL, f"transcript holds control characters ({shown})"))
-    if not visible(text):
-        problems.append((EMPTY_TEXT, "transcript is empty" if not text else
-                         "transcript is only whitespace or invisible characters"))
-    return problems
-
-
-def is_control(c: str) -> bool:
-    import unicodedata
-
-    return unicodedata.category(c) == "Cc"
-
-
-def visible(text: str) -> str:
-    """The text without whitespace, control and format characters (BOM, zero-width space and joiners)."""
-    import unicodedata
-
-    return "".join(c for c in text if not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf", "Zs")
-                   and c not in "\u200b\u2060\ufeff")
-
-
-def key_control_problem(key: str) -> tuple[str, str] | None:
-    """A key with a control character cannot appear in a list line (a tab splits it, a newline ends it)."""
-    controls = sorted({c for c in key if is_control(c)})
-    if not controls:
-        return None
-    return (KEY_CONTROL, "key holds control characters (" + ", ".join(f"U+{ord(c):04X}" for c in controls[:5]) + ")")
 
 
 def _partial_frames(data: bytes) -> int:

@@ -533,7 +533,7 @@ def probe_file(path_or_file) -> dict:
     try:
         info = sf.info(path_or_file)
     except Exception as err:
-        raise AudioHeaderError(AUDIO_FORMAT, f"cannot read the audio header ({stable_message(err)})") from err
+        raise AudioError(f"cannot read the audio header ({stable_message(err)})") from err
     frames = info.frames if info.frames < UNKNOWN_FRAMES else count_frames(path_or_file)
     if hasattr(path_or_file, "seek"):
         path_or_file.seek(0)

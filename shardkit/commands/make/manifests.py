@@ -228,7 +228,7 @@ def check_entries(catalog: Catalog, errors: dict[int, str]) -> tuple[np.ndarray,
         i = int(i)
         key = catalog.keys[i]
         if bad_probe[i]:
-            findings.append(finding(key, "unreadable_audio", errors[i]))
+            findings.append(finding(key, getattr(errors[i], "check", "unreadable_audio"), errors[i]))
         elif starts_late[i]:
             findings.append(finding(key, "segment_out_of_range",
                                     f"starts at {start[i]:g} s, but its audio holds {total[i]:.3f} s"))
