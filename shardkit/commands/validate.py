@@ -290,12 +290,14 @@ def _header_facts(content: str | None, data: bytes,
     """``(frames declared, problem)`` from a RIFF WAV or FLAC header, read before decoding: the frames a WAV
     promises tell a truncated file, and a header a decoder refuses or reads differently is a finding under
     its own check (shardkit.io.audio's) that no decoder need be asked about."""
-    from shardkit.io.audio import HeaderBeyondHead, too_long
+    from shardkit.io.audio import HeaderBeyondHead, flac_total_samples, too_long
 
     if not (content == "wav" and data[:4] == b"RIFF" or content == "flac"):
         return None, None  # other formats: the decoder reports what is wrong
     try:
-        facts = header_facts(data)  # a FLAC length to believe only when counted is counted here, in blocks
+        # a FLAC length the header alone does not prove is checked by the full decode below (fewer frames than
+        # claimed: truncated), not decoded twice
+        facts = header_facts(data, count=lambda: flac_total_samples(data) or 0)
     except AudioHeaderError as err:
         if err.check == EMPTY_AUDIO and content == "flac":
             return None, None  # the decode says how many frames there are

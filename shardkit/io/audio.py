@@ -183,7 +183,8 @@ def parse_wav_header(data, size: int | None = None) -> WavInfo:
     body, chunk_size = found
     available = max(0, size - body)
     declared = available if chunk_size in _UNKNOWN_SIZE else chunk_size
-    return WavInfo(tag, channels, rate, bits, align, body, declared // align, min(declared, available) // align)
+    step = max(align, 1)  # (another codec's block align is not a frame size: its frames come from libsndfile)
+    return WavInfo(tag, channels, rate, bits, align, body, declared // step, min(declared, available) // step)
 
 
 def _pcm_to_array(data: bytes, info: WavInfo, dtype: str) -> np.ndarray:
@@ -377,6 +378,61 @@ def parse_flac_header(data, size: int | None = None) -> FlacInfo:
     return info
 
 
+def _utf8_number(head: bytes, i: int) -> tuple[int, int] | None:
+    """FLAC's UTF-8-coded frame or sample number at ``head[i]``: ``(value, next index)``, None if malformed."""
+    first = head[i]
+    if first < 0x80:
+        return first, i + 1
+    ones = 8 - (~first & 0xFF).bit_length()
+    if not 2 <= ones <= 7 or i + ones > len(head):
+        return None
+    value = first & (0x7F >> ones)
+    for byte in head[i + 1:i + ones]:
+        if byte & 0xC0 != 0x80:
+            return None
+        value = (value << 6) | (byte & 0x3F)
+    return value, i + ones
+
+
+def _frame_header(head: bytes, info: FlacInfo) -> tuple[bool, int, int, list[str]] | None:
+    """``(variable blocking, frame or sample number, block size, contradictions with STREAMINFO)`` of the frame
+    header at the start of ``head``; None when it is no frame header (sync, reserved codes, CRC-8)."""
+    if len(head) < 6 or head[0] != 0xFF or head[1] & 0xFE != 0xF8 or head[3] & 1:
+        return None
+    block_code, rate_code = head[2] >> 4, head[2] & 15
+    channel_code, bits_code = head[3] >> 4, (head[3] >> 1) & 7
+    if block_code == 0 or rate_code == 15 or channel_code > 10 or bits_code == 3:
+        return None
+    number = _utf8_number(head, 4)
+    if number is None:
+        return None
+    number, i = number
+    extra = {6: 1, 7: 2}.get(block_code, 0)
+    rate_extra = {12: 1, 13: 2, 14: 2}.get(rate_code, 0)
+    if i + extra + rate_extra >= len(head):
+        return None
+    block = int.from_bytes(head[i:i + extra], "big") + 1 if extra else (
+        192 if block_code == 1 else 576 << (block_code - 2) if block_code <= 5 else 256 << (block_code - 8))
+    i += extra
+    value = int.from_bytes(head[i:i + rate_extra], "big")
+    rate = {12: value * 1000, 13: value, 14: value * 10}.get(rate_code, _FLAC_RATES.get(rate_code, info.sample_rate))
+    i += rate_extra
+    if _crc8(head[:i]) != head[i]:
+        return None
+    channels = channel_code + 1 if channel_code < 8 else 2
+    bits = _FLAC_BITS.get(bits_code, info.bits)
+    problems = []
+    if channels != info.channels:
+        problems.append(f"{channels} channels, STREAMINFO {info.channels}")
+    if rate != info.sample_rate:
+        problems.append(f"{rate} Hz, STREAMINFO {info.sample_rate} Hz")
+    if bits != info.bits:
+        problems.append(f"{bits} bits, STREAMINFO {info.bits}")
+    if block > info.max_block:
+        problems.append(f"a block of {block} samples, STREAMINFO at most {info.max_block}")
+    return bool(head[1] & 1), number, block, problems
+
+
 def _check_first_frame(data, size: int, info: FlacInfo) -> None:
     """The first frame header against STREAMINFO: libFLAC refuses a stream where they differ."""
     pos = info.frames_offset
@@ -386,35 +442,31 @@ def _check_first_frame(data, size: int, info: FlacInfo) -> None:
     head = bytes(data[pos:need])
     if len(head) < 6 or head[0] != 0xFF or head[1] & 0xFE != 0xF8:
         raise AudioHeaderError(FLAC_METADATA, "FLAC metadata is not followed by a frame (no frame sync code)")
-    block_code, rate_code = head[2] >> 4, head[2] & 15
-    channel_code, bits_code = head[3] >> 4, (head[3] >> 1) & 7
-    # the UTF-8-coded frame or sample number: as many bytes as its first byte has leading ones (1 if none)
-    i = 4 + (1 if head[4] < 0x80 else 8 - (~head[4] & 0xFF).bit_length())
-    extra = {6: 1, 7: 2}.get(block_code, 0)
-    block = int.from_bytes(head[i:i + extra], "big") + 1 if extra else (
-        192 if block_code == 1 else 576 << (block_code - 2) if 2 <= block_code <= 5 else
-        256 << (block_code - 8) if block_code >= 8 else 0)
-    i += extra
-    rate_extra = {12: 1, 13: 2, 14: 2}.get(rate_code, 0)
-    value = int.from_bytes(head[i:i + rate_extra], "big")
-    rate = {12: value * 1000, 13: value, 14: value * 10}.get(rate_code, _FLAC_RATES.get(rate_code, info.sample_rate))
-    i += rate_extra
-    channels = channel_code + 1 if channel_code < 8 else 2 if channel_code <= 10 else 0
-    bits = _FLAC_BITS.get(bits_code, info.bits if bits_code == 0 else 0)
-    problems = []
-    if i >= len(head) or _crc8(head[:i]) != head[i] or block == 0 or rate_code == 15 or head[3] & 1:
-        problems.append("its header is damaged (CRC-8, reserved codes)")
-    else:
-        if channels != info.channels:
-            problems.append(f"{channels} channels, STREAMINFO {info.channels}")
-        if rate != info.sample_rate:
-            problems.append(f"{rate} Hz, STREAMINFO {info.sample_rate} Hz")
-        if bits != info.bits:
-            problems.append(f"{bits} bits, STREAMINFO {info.bits}")
-        if block > info.max_block:
-            problems.append(f"a block of {block} samples, STREAMINFO at most {info.max_block}")
-    if problems:
-        raise AudioHeaderError(FLAC_STREAMINFO, "FLAC first frame contradicts STREAMINFO: " + "; ".join(problems))
+    frame = _frame_header(head, info)
+    if frame is None:
+        raise AudioHeaderError(FLAC_STREAMINFO, "FLAC first frame header is damaged (reserved codes or CRC-8)")
+    if frame[3]:
+        raise AudioHeaderError(FLAC_STREAMINFO, "FLAC first frame contradicts STREAMINFO: " + "; ".join(frame[3]))
+
+
+_LAST_FRAME_WINDOW = 1 << 20  # how far from the end the last frame header is looked for
+
+
+def flac_frames_total(data, info: FlacInfo) -> int | None:
+    """The samples a whole FLAC member's frames hold, from its last frame header (its first sample plus its
+    block size), or None when no frame header is found near the end. A cheap cross-check of STREAMINFO's
+    total: a false sync in the audio gives another number, which then only costs a decode to count."""
+    size = len(data)
+    start = max(info.frames_offset, size - _LAST_FRAME_WINDOW)
+    tail = bytes(data[start:size])
+    pos = len(tail) - 6
+    while pos >= 0 and (pos := tail.rfind(b"\xff", 0, pos + 1)) >= 0:
+        frame = _frame_header(tail[pos:pos + 16], info)
+        if frame is not None and not frame[3]:
+            variable, number, block, _ = frame
+            return (number if variable else number * info.max_block) + block
+        pos -= 1
+    return None
 
 
 # Bounds on what a FLAC's bytes can hold (RFC 9639 frame layout): a frame takes at least 8 bytes plus 2 a
@@ -487,13 +539,15 @@ def header_facts(data, size: int | None = None, *, count=None) -> dict:
         if problem is not None:
             raise AudioHeaderError(IMPLAUSIBLE_LENGTH, problem)
         pcm_bytes = frames * info.channels * info.bits // 8
-        if not frames or pcm_bytes > FLAC_RATIO_TO_COUNT * size:  # unknown, or to be proven by a decode
+        # unknown, to be proven by a decode, or not what the last frame says: counted by decoding
+        if not frames or pcm_bytes > FLAC_RATIO_TO_COUNT * size or whole and flac_frames_total(data, info) != frames:
             if not whole:
                 raise HeaderBeyondHead(size)
             counted = count() if count is not None else count_frames(io.BytesIO(data))
             if frames and counted != frames:
-                raise AudioHeaderError(IMPLAUSIBLE_LENGTH, f"FLAC STREAMINFO claims {frames} samples, it decodes "
-                                                           f"to {counted}")
+                raise AudioHeaderError(IMPLAUSIBLE_LENGTH if counted < frames else FLAC_STREAMINFO,
+                                       f"FLAC STREAMINFO claims {frames} samples, its frames decode to {counted} "
+                                       "(decoders disagree on where it ends)")
             frames = counted
         facts = {"format": "flac", "subtype": {8: "PCM_S8", 16: "PCM_16", 24: "PCM_24"}.get(info.bits,
                                                                                         f"PCM_{info.bits}"),
