@@ -174,7 +174,7 @@ def parse_wav_header(data, size: int | None = None) -> WavInfo:
             if fmt is None:
                 raise AudioError("WAV data chunk comes before its fmt chunk")
             found = (body, chunk_size)
-            if chunk_size in _UNKNOWN_SIZE:
+            if chunk_size == 0xFFFFFFFF:
                 break  # a streamed WAV: the data runs to the end
         pos = body + chunk_size + (chunk_size & 1)
     if found is None:
@@ -182,7 +182,7 @@ def parse_wav_header(data, size: int | None = None) -> WavInfo:
     tag, channels, rate, bits, align = fmt
     body, chunk_size = found
     available = max(0, size - body)
-    declared = available if chunk_size in _UNKNOWN_SIZE else chunk_size
+    declared = available if chunk_size == 0xFFFFFFFF else chunk_size  # 0 is 0 frames to libsndfile
     step = max(align, 1)  # (another codec's block align is not a frame size: its frames come from libsndfile)
     return WavInfo(tag, channels, rate, bits, align, body, declared // step, min(declared, available) // step)
 
@@ -352,9 +352,10 @@ def parse_flac_header(data, size: int | None = None) -> FlacInfo:
     min_block, max_block = fields >> 128, (fields >> 112) & 0xFFFF
     rate, channels = (fields >> 44) & 0xFFFFF, ((fields >> 41) & 7) + 1
     bits, total = ((fields >> 36) & 31) + 1, fields & ((1 << 36) - 1)
-    if min_block < 16 or max_block < min_block:
+    if max_block < 16 or max_block < min_block:  # (FFmpeg refuses a maximum below 16; some encoders write a
+        # minimum below 16 for a short last block, which decoders take)
         raise AudioHeaderError(FLAC_STREAMINFO, f"FLAC STREAMINFO block sizes {min_block}..{max_block} are invalid "
-                                                "(16 at least, minimum not above maximum)")
+                                                "(maximum 16 at least, minimum not above maximum)")
     if rate == 0 or bits < 4:
         raise AudioHeaderError(FLAC_STREAMINFO, f"FLAC STREAMINFO says {rate} Hz, {bits} bits: no decoder reads it")
     pos, last, number = 4, False, 0
@@ -487,7 +488,7 @@ def flac_length_problem(info: FlacInfo, size: int) -> str | None:
     if total > most:
         return (f"FLAC STREAMINFO claims {total} samples ({total / info.sample_rate:.1f} s); its {audio_bytes} "
                 f"bytes of frames hold at most {most}")
-    frames = -(-total // info.min_block) + 1
+    frames = -(-total // max(info.min_block, 1)) + 1
     largest = -(-total * info.channels * info.bits // 8) + frames * (18 + 2 * info.channels) + FLAC_TAIL_SLACK
     if audio_bytes > largest:
         return (f"FLAC STREAMINFO claims {total} samples; its {audio_bytes} bytes of frames hold more "
