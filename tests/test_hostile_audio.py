@@ -401,3 +401,22 @@ def test_a_tiny_member_decoding_to_hours_stays_in_bounded_memory(tmp_path):
         else:
             kept = report["audio"]["undecodable_kept"]
             assert [(p["key"], p["check"]) for p in kept] == [("long", "decoded_too_long")]
+
+
+def test_an_unforeseen_error_in_a_check_is_the_utterances_finding(tmp_path, monkeypatch):
+    import shardkit.commands.index as index
+    import shardkit.commands.validate as validate
+
+    path = tmp_path / "s.tar"
+    path.write_bytes(tar_bytes(utterance("k/1", good_wav(), "wav")))
+
+    def broken(*args, **kwargs):
+        raise ValueError("buffer is smaller than requested size")
+
+    monkeypatch.setattr(validate, "check_audio", broken)
+    result = validate_shard(str(path), ValidateOptions())
+    assert [(f["key"], f["check"]) for f in result["findings"]] == [("k/1", "check_error")]
+    monkeypatch.setattr(index, "probe_member", broken)
+    with pytest.raises(ShardkitError) as caught:
+        index_shard(str(path), "c")
+    assert "index_error" in str(caught.value) and "'k/1'" in str(caught.value) and str(path) in str(caught.value)

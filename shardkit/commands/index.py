@@ -240,8 +240,22 @@ def index_shard(shard: str, corpus: str | None = None, *,
                             "file", shard=printable(shard))
     corpus = corpus or default_corpus_name(shard)
     members = iter_members_with_offsets(shard, max_member_bytes=max_member_bytes)
-    return [utterance_record(s, shard=shard, corpus=corpus) for s in group_samples(members, shard=shard,
-                                                                                    max_bytes=max_member_bytes)]
+    return [_record(s, shard, corpus) for s in group_samples(members, shard=shard, max_bytes=max_member_bytes)]
+
+
+INDEX_ERROR = "index_error"  # reading an utterance raised what nobody foresaw: its shard fails, naming the key
+
+
+def _record(sample: dict, shard: str, corpus: str) -> dict:
+    try:
+        return utterance_record(sample, shard=shard, corpus=corpus)
+    except ShardkitError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the shard's failure, naming the key, never the run's
+        from shardkit.io.audio import stable_message
+
+        raise ShardkitError(f"{INDEX_ERROR}: key {sample['__key__']!r}: {type(err).__name__}: "
+                            f"{stable_message(err)}", shard=shard) from err
 
 
 def _index_task(args) -> tuple[list[dict] | None, str | None]:

@@ -114,6 +114,8 @@ CHANNELS = "channels"
 DURATION = "duration"
 FORMAT_MISMATCH = "format_mismatch"
 
+CHECK_ERROR = "check_error"  # a check itself failed on the member (an exception nobody foresaw)
+
 # Warnings: reported, never a reason to reject or to exit 1 (see ValidateReport.exit_code).
 KEY_DOT = "key_dot"  # a '.' in the key's last path part: WebDataset's key ends at the first '.', WeNet's at the last
 WARNINGS = (KEY_DOT,)
@@ -126,7 +128,8 @@ CHECKS = (STREAM, TAR, TAR_CHECKSUM, TAR_NUMBER_FIELD, TAR_PAX, TAR_ZERO_BLOCK, 
           UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
           MULTIPLE_AUDIO, MULTIPLE_TXT, SPLIT_KEY, DUPLICATE_KEY, TEXT_ENCODING, EMPTY_TEXT, TEXT_CONTROL, KEY_CONTROL,
           DECODE, TRUNCATED, EMPTY_AUDIO, NAN, SAMPLE_RATE, CHANNELS, DURATION, FORMAT_MISMATCH, AUDIO_FORMAT,
-          AUDIO_HEADER, AUDIO_CHANNELS, FLAC_METADATA, FLAC_STREAMINFO, IMPLAUSIBLE_LENGTH, FLAC_MD5, DECODED_TOO_LONG)
+          AUDIO_HEADER, AUDIO_CHANNELS, FLAC_METADATA, FLAC_STREAMINFO, IMPLAUSIBLE_LENGTH, FLAC_MD5, DECODED_TOO_LONG,
+          CHECK_ERROR)
 
 BACKENDS = ("soundfile", "torchaudio")
 REJECTS_JSONL = "rejects.jsonl"
@@ -539,7 +542,11 @@ def _check_contents(txt: list, audio: list, options: ValidateOptions, problems: 
     for _, name, ext, data in audio:
         if data is None:
             continue
-        audio_problems, facts = check_audio(ext, data, options)
+        try:
+            audio_problems, facts = check_audio(ext, data, options)
+        except Exception as err:  # noqa: BLE001 - a member nobody foresaw is this utterance's finding, not the run's
+            audio_problems, facts = [(CHECK_ERROR, f"checking it raised {type(err).__name__}: "
+                                                   f"{stable_message(err)}")], None
         problems.extend((name, check, message) for check, message in audio_problems)
         if facts is not None and name == audio[-1][1]:  # WeNet keeps the last audio member
             result["seconds"] += facts["seconds"]
