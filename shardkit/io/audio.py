@@ -9,6 +9,7 @@ hold is caught (neither soundfile nor torchaudio notices).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import struct
@@ -325,6 +326,7 @@ class FlacInfo:
     total_samples: int  # 0: the encoder did not know the length
     md5: bytes
     frames_offset: int  # where the first frame starts
+    first_block: int = 0  # the first frame's block size: every frame's but the last in a fixed-blocksize stream
 
 
 _FLAC_RATES = {1: 88200, 2: 176400, 3: 192000, 4: 8000, 5: 16000, 6: 22050, 7: 24000, 8: 32000, 9: 44100,
@@ -375,7 +377,7 @@ def parse_flac_header(data, size: int | None = None) -> FlacInfo:
         number += 1
     info = FlacInfo(rate, channels, bits, min_block, max_block, total, bytes(data[26:42]), pos)
     if pos < size:  # a stream with no frame at all decodes to 0 frames: the caller's empty_audio
-        _check_first_frame(data, size, info)
+        info = dataclasses.replace(info, first_block=_check_first_frame(data, size, info))
     return info
 
 
@@ -434,8 +436,8 @@ def _frame_header(head: bytes, info: FlacInfo) -> tuple[bool, int, int, list[str
     return bool(head[1] & 1), number, block, problems
 
 
-def _check_first_frame(data, size: int, info: FlacInfo) -> None:
-    """The first frame header against STREAMINFO: libFLAC refuses a stream where they differ."""
+def _check_first_frame(data, size: int, info: FlacInfo) -> int:
+    """The first frame header against STREAMINFO (libFLAC refuses a stream where they differ); its block size."""
     pos = info.frames_offset
     need = min(pos + 16, size)
     if need > len(data):
@@ -448,6 +450,7 @@ def _check_first_frame(data, size: int, info: FlacInfo) -> None:
         raise AudioHeaderError(FLAC_STREAMINFO, "FLAC first frame header is damaged (reserved codes or CRC-8)")
     if frame[3]:
         raise AudioHeaderError(FLAC_STREAMINFO, "FLAC first frame contradicts STREAMINFO: " + "; ".join(frame[3]))
+    return frame[2]
 
 
 _LAST_FRAME_WINDOW = 1 << 20  # how far from the end the last frame header is looked for
@@ -465,7 +468,7 @@ def flac_frames_total(data, info: FlacInfo) -> int | None:
         frame = _frame_header(tail[pos:pos + 16], info)
         if frame is not None and not frame[3]:
             variable, number, block, _ = frame
-            return (number if variable else number * info.max_block) + block
+            return (number if variable else number * (info.first_block or info.max_block)) + block
         pos -= 1
     return None
 
