@@ -204,7 +204,8 @@ def test_index_fails_hostile_shards_naming_the_key_and_tells_true_facts(corpus, 
         if name == "flac_md5":  # a header reader does not decode: validate and convert find it
             assert paths[name] not in failed
             continue
-        assert f"bad/{name}" in failed[paths[name]], (name, failed.get(paths[name]))
+        check = HOSTILE[name][2]
+        assert f"bad/{name}" in failed[paths[name]] and f"{check}: " in failed[paths[name]], (name, failed[paths[name]])
     for name, (audio, ext, frames) in VALID.items():
         assert paths[name] not in failed, failed.get(paths[name])
         records = {r["key"]: r for r in index_shard(paths[name], "c")}

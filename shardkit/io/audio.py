@@ -73,6 +73,12 @@ class AudioHeaderError(AudioError):
         self.check = check
         super().__init__(reason, shard=shard, member=member)
 
+    def _format(self) -> str:
+        """``SHARD: member MEMBER: CHECK: REASON``: where a failure is one line (index's ``failures``), the check
+        is named in it; ``reason`` stays the bare cause for reports that give the check apart."""
+        location = super()._format()
+        return location[:len(location) - len(self.reason)] + f"{self.check}: {self.reason}"
+
 
 class HeaderBeyondHead(Exception):
     """The header reaches past the bytes in hand: ``needed`` bytes of the member are needed (not an error)."""
