@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
+from conftest import tar_bytes
 
 from shardkit.cli import main
 from shardkit.commands.index import index_shard
@@ -26,8 +27,6 @@ from shardkit.errors import ShardkitError
 from shardkit.io.audio import HeaderBeyondHead, header_facts
 from shardkit.io.synth import speech_like
 from shardkit.io.tar import iter_shard_members
-
-from conftest import tar_bytes
 
 RATE = 16000
 SIGNAL = speech_like(0.5, RATE, seed=4)  # 8000 frames

@@ -55,7 +55,6 @@ from shardkit.io.audio import (
 )
 from shardkit.io.codecs import CODECS, detect_codec, open_writer
 from shardkit.io.inputs import expand_shards, plan_output_paths
-from shardkit.io.text import EMPTY_TEXT, KEY_CONTROL, TEXT_CONTROL, key_control_problem, text_problems
 from shardkit.io.tar import (
     AUDIO_EXTENSIONS,
     DEFAULT_MAX_MEMBER_BYTES,
@@ -66,6 +65,7 @@ from shardkit.io.tar import (
     shard_reader,
     split_key,
 )
+from shardkit.io.text import EMPTY_TEXT, KEY_CONTROL, TEXT_CONTROL, key_control_problem, text_problems
 from shardkit.run.executor import run_tasks
 from shardkit.run.lifecycle import (
     AtomicFile,

@@ -5,6 +5,12 @@ fast path a reader needs); everything else goes through soundfile (libsndfile) f
 ``io.BytesIO``; torchaudio is an optional backend where the caller asks for it. The header is
 parsed independently of the decoder, so a WAV whose header promises more frames than its bytes
 hold is caught (neither soundfile nor torchaudio notices).
+
+``header_facts`` is what every header reader (index, make, validate before its decode, convert before it
+transcodes) asks: facts the member's bytes can hold, or an AudioHeaderError whose ``check`` names what a
+decoder would refuse or read differently (HEADER_CHECKS). The decoders are the judge: each rule here
+matches what libsndfile, FFmpeg and libFLAC do with such a header, and the property tests in
+``tests/test_audio_header_properties.py`` hold it to libsndfile's decode.
 """
 
 from __future__ import annotations
@@ -503,21 +509,6 @@ def flac_length_problem(info: FlacInfo, size: int) -> str | None:
         return (f"FLAC STREAMINFO claims {total} samples; its {audio_bytes} bytes of frames hold more "
                 f"(libsndfile stops at the claim, other decoders read on)")
     return None
-
-
-def flac_streaminfo(head: bytes) -> tuple[int, int, int] | None:
-    """``(sample_rate, channels, total_samples)`` from a FLAC stream's first 42 bytes (STREAMINFO is
-    always its first block; total 0 = the encoder did not know the length); None if not FLAC."""
-    if len(head) < 42 or head[:4] != b"fLaC" or head[4] & 0x7F != 0:
-        return None
-    bits = int.from_bytes(head[18:26], "big")  # rate 20 bits, channels-1 3, bits-1 5, total samples 36
-    return bits >> 44, ((bits >> 41) & 7) + 1, bits & ((1 << 36) - 1)
-
-
-def flac_total_samples(head: bytes) -> int | None:
-    """STREAMINFO's total samples (0: unknown); None if ``head`` is not the start of a FLAC stream."""
-    info = flac_streaminfo(head)
-    return None if info is None else info[2]
 
 
 def header_facts(data, size: int | None = None, *, count=None) -> dict:
