@@ -52,9 +52,10 @@ Examples:
                    "[default: mirror only when input file names repeat].")
 @click.option("--max-member-bytes", type=click.IntRange(min=1), default=2 << 30, show_default=True,
               help="Report members larger than this instead of reading them (memory stays bounded).")
-@click.option("--max-decoded-seconds", type=click.FloatRange(min=0, min_open=True), default=3600.0, show_default=True,
-              metavar="S", help="Report audio that decodes to more than S seconds (decoded_too_long) instead of "
-                                "decoding it: a tiny member can decode to hours.")
+@click.option("--max-decoded-seconds", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Report audio that decodes to more than S seconds (decoded_too_long) instead of decoding it: a "
+                   "tiny member can decode to hours [default: no limit with soundfile, which decodes in blocks; "
+                   "3600 with --backend torchaudio, which decodes a member whole].")
 @executor_options("Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes " "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, backend, jobs, sample_rate, channels, min_duration, max_duration, report_path, as_json,

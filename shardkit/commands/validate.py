@@ -145,7 +145,9 @@ class ValidateOptions:
     max_duration: float | None = None
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
     threads: int = 1  # decompressor threads per task (bz2, gz)
-    max_decoded_seconds: float | None = DEFAULT_MAX_DECODED_SECONDS  # longer members are a finding, not decoded
+    # longer members are a finding, not decoded; None: no limit for the soundfile backend (it decodes in blocks),
+    # DEFAULT_MAX_DECODED_SECONDS for torchaudio (it decodes a member whole)
+    max_decoded_seconds: float | None = None
 
 
 def check_options(options: ValidateOptions) -> None:
@@ -309,8 +311,10 @@ def _header_facts(content: str | None, data: bytes,
         return None, (DECODE, f"{content.upper()} header is damaged ({err.reason})")
     except HeaderBeyondHead:  # cannot happen with the whole member in hand
         return None, None
-    if facts["frames"] and (message := too_long(facts["frames"], facts["sample_rate"],
-                                                options.max_decoded_seconds)) is not None:
+    limit = options.max_decoded_seconds
+    if limit is None and options.backend == "torchaudio":
+        limit = DEFAULT_MAX_DECODED_SECONDS
+    if facts["frames"] and (message := too_long(facts["frames"], facts["sample_rate"], limit)) is not None:
         return None, (DECODED_TOO_LONG, message)
     return (facts["frames_declared"] if content == "wav" else None), None
 
