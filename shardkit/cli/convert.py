@@ -119,6 +119,6 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
             click.echo(f"audio: {audio_summary['transcoded']} members transcoded to {audio}, "
                        f"{audio_summary['kept']} kept as they were{f' ({reasons})' if reasons else ''}", err=True)
             for problem in audio_summary["undecodable_kept"]:
-                click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['reason']}",
-                           err=True)
+                click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
+                           f"{problem['reason']}", err=True)
     sys.exit(report.exit_code)
