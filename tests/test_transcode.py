@@ -169,6 +169,7 @@ def test_mixed_shard_keeps_lossy_float_and_corrupt_members(tmp_path):
     report = json.loads(result.stdout)
     assert report["audio"]["transcoded"] == 1 and report["audio"]["kept"] == 3
     assert report["audio"]["undecodable_kept"] == [{"shard": str(src), "key": "a/4", "member": "a/4.wav",
+                                                    "check": "truncated",
                                                     "reason": "truncated WAV (header promises more frames than present)"}]
     assert "kept undecodable: " in result.stderr and "key 'a/4'" in result.stderr
     out = dict(iter_shard_members(str(tmp_path / "o" / "mixed.tar")))

@@ -55,11 +55,14 @@ Examples:
               help="keep: members byte for byte; flac: PCM WAV -> FLAC (lossless, verified); wav: FLAC -> WAV.")
 @click.option("--flac-level", type=click.IntRange(0, 8), default=None,
               help="FLAC compression level 0-8 [default: libsndfile's].")
+@click.option("--max-decoded-seconds", type=click.FloatRange(min=0, min_open=True), default=3600.0, show_default=True,
+              metavar="S", help="With --audio, keep a member that decodes to more than S seconds as it is "
+                                "(problem decoded_too_long): a tiny member can decode to hours.")
 @executor_options("Convert only slice I of N of the shard list (job arrays); join with `shardkit merge-reports`.")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, stdin_name, overwrite, salvage,
-            max_member_bytes, audio, flac_level, executor, ray_address, split, as_json, quiet):
+            max_member_bytes, audio, flac_level, max_decoded_seconds, executor, ray_address, split, as_json, quiet):
     """Re-pack SHARDS (bz2/gz/xz/zst/plain tar) into zstd or plain tar, member for member.
 
     SHARDS are shard files, folders of shards, glob patterns or WeNet data.list files (one shard
@@ -91,7 +94,8 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     default_threads = 1 if executor == "ray" else None
     settings = ConvertSettings(codec=name, level=default_level, verify=verify, salvage=salvage,
                                max_member_bytes=max_member_bytes, threads=threads or default_threads,
-                               audio=audio, flac_level=flac_level)
+                               audio=audio, flac_level=flac_level,
+                               max_decoded_seconds=max_decoded_seconds)
     if audio == "flac" and name != "none" and not quiet:
         click.echo("note: FLAC members gain ~1% from further compression; --codec none keeps shards plain "
                    "and fastest to read.", err=True)
@@ -115,6 +119,6 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
             click.echo(f"audio: {audio_summary['transcoded']} members transcoded to {audio}, "
                        f"{audio_summary['kept']} kept as they were{f' ({reasons})' if reasons else ''}", err=True)
             for problem in audio_summary["undecodable_kept"]:
-                click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['reason']}",
-                           err=True)
+                click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
+                           f"{problem['reason']}", err=True)
     sys.exit(report.exit_code)

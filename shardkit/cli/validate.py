@@ -52,10 +52,14 @@ Examples:
                    "[default: mirror only when input file names repeat].")
 @click.option("--max-member-bytes", type=click.IntRange(min=1), default=2 << 30, show_default=True,
               help="Report members larger than this instead of reading them (memory stays bounded).")
+@click.option("--max-decoded-seconds", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Report audio that decodes to more than S seconds (decoded_too_long) instead of decoding it: a "
+                   "tiny member can decode to hours [default: no limit with soundfile, which decodes in blocks; "
+                   "3600 with --backend torchaudio, which decodes a member whole].")
 @executor_options("Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes " "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, backend, jobs, sample_rate, channels, min_duration, max_duration, report_path, as_json,
-            quarantine_dir, keep_tree, max_member_bytes, executor, ray_address, split, quiet):
+            quarantine_dir, keep_tree, max_member_bytes, max_decoded_seconds, executor, ray_address, split, quiet):
     """Check that every utterance in SHARDS will reach training intact, and report each one that won't.
 
     SHARDS are shard files (plain, gz, bz2, xz, zst), folders of shards, glob patterns or WeNet
@@ -92,6 +96,7 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     jobs_n = jobs or os.cpu_count() or 1
     options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
                               max_duration=max_duration, max_member_bytes=max_member_bytes,
+                              max_decoded_seconds=max_decoded_seconds,
                               threads=1 if executor == "ray" else max(1, (os.cpu_count() or 1) // jobs_n))
     progress = ShardProgress("validate", quiet=quiet)
     report = run_validate(list(shards), options, jobs=jobs, quarantine_dir=quarantine_dir,

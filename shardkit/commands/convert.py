@@ -70,11 +70,13 @@ class ConvertSettings:
     threads: int | None = 1
     audio: str = "keep"
     flac_level: int | None = None
+    max_decoded_seconds: float | None = 3600.0  # --audio: a member decoding to more is kept, a problem
 
     def output_affecting(self) -> dict:
         """The settings that change output bytes: a rerun with other values redoes the shard."""
         return {"codec": self.codec, "level": self.level, "salvage": self.salvage, "audio": self.audio,
-                "flac_level": self.flac_level, "max_member_bytes": self.max_member_bytes}
+                "flac_level": self.flac_level, "max_member_bytes": self.max_member_bytes,
+                **({"max_decoded_seconds": self.max_decoded_seconds} if self.audio != "keep" else {})}
 
 
 def copy_member(tar: TarWriter, name: str, body: MemberStream) -> bytes:
@@ -173,7 +175,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                         written.append((name, copy_member(tar, name, data)))
                         continue
                     if transform is not None:
-                        name, data, info = transform(src, name, data)
+                        name, data, info = _transformed(transform, src, name, data)
                         if info:
                             transcode_info.append(info)
                     pending.append((name, data))
@@ -209,6 +211,20 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
         result["error"] = f"{src}: {os_reason(err)}{where}"
     result["seconds"] = round(time.perf_counter() - started, 4)
     return result
+
+
+CONVERT_TASK = "convert_task"  # an exception nobody foresaw inside a shard's conversion: that shard fails
+
+
+def _transformed(transform: Callable, src: str, name: str, data: bytes):
+    """``transform``'s result; anything it raises beyond shardkit's errors fails this shard, naming the key."""
+    try:
+        return transform(src, name, data)
+    except ShardkitError:
+        raise
+    except Exception as err:  # noqa: BLE001 - named as this shard's finding, never the run's abort
+        raise ShardkitError(f"{CONVERT_TASK}: key {split_key(name)[0]!r}: {type(err).__name__}: {err}", shard=src,
+                            member=name) from err
 
 
 def _still_valid(entry: dict | None, src: str, dst: str, settings: ConvertSettings) -> bool:
@@ -307,7 +323,8 @@ class ConvertReport:
         from shardkit.io.transcode import summarize
 
         done = [e for e in self.shards if e["status"] != "failed"]
-        problems = [{"shard": e["source"]["path"], "key": i["key"], "member": i["member"], "reason": i["reason"]}
+        problems = [{"shard": e["source"]["path"], "key": i["key"], "member": i["member"],
+                     "check": i.get("check", "decode"), "reason": i["reason"]}
                     for e in done for i in e.get("transcoded") or [] if i.get("problem")]
         return {**summarize(done), "undecodable_kept": problems}
 

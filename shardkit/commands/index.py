@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import itertools
 import os
-import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from shardkit.errors import AudioError, ShardkitError, printable
-from shardkit.io.audio import flac_total_samples, probe_file
+from shardkit.io.audio import flac_total_samples, probe_file  # noqa: F401 - public names of this module
 from shardkit.io.tar import (
     AUDIO_EXTENSIONS,
     BLOCK,
@@ -116,7 +115,7 @@ def iter_members_with_offsets(path: str, *, max_member_bytes: int = DEFAULT_MAX_
             if isinstance(data, MemberStream):
                 start = where()
                 head = next(data.chunks(HEAD_BYTES), b"")
-                if split_key(name)[1].lower() in AUDIO_EXTENSIONS and not head_tells_length(head):
+                if split_key(name)[1].lower() in AUDIO_EXTENSIONS and not head_tells_length(head, data.size):
                     head = SpooledProbe(head, spool_and_probe(data, head, shard=path, member=name))
                 yield name, (head, start, data.size)
                 continue
@@ -124,11 +123,18 @@ def iter_members_with_offsets(path: str, *, max_member_bytes: int = DEFAULT_MAX_
             yield name, (data, where() - size - (-size % BLOCK), size)
 
 
-def head_tells_length(head: bytes) -> bool:
-    """Whether an audio member's first bytes give its duration: a RIFF WAV, or a FLAC with its total samples."""
-    from shardkit.io.audio import sniff_format
+def head_tells_length(head: bytes, size: int | None = None) -> bool:
+    """Whether an audio member's first bytes give its facts (or the finding that refuses it): a WAV or FLAC
+    header that ends within them and a length its bytes can hold without a decode to count it."""
+    from shardkit.io.audio import HeaderBeyondHead, header_facts
 
-    return (head[:4] == b"RIFF" and sniff_format(head) == "wav") or bool(flac_total_samples(head))
+    try:
+        header_facts(head, len(head) if size is None else size)
+    except HeaderBeyondHead:
+        return False
+    except AudioError:
+        return True  # the head is enough to refuse it
+    return True
 
 
 def spool_and_probe(stream: MemberStream, head: bytes, *, shard: str, member: str) -> dict:
@@ -155,28 +161,38 @@ def spool_and_probe(stream: MemberStream, head: bytes, *, shard: str, member: st
         except OSError as err:
             raise spool_error(err) from None
         try:
-            return probe_file(tmp.name)
+            return _probe_spooled(tmp.name, stream.size)
         except AudioError as err:
             raise err.located(shard=shard, member=member)
 
 
+def _probe_spooled(path: str, size: int) -> dict:
+    """Header facts of a spooled member, its header walked through a memory map (the page cache holds it, not
+    this process): a WAV whose data chunk follows a 33 MB JUNK chunk, a FLAC with large PADDING blocks."""
+    import mmap
+
+    from shardkit.io.audio import count_frames, header_facts
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        try:
+            return header_facts(view, size, count=lambda: count_frames(path))
+        finally:
+            del view  # (no export may outlive the map)
+
+
 def probe_member(data: bytes | SpooledProbe, size: int) -> dict:
-    """``shardkit.io.audio.probe`` facts of a member of ``size`` bytes given whole, by its head, or spooled."""
-    from shardkit.io.audio import _UNKNOWN_SIZE, parse_wav_header, probe, sniff_format
+    """``shardkit.io.audio.header_facts`` of a member of ``size`` bytes given whole, by its head, or spooled.
+
+    Raises AudioError (AudioHeaderError naming its check) for a member whose header a decoder refuses or
+    reads differently: the shard then fails, naming the member."""
+    from shardkit.io.audio import HeaderBeyondHead, header_facts
 
     if isinstance(data, SpooledProbe):
         return data.info
-    if len(data) >= size:
-        return probe(data)  # a FLAC whose STREAMINFO leaves the total unknown is counted there
-    if not (sniff_format(data) == "wav" and data[:4] == b"RIFF"):
-        return probe(data)  # a format whose header says its length (FLAC's STREAMINFO)
-    info = parse_wav_header(data)
-    (chunk_size,) = struct.unpack_from("<I", data, info.data_offset - 4)
-    available = size - info.data_offset
-    declared = available if chunk_size in _UNKNOWN_SIZE else chunk_size
-    frames = min(declared, available) // info.block_align
-    return {"format": "wav", "subtype": info.subtype, "sample_rate": info.sample_rate, "channels": info.channels,
-            "frames": frames, "frames_declared": declared // info.block_align, "duration": frames / info.sample_rate}
+    try:
+        return header_facts(data, size)
+    except HeaderBeyondHead as more:  # cannot happen: a head that does not tell is spooled
+        raise AudioError(f"the audio header needs the first {more.needed} bytes") from None
 
 
 def utterance_record(sample: dict, *, shard: str, corpus: str) -> dict:
@@ -224,8 +240,22 @@ def index_shard(shard: str, corpus: str | None = None, *,
                             "file", shard=printable(shard))
     corpus = corpus or default_corpus_name(shard)
     members = iter_members_with_offsets(shard, max_member_bytes=max_member_bytes)
-    return [utterance_record(s, shard=shard, corpus=corpus) for s in group_samples(members, shard=shard,
-                                                                                    max_bytes=max_member_bytes)]
+    return [_record(s, shard, corpus) for s in group_samples(members, shard=shard, max_bytes=max_member_bytes)]
+
+
+INDEX_ERROR = "index_error"  # reading an utterance raised what nobody foresaw: its shard fails, naming the key
+
+
+def _record(sample: dict, shard: str, corpus: str) -> dict:
+    try:
+        return utterance_record(sample, shard=shard, corpus=corpus)
+    except ShardkitError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the shard's failure, naming the key, never the run's
+        from shardkit.io.audio import stable_message
+
+        raise ShardkitError(f"{INDEX_ERROR}: key {sample['__key__']!r}: {type(err).__name__}: "
+                            f"{stable_message(err)}", shard=shard) from err
 
 
 def _index_task(args) -> tuple[list[dict] | None, str | None]:

@@ -34,7 +34,25 @@ import numpy as np
 
 from shardkit import __version__
 from shardkit.errors import AudioError, ShardkitError, UsageError, json_safe, printable
-from shardkit.io.audio import EXTENSION_FORMATS, UNKNOWN_FRAMES, open_soundfile, parse_wav_header, sniff_format
+from shardkit.io.audio import (
+    AUDIO_CHANNELS,
+    AUDIO_FORMAT,
+    AUDIO_HEADER,
+    DECODED_TOO_LONG,
+    DEFAULT_MAX_DECODED_SECONDS,
+    EXTENSION_FORMATS,
+    FLAC_MD5,
+    FLAC_METADATA,
+    FLAC_STREAMINFO,
+    IMPLAUSIBLE_LENGTH,
+    UNKNOWN_FRAMES,
+    AudioHeaderError,
+    PcmMd5,
+    header_facts,
+    open_soundfile,
+    sniff_format,
+    stable_message,
+)
 from shardkit.io.codecs import CODECS, detect_codec, open_writer
 from shardkit.io.inputs import expand_shards, plan_output_paths
 from shardkit.io.tar import (
@@ -47,6 +65,7 @@ from shardkit.io.tar import (
     shard_reader,
     split_key,
 )
+from shardkit.io.text import EMPTY_TEXT, KEY_CONTROL, TEXT_CONTROL, key_control_problem, text_problems
 from shardkit.run.executor import run_tasks
 from shardkit.run.lifecycle import (
     AtomicFile,
@@ -82,7 +101,9 @@ SPLIT_KEY = "split_key"  # members of one key apart in the shard
 DUPLICATE_KEY = "duplicate_key"  # a complete utterance's key again, in this shard or an earlier one
 # Text:
 TEXT_ENCODING = "text_encoding"
-EMPTY_TEXT = "empty_text"
+# EMPTY_TEXT: nothing left after removing whitespace and invisible characters (BOM, zero-width);
+# TEXT_CONTROL: a NUL or another control character than tab, CR and LF; KEY_CONTROL: a key holding a control
+# character (it cannot appear in a list line). Defined in shardkit.io.text, which make shares.
 # Audio:
 DECODE = "decode"
 TRUNCATED = "truncated"
@@ -93,14 +114,22 @@ CHANNELS = "channels"
 DURATION = "duration"
 FORMAT_MISMATCH = "format_mismatch"
 
+CHECK_ERROR = "check_error"  # a check itself failed on the member (an exception nobody foresaw)
+
 # Warnings: reported, never a reason to reject or to exit 1 (see ValidateReport.exit_code).
 KEY_DOT = "key_dot"  # a '.' in the key's last path part: WebDataset's key ends at the first '.', WeNet's at the last
 WARNINGS = (KEY_DOT,)
 
+# Audio headers a decoder refuses or reads differently (shardkit.io.audio names them for index and make too):
+# AUDIO_FORMAT, AUDIO_HEADER, AUDIO_CHANNELS, FLAC_METADATA, FLAC_STREAMINFO, IMPLAUSIBLE_LENGTH; and after the
+# decode FLAC_MD5 (a set MD5 signature the samples do not match), DECODED_TOO_LONG (above --max-decoded-seconds).
+
 CHECKS = (STREAM, TAR, TAR_CHECKSUM, TAR_NUMBER_FIELD, TAR_PAX, TAR_ZERO_BLOCK, TAR_NAME_CHAIN, TAR_NAME_ENCODING,
           UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
-          MULTIPLE_AUDIO, MULTIPLE_TXT, SPLIT_KEY, DUPLICATE_KEY, TEXT_ENCODING, EMPTY_TEXT, DECODE, TRUNCATED,
-          EMPTY_AUDIO, NAN, SAMPLE_RATE, CHANNELS, DURATION, FORMAT_MISMATCH)
+          MULTIPLE_AUDIO, MULTIPLE_TXT, SPLIT_KEY, DUPLICATE_KEY, TEXT_ENCODING, EMPTY_TEXT, TEXT_CONTROL, KEY_CONTROL,
+          DECODE, TRUNCATED, EMPTY_AUDIO, NAN, SAMPLE_RATE, CHANNELS, DURATION, FORMAT_MISMATCH, AUDIO_FORMAT,
+          AUDIO_HEADER, AUDIO_CHANNELS, FLAC_METADATA, FLAC_STREAMINFO, IMPLAUSIBLE_LENGTH, FLAC_MD5, DECODED_TOO_LONG,
+          CHECK_ERROR)
 
 BACKENDS = ("soundfile", "torchaudio")
 REJECTS_JSONL = "rejects.jsonl"
@@ -116,6 +145,9 @@ class ValidateOptions:
     max_duration: float | None = None
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
     threads: int = 1  # decompressor threads per task (bz2, gz)
+    # longer members are a finding, not decoded; None: no limit for the soundfile backend (it decodes in blocks),
+    # DEFAULT_MAX_DECODED_SECONDS for torchaudio (it decodes a member whole)
+    max_decoded_seconds: float | None = None
 
 
 def check_options(options: ValidateOptions) -> None:
@@ -156,14 +188,13 @@ def check_key_dot(key: str) -> str | None:
 # Per-member checks: return (check, message) pairs; pure functions of the bytes and options.
 
 def check_text(data: bytes) -> list[tuple[str, str]]:
-    """WeNet reads a transcript as ``data.decode('utf8').strip()``; both steps must give text."""
+    """WeNet reads a transcript as ``data.decode('utf8').strip()``; both steps must give text, and text a
+    tokenizer can take (no NUL or other control characters, something left besides invisible ones)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         return [(TEXT_ENCODING, f"transcript is not valid UTF-8 ({err.reason} at byte {err.start})")]
-    if not text.strip():
-        return [(EMPTY_TEXT, "transcript is empty" if not text else "transcript is only whitespace")]
-    return []
+    return text_problems(text)
 
 
 def _partial_frames(data: bytes) -> int:
@@ -181,24 +212,34 @@ def _partial_frames(data: bytes) -> int:
 _DECODE_BLOCK = 1 << 18  # frames decoded at a time: memory holds the member, not its decoded copy too
 
 
-def _decode_soundfile(data: bytes) -> tuple[tuple[int, int, int], int, int, bool]:
-    """``((frames, channels, bad), rate, header_frames, is_float)``, decoded in full, block by block.
+def _decode_soundfile(data: bytes) -> tuple[tuple[int, int, int], int, int, bool, bool]:
+    """``((frames, channels, bad), rate, header_frames, is_float, md5_ok)``, decoded in full, block by block.
 
-    ``bad`` counts NaN or infinite samples; integer PCM decodes to int16 (cheaper, no NaN possible).
+    ``bad`` counts NaN or infinite samples; integer PCM decodes to int16 (int32 above 16 bits: a FLAC's MD5
+    signature is checked on the exact samples), no NaN possible. ``md5_ok`` is False only for a FLAC whose
+    MD5 signature is set and differs from its samples'.
     """
+    from shardkit.io.audio import flac_bits, flac_md5
+
+    expected = flac_md5(data)
+    md5 = PcmMd5(flac_bits(data)) if expected is not None else None
     try:
         with open_soundfile(io.BytesIO(data)) as f:
             is_float = not f.subtype.startswith("PCM")
             frames = bad = 0
-            dtype = "float32" if is_float else "int16"
+            dtype = "float32" if is_float else md5.dtype if md5 is not None else "int16"
             while len(block := f.read(_DECODE_BLOCK, dtype=dtype, always_2d=True)):  # not blocks(): see above
                 frames += len(block)
                 if is_float:
                     bad += block.size - int(np.count_nonzero(np.isfinite(block)))
-            return (frames, f.channels, bad), f.samplerate, f.frames if f.frames < UNKNOWN_FRAMES else 0, is_float
+                elif md5 is not None:
+                    md5.update(block)
+            md5_ok = md5 is None or is_float or md5.digest() == expected
+            return ((frames, f.channels, bad), f.samplerate, f.frames if f.frames < UNKNOWN_FRAMES else 0, is_float,
+                    md5_ok)
     except Exception as err:  # libsndfile reports every failure as a generic error
-        # error_string leaves out the "<_io.BytesIO object at 0x...>" that would make reports differ per run
-        raise AudioError(f"soundfile cannot decode it: {getattr(err, 'error_string', None) or err}") from err
+        # stable_message leaves out the "<_io.BytesIO object at 0x...>" that would make reports differ per run
+        raise AudioError(f"soundfile cannot decode it: {stable_message(err)}") from err
 
 
 def _flac_header_frames(data: bytes) -> int:
@@ -221,18 +262,20 @@ def check_audio(ext: str, data: bytes, options: ValidateOptions) -> tuple[list[t
         return [(EMPTY_AUDIO, "zero-length audio member")], None
     content = sniff_format(data)
     problems = _format_problems(ext, content)
-    declared, header_problem = _wav_declared_frames(content, data)
+    declared, header_problem = _header_facts(content, data, options)
     if header_problem is not None:
         problems.append(header_problem)
         return problems, None
     try:
-        counts, rate, is_float, flac_declared = _decode_audio(content, data, options)
+        counts, rate, is_float, flac_declared, md5_ok = _decode_audio(content, data, options)
     except AudioError as err:
         problems.append(_decode_failure(content, data, err))
         return problems, None
     if flac_declared:  # only a FLAC has one, and then no WAV header was read
         declared = flac_declared
     problems.extend(_signal_problems(counts, rate, declared, is_float))
+    if not md5_ok:
+        problems.append((FLAC_MD5, "the decoded samples do not match the MD5 signature in STREAMINFO"))
     frames, channels, _ = counts
     seconds = frames / rate if rate else 0.0
     problems.extend(_expectation_problems(rate, channels, seconds, options))
@@ -247,20 +290,38 @@ def _format_problems(ext: str, content: str | None) -> list[tuple[str, str]]:
     return []
 
 
-def _wav_declared_frames(content: str | None, data: bytes) -> tuple[int | None, tuple[str, str] | None]:
-    """``(frames, problem)`` from a RIFF WAV header, read before decoding: the frames it promises are what
-    tells a truncated file, and a damaged header is a decode problem that no decoder need be asked about."""
-    if content != "wav" or data[:4] != b"RIFF":
-        return None, None  # other formats have no such field, or (FLAC) the decoder reports it
+def _header_facts(content: str | None, data: bytes,
+                  options: ValidateOptions) -> tuple[int | None, tuple[str, str] | None]:
+    """``(frames declared, problem)`` from a RIFF WAV or FLAC header, read before decoding: the frames a WAV
+    promises tell a truncated file, and a header a decoder refuses or reads differently is a finding under
+    its own check (shardkit.io.audio's) that no decoder need be asked about."""
+    from shardkit.io.audio import HeaderBeyondHead, flac_total_samples, too_long
+
+    if not (content == "wav" and data[:4] == b"RIFF" or content == "flac"):
+        return None, None  # other formats: the decoder reports what is wrong
     try:
-        return parse_wav_header(data).frames_declared, None
+        # a FLAC length the header alone does not prove is checked by the full decode below (fewer frames than
+        # claimed: truncated), not decoded twice
+        facts = header_facts(data, count=lambda: flac_total_samples(data) or 0)
+    except AudioHeaderError as err:
+        if err.check == EMPTY_AUDIO and content == "flac":
+            return None, None  # the decode says how many frames there are
+        return None, (err.check, err.reason)
     except AudioError as err:
-        return None, (DECODE, f"WAV header is damaged ({err.reason})")
+        return None, (DECODE, f"{content.upper()} header is damaged ({err.reason})")
+    except HeaderBeyondHead:  # cannot happen with the whole member in hand
+        return None, None
+    limit = options.max_decoded_seconds
+    if limit is None and options.backend == "torchaudio":
+        limit = DEFAULT_MAX_DECODED_SECONDS
+    if facts["frames"] and (message := too_long(facts["frames"], facts["sample_rate"], limit)) is not None:
+        return None, (DECODED_TOO_LONG, message)
+    return (facts["frames_declared"] if content == "wav" else None), None
 
 
 def _decode_audio(content: str | None, data: bytes,
-                  options: ValidateOptions) -> tuple[tuple[int, int, int], int, bool, int | None]:
-    """``((frames, channels, bad), rate, is_float, flac_declared)`` from the chosen backend, in full.
+                  options: ValidateOptions) -> tuple[tuple[int, int, int], int, bool, int | None, bool]:
+    """``((frames, channels, bad), rate, is_float, flac_declared, md5_ok)`` from the chosen backend, in full.
 
     Both backends must answer the same questions, so that a finding never depends on the backend;
     ``flac_declared`` is the frame count a FLAC header promises (0 or None: it does not say).
@@ -273,9 +334,9 @@ def _decode_audio(content: str | None, data: bytes,
         counts = (samples.shape[0], samples.shape[1] if samples.ndim == 2 else 1,
                   samples.size - int(np.count_nonzero(np.isfinite(samples))))
         del samples  # the decoded copy can be far larger than the member: free it before the header read
-        return counts, rate, True, (_flac_header_frames(data) or None) if content == "flac" else None
-    counts, rate, header_frames, is_float = _decode_soundfile(data)
-    return counts, rate, is_float, header_frames if content == "flac" else None
+        return counts, rate, True, (_flac_header_frames(data) or None) if content == "flac" else None, True
+    counts, rate, header_frames, is_float, md5_ok = _decode_soundfile(data)
+    return counts, rate, is_float, header_frames if content == "flac" else None, md5_ok
 
 
 def _decode_failure(content: str | None, data: bytes, err: AudioError) -> tuple[str, str]:
@@ -448,6 +509,8 @@ def _check_utterance(path: str, key: str, members: list[tuple[int, str, str, byt
     key_problem = _key_problem(key, members[0][1], len(txt) == 1 and len(audio) == 1, seen, result["keys"])
     if key_problem is not None:
         problems.append(key_problem)
+    if (control := key_control_problem(key)) is not None:
+        problems.append((members[0][1], *control))
     _record_utterance(path, key, members, problems, result)
 
 
@@ -483,7 +546,11 @@ def _check_contents(txt: list, audio: list, options: ValidateOptions, problems: 
     for _, name, ext, data in audio:
         if data is None:
             continue
-        audio_problems, facts = check_audio(ext, data, options)
+        try:
+            audio_problems, facts = check_audio(ext, data, options)
+        except Exception as err:  # noqa: BLE001 - a member nobody foresaw is this utterance's finding, not the run's
+            audio_problems, facts = [(CHECK_ERROR, f"checking it raised {type(err).__name__}: "
+                                                   f"{stable_message(err)}")], None
         problems.extend((name, check, message) for check, message in audio_problems)
         if facts is not None and name == audio[-1][1]:  # WeNet keeps the last audio member
             result["seconds"] += facts["seconds"]

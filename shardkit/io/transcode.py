@@ -16,7 +16,25 @@ import numpy as np
 import soundfile as sf
 
 from shardkit.errors import AudioError, VerificationError
-from shardkit.io.audio import open_soundfile, parse_wav_header, read_to_end, sniff_format
+from shardkit.io.audio import (
+    AUDIO_HEADER,
+    DECODED_TOO_LONG,
+    DEFAULT_MAX_DECODED_SECONDS,
+    FLAC_MD5,
+    IMPLAUSIBLE_LENGTH,
+    MAX_TRANSCODE_PCM_BYTES,
+    TRUNCATED,
+    AudioHeaderError,
+    PcmMd5,
+    flac_bits,
+    flac_md5,
+    header_facts,
+    open_soundfile,
+    read_to_end,
+    sniff_format,
+    stable_message,
+    too_long,
+)
 from shardkit.io.tar import AUDIO_EXTENSIONS, split_key
 
 # FLAC holds integer PCM up to 24 bits; libsndfile's subtypes for each depth
@@ -49,7 +67,9 @@ def read_pcm(data: bytes) -> tuple[np.ndarray, int, str]:
         raise AudioError(f"does not decode ({err})") from err
 
 
-_VERIFY_BLOCK = 1 << 18  # frames compared at a time: the decoded copy never exists whole
+_BLOCK = 1 << 16  # frames decoded, encoded and compared at a time: no decoded copy of a member exists whole
+_FLAC_MAX_RATE = 655350  # what a FLAC frame header can state (libFLAC's encoder refuses more)
+TRANSCODE_ERROR = "transcode_error"  # an unexpected failure inside transcoding: the member is kept, a problem
 
 
 def decodes_to(encoded: bytes, samples: np.ndarray, sample_rate: int) -> bool:
@@ -60,7 +80,7 @@ def decodes_to(encoded: bytes, samples: np.ndarray, sample_rate: int) -> bool:
             if f.samplerate != sample_rate or f.channels != samples.shape[1] or dtype != samples.dtype:
                 return False
             done = 0
-            for block in f.blocks(blocksize=_VERIFY_BLOCK, dtype=dtype.name, always_2d=True):
+            for block in f.blocks(blocksize=_BLOCK, dtype=dtype.name, always_2d=True):
                 if not np.array_equal(block, samples[done:done + len(block)]):
                     return False
                 done += len(block)
@@ -78,71 +98,151 @@ def encode_pcm(samples: np.ndarray, sample_rate: int, fmt: str, subtype: str, fl
     return buf.getvalue()
 
 
-def transcode_member(name: str, data: bytes, target: str, flac_level: int | None = None, verify: bool = True):
+class Kept(Exception):
+    """A member that stays as it is: ``reason``, and ``check`` when that is a problem (a finding)."""
+
+    def __init__(self, reason: str, check: str | None = None):
+        super().__init__(reason)
+        self.reason, self.check = reason, check
+
+
+def transcode_member(name: str, data: bytes, target: str, flac_level: int | None = None, verify: bool = True,
+                     max_decoded_seconds: float | None = DEFAULT_MAX_DECODED_SECONDS):
     """``(new_name, new_data, info)`` for one member; unchanged bytes where no lossless change applies.
 
     ``info`` is None for non-audio members, else a dict with ``key``, ``member``, ``action``
-    ("transcoded" or "kept"), the reason when kept, and ``pcm_sha256`` when samples were decoded.
+    ("transcoded" or "kept"), the reason when kept (with ``problem: true`` and its ``check`` when the
+    member's header and its decode disagree, or it does not decode), and ``pcm_sha256`` when samples
+    were transcoded. The samples written are exactly those libsndfile decodes, streamed in blocks, and
+    only when they agree with the header's facts; the written member is decoded again and compared.
     """
     key, ext = split_key(name)
     if ext.lower() not in AUDIO_EXTENSIONS:
         return name, data, None
     info = {"key": key, "member": name, "action": "kept"}
+    try:
+        facts = _transcodable(data, target, max_decoded_seconds)
+        encoded, done = _stream_transcode(data, facts, target, flac_level)
+        if verify and not _same_samples(encoded, data, done["subtype"]):
+            raise VerificationError(f"{target} encoding did not reproduce the samples exactly", member=name)
+    except Kept as kept:
+        info["reason"] = kept.reason
+        if kept.check is not None:
+            info.update(problem=True, check=kept.check)
+        return name, data, info
+    info.update(action="transcoded", to=target, **done)
+    return f"{key}.{target}", encoded, info
+
+
+def _transcodable(data: bytes, target: str, max_seconds: float | None) -> dict:
+    """The header facts of a member to transcode to ``target``; raises Kept for one that stays as it is."""
     fmt = sniff_format(data)
     source_fmt = "wav" if target == "flac" else "flac"
     if fmt != source_fmt:
         if fmt is None:
-            info.update(reason="unknown or damaged audio bytes", problem=True)
-        elif fmt in ("wav", "flac"):
-            info["reason"] = f"already {fmt}"
-        else:
-            info["reason"] = f"lossy format ({fmt}): never re-encoded"
-        return name, data, info
-    if fmt == "wav":
-        try:
-            header = parse_wav_header(data)
-        except AudioError as err:
-            info.update(reason=f"WAV header does not parse ({err.reason})", problem=True)
-            return name, data, info
-        if header.format_tag != 1 or header.subtype not in _WAV_TO_FLAC_SUBTYPE:
-            info["reason"] = f"{header.subtype} WAV has no lossless FLAC form"
-            return name, data, info
-        if header.frames_present < header.frames_declared:
-            info.update(reason="truncated WAV (header promises more frames than present)", problem=True)
-            return name, data, info
+            raise Kept("unknown or damaged audio bytes", "decode")
+        if fmt in ("wav", "flac"):
+            raise Kept(f"already {fmt}")
+        raise Kept(f"lossy format ({fmt}): never re-encoded")
+    if fmt == "wav" and data[:4] != b"RIFF":
+        raise Kept(f"{data[:4].decode('latin-1')} WAV is kept as it is")
     try:
-        if fmt == "wav" and header.bits == 16:  # the common case, read straight from the bytes
-            samples = np.frombuffer(data, "<i2", header.frames_present * header.channels,
-                                    header.data_offset).reshape(-1, header.channels)
-            rate, subtype = header.sample_rate, "PCM_16"
-        else:
-            samples, rate, subtype = read_pcm(data)
+        facts = header_facts(data)
+    except AudioHeaderError as err:
+        raise Kept(err.reason, err.check) from None
     except AudioError as err:
-        info.update(reason=err.reason, problem=True)
-        return name, data, info
+        raise Kept(f"{fmt.upper()} header does not parse ({err.reason})", "decode") from None
+    if fmt == "wav" and facts["subtype"] not in _WAV_TO_FLAC_SUBTYPE:
+        raise Kept(f"{facts['subtype']} WAV has no lossless FLAC form")
+    if facts["frames_declared"] > facts["frames"]:
+        raise Kept("truncated WAV (header promises more frames than present)", TRUNCATED)
+    if target == "flac" and facts["sample_rate"] > _FLAC_MAX_RATE:
+        raise Kept(f"{facts['sample_rate']} Hz has no FLAC form")
+    message = too_long(facts["frames"], facts["sample_rate"], max_seconds)
+    pcm_bytes = facts["frames"] * facts["channels"] * 4
+    if message is None and pcm_bytes > MAX_TRANSCODE_PCM_BYTES:
+        message = f"decodes to {pcm_bytes >> 20} MiB of samples, above the {MAX_TRANSCODE_PCM_BYTES >> 20} MiB " \
+                  "transcoding holds"
+    if message is not None:
+        raise Kept(message, DECODED_TOO_LONG)
+    return facts
+
+
+def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | None) -> tuple[bytes, dict]:
+    """Decode ``data`` with libsndfile block by block into the ``target`` encoder; check the decode against
+    the header ``facts`` (and a FLAC's MD5 signature). ``(encoded, facts of the samples written)``."""
     mapping = _WAV_TO_FLAC_SUBTYPE if target == "flac" else _FLAC_TO_WAV_SUBTYPE
-    if subtype not in mapping:
-        info["reason"] = f"{subtype} has no lossless {target} form"
-        return name, data, info
-    if len(samples) == 0:
-        info.update(reason="no audio frames", problem=True)
-        return name, data, info
-    encoded = encode_pcm(samples, rate, target.upper(), mapping[subtype], flac_level)
-    if verify and not decodes_to(encoded, samples, rate):
-        raise VerificationError(f"{target} encoding did not reproduce the samples exactly", member=name)
-    info.update(action="transcoded", to=target, pcm_sha256=pcm_digest(samples, rate), frames=len(samples),
-                sample_rate=rate, channels=samples.shape[1], subtype=subtype)
-    return f"{key}.{target}", encoded, info
+    expected_md5 = flac_md5(data)
+    try:
+        with open_soundfile(io.BytesIO(data)) as src:
+            subtype, rate, channels = src.subtype, src.samplerate, src.channels
+            if (rate, channels) != (facts["sample_rate"], facts["channels"]):
+                raise Kept(f"libsndfile reads {channels} channels at {rate} Hz, the header says "
+                           f"{facts['channels']} at {facts['sample_rate']} Hz", AUDIO_HEADER)
+            if subtype not in mapping:
+                raise Kept(f"{subtype} has no lossless {target} form")
+            dtype = np.dtype("int16" if subtype in _NARROW_SUBTYPES else "int32")
+            digest = hashlib.sha256(f"{rate}:{channels}:{dtype.str}:".encode())
+            md5 = PcmMd5(flac_bits(data)) if expected_md5 is not None else None
+            buf = io.BytesIO()
+            kwargs = {"compression_level": flac_level / 8} if target == "flac" and flac_level is not None else {}
+            frames = 0
+            with sf.SoundFile(buf, "w", rate, channels, mapping[subtype], format=target.upper(), **kwargs) as out:
+                while len(block := src.read(_BLOCK, dtype=dtype.name, always_2d=True)):
+                    frames += len(block)
+                    if frames > facts["frames"]:
+                        break
+                    out.write(block)
+                    digest.update(memoryview(np.ascontiguousarray(block)).cast("B"))
+                    if md5 is not None:
+                        md5.update(block)
+    except Kept:
+        raise
+    except Exception as err:  # libsndfile's generic errors, an encoder refusing its input
+        raise Kept(f"does not transcode ({type(err).__name__}: {stable_message(err)})", "decode") from None
+    if frames != facts["frames"]:
+        raise Kept(f"libsndfile decodes {'more than ' if frames > facts['frames'] else ''}{frames} frames, the "
+                   f"header says {facts['frames']}", IMPLAUSIBLE_LENGTH if frames < facts["frames"] else AUDIO_HEADER)
+    if md5 is not None and md5.digest() != expected_md5:
+        raise Kept("the decoded samples do not match the MD5 signature in STREAMINFO", FLAC_MD5)
+    return buf.getvalue(), {"pcm_sha256": digest.hexdigest(), "frames": frames, "sample_rate": rate,
+                            "channels": channels, "subtype": subtype}
+
+
+def _same_samples(encoded: bytes, source: bytes, subtype: str) -> bool:
+    """Whether ``encoded`` decodes to exactly the samples libsndfile decodes from ``source``, block by block."""
+    dtype = "int16" if subtype in _NARROW_SUBTYPES else "int32"
+    try:
+        with sf.SoundFile(io.BytesIO(encoded)) as a, open_soundfile(io.BytesIO(source)) as b:
+            if (a.samplerate, a.channels) != (b.samplerate, b.channels):
+                return False
+            while True:
+                x = a.read(_BLOCK, dtype=dtype, always_2d=True)
+                y = b.read(_BLOCK, dtype=dtype, always_2d=True)
+                if not np.array_equal(x, y):
+                    return False
+                if not len(x):
+                    return True
+    except Exception:  # libsndfile raises plain RuntimeError/LibsndfileError: it does not decode
+        return False
 
 
 def make_transform(settings):
-    """The per-member transform that convert applies for ``--audio flac|wav``."""
+    """The per-member transform that convert applies for ``--audio flac|wav``. A failure nobody foresaw keeps
+    the member as it is, as a problem naming shard and key (check ``transcode_error``), never the run's."""
 
     def transform(shard: str, name: str, data: bytes):
         try:
-            return transcode_member(name, data, settings.audio, settings.flac_level, settings.verify)
+            return transcode_member(name, data, settings.audio, settings.flac_level, settings.verify,
+                                    getattr(settings, "max_decoded_seconds", DEFAULT_MAX_DECODED_SECONDS))
         except VerificationError as err:
             raise err.located(shard=shard, member=name)
+        except Exception as err:  # noqa: BLE001 - whatever it was, the member is kept and named
+            key = split_key(name)[0]
+            return name, data, {"key": key, "member": name, "action": "kept", "problem": True,
+                                "check": TRANSCODE_ERROR,
+                                "reason": f"{shard}: key {key!r}: transcoding raised {type(err).__name__}: "
+                                          f"{stable_message(err)}"}
 
     return transform
 

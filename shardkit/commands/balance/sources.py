@@ -19,6 +19,7 @@ import numpy as np
 
 from shardkit.commands.balance.plan import BalancePlan, repeat_key
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.planning.plausible import impossible_duration
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,9 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> 
                             raise ShardkitError(f"line {number} is not an index record", shard=path) from None
                         offset += len(line)
                         continue
+                    if (why := impossible_duration(duration, record.get("sample_rate"), record.get("bytes"))):
+                        raise ShardkitError(f"utterance {key!r} of shard {shard} in corpus {name!r}: {why}; "
+                                            "no plan is built on it (validate that shard)", shard=path)
                     sid = shard_ids.get(shard)
                     if sid is None:
                         sid = shard_ids[shard] = len(shards)

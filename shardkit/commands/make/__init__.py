@@ -33,10 +33,12 @@ from shardkit.commands.make.kaldi import (
     run_pipe,
 )
 from shardkit.errors import AudioError, ShardkitError, UsageError
+from shardkit.io.audio import EMPTY_AUDIO, HEADER_CHECKS
 from shardkit.io.codecs import CODECS, open_writer
 from shardkit.io.files import HashingFile, load_report, output_unchanged
 from shardkit.io.remote import is_url
 from shardkit.io.tar import AUDIO_EXTENSIONS, TarWriter
+from shardkit.io.text import EMPTY_TEXT, key_control_problem, text_problems
 from shardkit.run.executor import run_tasks
 from shardkit.run.lifecycle import (
     AtomicFile,
@@ -79,6 +81,10 @@ class MakeSettings:
                 "resample": self.resample}
 
 
+# a header a decoder refuses or reads differently is a finding under shardkit.io.audio's own check name
+HEADER_FINDINGS = (*HEADER_CHECKS, EMPTY_AUDIO)
+
+
 def finding(key: str, check: str, reason: str) -> dict:
     return {"key": key, "check": check, "reason": reason}
 
@@ -116,8 +122,12 @@ def match_utterances(wav: dict[str, WavEntry], texts: dict[str, str],
                 f"its recording {recording!r} is not in wav.scp"
             findings.append(finding(key, "no_audio", where))
             continue
-        if not text.strip():
-            findings.append(finding(key, "empty_transcript", "empty transcript"))
+        problems = [("empty_transcript", "empty transcript" if not text.strip() else message) if check == EMPTY_TEXT
+                    else (check, message) for check, message in text_problems(text)]
+        if (control := key_control_problem(key)) is not None:
+            problems.append(control)
+        if problems:  # an utterance a tokenizer or a list line cannot take is not packed
+            findings += [finding(key, check, message) for check, message in problems]
             continue
         unsafe = check_key(key)
         if unsafe:
@@ -157,13 +167,13 @@ def probe_recording(entry: WavEntry) -> dict:
 
         facts = probe_audio(entry.location)
         if isinstance(facts, str):
-            return {"error": facts}
+            return {"error": str(facts), "check": getattr(facts, "check", "unreadable_audio")}
         seconds, rate, channels, size, mtime_ns = facts
         source = ({"url": entry.location, "name": entry.location, "size": size} if is_url(entry.location)
                   else {"path": entry.location, "size": size, "mtime_ns": mtime_ns})  # checked when read again
         return {"seconds": seconds, "sample_rate": rate, "channels": channels, "source": source}
     except ShardkitError as err:
-        return {"error": err.reason}
+        return {"error": err.reason, "check": err.check if err.check in HEADER_FINDINGS else "unreadable_audio"}
     except OSError as err:
         return {"error": f"cannot read {entry.location} ({err.strerror or err})"}
 
@@ -178,7 +188,7 @@ def attach_durations(utterances: list[dict], probes: dict[str, dict]) -> tuple[l
     for utt in utterances:
         info = probes[utt["recording"]]
         if "error" in info:
-            findings.append(finding(utt["key"], "unreadable_audio", info["error"]))
+            findings.append(finding(utt["key"], info.get("check", "unreadable_audio"), info["error"]))
             continue
         total = info["seconds"]
         start, end = utt["start"], utt["end"]
@@ -405,7 +415,8 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             written: list[tuple[str, int]] = []
             for utt, got in read_ahead(utterances, settings):
                 if isinstance(got, AudioError):
-                    result["skipped"].append(finding(utt["key"], "unreadable_audio", got.reason))
+                    check = got.check if got.check in HEADER_FINDINGS else "unreadable_audio"
+                    result["skipped"].append(finding(utt["key"], check, got.reason))
                     continue
                 if isinstance(got, OSError):
                     result["skipped"].append(finding(utt["key"], "unreadable_audio",

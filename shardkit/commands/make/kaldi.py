@@ -108,9 +108,10 @@ def parse_segments(lines: Iterable[str], source: str = "segments") -> dict[str, 
 
 
 def read_table(path: str) -> list[str]:
-    """The lines of a Kaldi table file (UTF-8); a missing or undecodable file is a UsageError."""
+    """The lines of a Kaldi table file (UTF-8), split on ``\n`` only as Kaldi does (a CR inside a line is part of
+    it; one before the ``\n`` is stripped with it); a missing or undecodable file is a UsageError."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", newline="\n") as f:  # lines end at \n only: a bare CR is text
             return f.readlines()
     except FileNotFoundError:
         raise UsageError("no such file", shard=path) from None

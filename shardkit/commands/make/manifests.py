@@ -35,6 +35,7 @@ from shardkit.commands.make.sources import Entry, SourceOptions, iter_entries, m
 from shardkit.commands.make.sources._probe import probe_audio
 from shardkit.errors import UsageError
 from shardkit.io.remote import is_url
+from shardkit.io.text import EMPTY_TEXT, text_problems
 from shardkit.run.executor import run_tasks
 
 # A stated duration may exceed the audio by this much (manifests round durations to 10 ms) before
@@ -136,7 +137,10 @@ def read_catalog(fmt: str, paths: list[str], options: SourceOptions,
     findings: list[dict] = []
     pick = options.channel if fmt != "lhotse" else None  # the lhotse reader applies --channel itself
     for item in iter_entries(fmt, paths, options):
-        if isinstance(item, Entry):
+        if isinstance(item, Entry) and (problems := text_problems(item.text)):  # a tokenizer could not take it
+            findings += [finding(item.key, "empty_transcript" if check == EMPTY_TEXT else check, message)
+                         for check, message in problems]
+        elif isinstance(item, Entry):
             catalog.add(item if pick is None or item.channel is not None else item._replace(channel=pick))
         else:
             findings.append(finding(item.key, item.check, item.reason))
@@ -228,7 +232,7 @@ def check_entries(catalog: Catalog, errors: dict[int, str]) -> tuple[np.ndarray,
         i = int(i)
         key = catalog.keys[i]
         if bad_probe[i]:
-            findings.append(finding(key, "unreadable_audio", errors[i]))
+            findings.append(finding(key, getattr(errors[i], "check", "unreadable_audio"), errors[i]))
         elif starts_late[i]:
             findings.append(finding(key, "segment_out_of_range",
                                     f"starts at {start[i]:g} s, but its audio holds {total[i]:.3f} s"))

@@ -6,23 +6,55 @@ from __future__ import annotations
 import os
 
 from shardkit.errors import AudioError, ShardkitError
-from shardkit.io.audio import flac_streaminfo, parse_wav_header, probe, probe_file
+from shardkit.io.audio import (
+    EMPTY_AUDIO,
+    AudioHeaderError,
+    HeaderBeyondHead,
+    count_frames,
+    header_facts,
+    probe,
+    probe_file,
+    sniff_format,
+)
 from shardkit.io.remote import is_url
 
 
+class Reason(str):
+    """Why audio is not usable, with the check that names it (``unreadable_audio`` unless the header says
+    more: shardkit.io.audio's ``audio_header``, ``flac_metadata``, ``truncated``, ...)."""
+
+    check = "unreadable_audio"
+
+    def __new__(cls, text: str, check: str | None = None):
+        reason = super().__new__(cls, text)
+        if check is not None:
+            reason.check = check
+        return reason
+
+    def __reduce__(self):  # a str subclass pickles as its text: keep the check across processes
+        return (Reason, (str(self), self.check))
+
+
+def check_of(reason: str) -> str:
+    """The check name a probe's reason carries (``unreadable_audio`` for a plain string)."""
+    return getattr(reason, "check", "unreadable_audio")
+
+
 def probe_bytes(data: bytes) -> tuple[float, int, int] | str:
-    """``(seconds, sample_rate, channels)``, or the reason the bytes are not usable audio."""
+    """``(seconds, sample_rate, channels)``, or the reason (a Reason naming its check) the bytes are not
+    usable audio: a header a decoder refuses or reads differently is refused here, not packed."""
     if not data:
-        return "empty audio"
+        return Reason("empty audio", EMPTY_AUDIO)
     try:
         info = probe(data)
+    except AudioHeaderError as err:
+        return Reason(err.reason, err.check)
     except AudioError as err:
         facts = probe_torchcodec(data)  # m4a, wma, ...: what libsndfile does not read
-        return facts if facts is not None else err.reason
-    if info["sample_rate"] <= 0 or info["frames"] <= 0:
-        return f"holds no audio ({info['frames']} frames)"
+        return facts if facts is not None else Reason(err.reason)
     if info["frames_declared"] > info["frames"]:
-        return f"WAV header promises {info['frames_declared']} frames, the data holds {info['frames']} (truncated)"
+        return Reason(f"WAV header promises {info['frames_declared']} frames, the data holds {info['frames']} "
+                      "(truncated)")
     return info["frames"] / info["sample_rate"], info["sample_rate"], info["channels"]
 
 
@@ -50,32 +82,25 @@ HEAD_BYTES = 1 << 16  # what planning reads of a file or URL: enough for a WAV h
 
 def probe_head(head: bytes, size: int, location: str) -> tuple[float, int, int] | str | None:
     """``(seconds, sample_rate, channels)`` from the first bytes of audio whose full length is ``size``,
-    the reason it is not usable, or None when the head does not tell (another format, a WAV whose
-    data size is unknown or lies past the head, a FLAC that does not state its length).
+    the reason (a Reason) it is not usable, or None when the head does not tell (another format, a header
+    past the head, a FLAC length only a decode can tell).
 
-    A WAV by shardkit's own header parser (~30x faster than libsndfile), truncation checked against
-    ``size``; a FLAC from its STREAMINFO block."""
-    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        try:
-            wav = parse_wav_header(head)
-        except ShardkitError:
-            return None
-        unknown_size = wav.frames_declared * wav.block_align == len(head) - wav.data_offset
-        if unknown_size and size > len(head):
-            return None
-        present = (size - wav.data_offset) // wav.block_align
-        if wav.frames_declared > present:
-            return f"{location}: WAV header promises {wav.frames_declared} frames, the file holds {present} (truncated)"
-        if wav.frames_declared <= 0:
-            return f"{location} holds no audio (0 frames)"
-        return wav.frames_declared / wav.sample_rate, wav.sample_rate, wav.channels
-    streaminfo = flac_streaminfo(head)
-    if streaminfo is not None:
-        rate, channels, frames = streaminfo
-        if rate <= 0 or frames <= 0:  # 0 samples: the encoder did not know the length
-            return None
-        return frames / rate, rate, channels
-    return None
+    WAV and FLAC by shardkit's own header readers (~30x faster than libsndfile), every fact one the bytes
+    can hold: a WAV's frames from the data present, a FLAC's metadata blocks walked to the first frame."""
+    if not (head[:4] == b"RIFF" and head[8:12] == b"WAVE" or head[:4] == b"fLaC"):
+        return None
+    try:
+        info = header_facts(head, size)
+    except HeaderBeyondHead:
+        return None
+    except AudioHeaderError as err:
+        return Reason(f"{location}: {err.reason}", err.check)
+    except AudioError:
+        return None  # not a header shardkit reads: libsndfile is asked
+    if info["frames_declared"] > info["frames"]:
+        return Reason(f"{location}: WAV header promises {info['frames_declared']} frames, the file holds "
+                      f"{info['frames']} (truncated)")
+    return info["frames"] / info["sample_rate"], info["sample_rate"], info["channels"]
 
 
 def probe_url(url: str) -> tuple | str:
@@ -139,17 +164,33 @@ def probe_audio(location: str) -> tuple | str:
         if facts is not None:
             return facts if isinstance(facts, str) else (*facts, st.st_size, st.st_mtime_ns)
         try:
-            info = probe_file(location)  # a length the header leaves unknown is counted by decoding
+            info = _probe_whole_file(location, st.st_size)  # a header past the head, a length to count
+        except AudioHeaderError as err:
+            return Reason(f"{location}: {err.reason}", err.check)
         except AudioError as err:  # libsndfile reports every failure as one generic error
-            return f"cannot read the audio header of {location} ({err.reason})"
-        if info["sample_rate"] <= 0 or info["frames"] <= 0:
-            return f"{location} holds no audio ({info['frames']} frames)"
+            return Reason(f"cannot read the audio header of {location} ({err.reason})")
+        if info["frames_declared"] > info["frames"]:
+            return Reason(f"{location}: WAV header promises {info['frames_declared']} frames, the file holds "
+                          f"{info['frames']} (truncated)")
         return (info["frames"] / info["sample_rate"], info["sample_rate"], info["channels"], st.st_size,
                 st.st_mtime_ns)
     except ShardkitError as err:
         return err.reason
     except OSError as err:
         return f"cannot read {location} ({err.strerror or err})"
+
+
+def _probe_whole_file(location: str, size: int) -> dict:
+    """Header facts of a whole local file: WAV and FLAC headers walked through a memory map (the page cache
+    holds the file, not this process), other formats by libsndfile."""
+    import mmap
+
+    if size == 0:
+        raise AudioHeaderError(EMPTY_AUDIO, f"{location} is empty")
+    with open(location, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        if sniff_format(view[:16]) not in ("wav", "flac") or view[:4] == b"RF64":
+            return probe_file(location)  # a length the header leaves unknown is counted by decoding
+        return header_facts(view, size, count=lambda: count_frames(location))
 
 
 def _url_bytes(url: str) -> bytes:

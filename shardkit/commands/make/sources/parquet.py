@@ -14,7 +14,7 @@ import os
 from typing import Iterator
 
 from shardkit.commands.make.sources import Entry, Skip, SourceOptions, expand
-from shardkit.commands.make.sources._probe import probe_bytes
+from shardkit.commands.make.sources._probe import check_of, probe_bytes
 from shardkit.errors import UsageError
 from shardkit.io.remote import is_url
 
@@ -89,6 +89,6 @@ def _row(table, i, audio_field, text_field, key_field, path, base, stem, group, 
         return Entry(key, text, name if is_url(name) else os.path.join(base, name))
     facts = probe_bytes(data)
     if isinstance(facts, str):
-        return Skip(key, "unreadable_audio", f"{where}: {facts}")
+        return Skip(key, check_of(facts), f"{where}: {facts}")
     seconds, rate, channels = facts
     return Entry(key, text, name, container=path, pos=group, size=row, total=seconds, rate=rate, channels=channels)

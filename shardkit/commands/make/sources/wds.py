@@ -17,7 +17,7 @@ import re
 from typing import Iterator
 
 from shardkit.commands.make.sources import TAR_SUFFIXES, Entry, Skip, SourceOptions, expand
-from shardkit.commands.make.sources._probe import probe_bytes
+from shardkit.commands.make.sources._probe import check_of, probe_bytes
 from shardkit.errors import ShardkitError
 from shardkit.io.tar import AUDIO_EXTENSIONS, iter_tar_members, open_shard, shard_reader
 
@@ -97,7 +97,7 @@ def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
                 data, offset, name = sample[audio_ext]
                 facts = probe_bytes(data)
                 if isinstance(facts, str):
-                    yield Skip(key, "unreadable_audio", f"{path}: member {name!r}: {facts}")
+                    yield Skip(key, check_of(facts), f"{path}: member {name!r}: {facts}")
                     continue
                 seconds, rate, channels = facts
                 yield Entry(key, text, name, container=path, pos=offset, size=len(data), total=seconds, rate=rate,
