@@ -286,3 +286,24 @@ def test_a_resume_offset_past_the_end_is_an_error(make_shards):
         shard = make_shards(codec)[0]
         with pytest.raises(TarFormatError, match="past the end"):
             list(iter_samples([shard], start=512 * 100000, decode=False))
+
+
+@pytest.mark.parametrize("codec", ["none", "zst"])
+def test_webdataset_stage_resumes_where_it_stood(shard_sets, codec):
+    from shardkit.training.wds import tarfile_to_samples
+
+    urls = shard_sets[codec][:4]
+    stage = tarfile_to_samples()
+    keys, states = [], []
+    for sample in stage(iter(urls)):
+        keys.append(sample["__key__"])
+        states.append(stage.state_dict())
+    assert len(keys) == 16
+    for n, saved in enumerate(states, 1):
+        again = tarfile_to_samples()
+        again.load_state_dict(saved)
+        assert keys[:n] + [s["__key__"] for s in again(iter(urls))] == keys
+    moved = tarfile_to_samples()
+    moved.load_state_dict(states[5])
+    with pytest.raises(Exception, match="the shard order upstream changed"):
+        list(moved(iter(list(reversed(urls)))))
