@@ -307,3 +307,42 @@ def test_webdataset_stage_resumes_where_it_stood(shard_sets, codec):
     moved.load_state_dict(states[5])
     with pytest.raises(Exception, match="the shard order upstream changed"):
         list(moved(iter(list(reversed(urls)))))
+
+
+def test_zstd_seek_table_jumps_to_the_frame(shard_sets, tmp_path, monkeypatch):
+    """A zst shard in zstd's seekable format (frames listed in a table at its end, as pyzstd's
+    SeekableZstdFile writes it) resumes by jumping to the frame: nothing before it is decompressed."""
+    pyzstd = pytest.importorskip("pyzstd")
+    from shardkit.training import reader
+
+    seekable = []
+    for plain in shard_sets["none"]:
+        out = str(tmp_path / (os.path.basename(plain) + ".zst"))
+        with open(plain, "rb") as src, pyzstd.SeekableZstdFile(out, "w", level_or_option=3,
+                                                               max_frame_content_size=16384) as dst:
+            dst.write(src.read())
+        seekable.append(out)
+    assert pyzstd.SeekableZstdFile.is_seekable_format_file(seekable[0])
+
+    def no_skip(*args):
+        raise AssertionError("skipped by decompressing instead of using the seek table")
+
+    monkeypatch.setattr(reader, "_skip_to", no_skip)
+    position, marks, keys = ReadPosition(), [], []
+    for sample in iter_samples(seekable[:3], position=position, decode=False):
+        keys.append(sample["key"])
+        marks.append((position.index, position.utt_end, position.finished))
+    for n, (index, offset, finished) in enumerate(marks, 1):
+        index, offset = (index + 1, 0) if finished else (index, offset)
+        assert keys[:n] + [s["key"] for s in iter_samples(seekable[index:3], start=offset, decode=False)] == keys
+    with pytest.raises(Exception, match="past the end"):
+        list(iter_samples(seekable[:1], start=512 * 100000, decode=False))
+    dataset = ShardDataset(seekable, seed=SEED, rank=0, world_size=1)
+    loader = _loader(dataset, 0)
+    full = [b["key"] for b in loader]
+    loader = _loader(ShardDataset(seekable, seed=SEED, rank=0, world_size=1), 0)
+    it = iter(loader)
+    before = [next(it)["key"] for _ in range(9)]
+    resumed = _loader(ShardDataset(seekable, seed=SEED, rank=0, world_size=1), 0)
+    resumed.load_state_dict(loader.state_dict())
+    assert before + [b["key"] for b in resumed] == full

@@ -303,11 +303,36 @@ def _open_at(f, path: str, codec: str, start: int, threads: int):
                                  "the shard changed since the state was saved", shard=path)
         f.seek(start)
         return f
+    if codec == "zst" and start and (seekable := _zstd_seekable_at(f, path, start)) is not None:
+        return seekable
     source = _ZstdMemberSource(f, path) if codec == "zst" else shard_reader(f, shard=path, codec=codec,
                                                                            threads=threads)
     if start:
         _skip_to(source, start, path)
     return source
+
+
+def _zstd_seekable_at(f, path: str, start: int):
+    """A reader standing at ``start`` of the decompressed stream when the zstd shard carries a seek
+    table (zstd's seekable format: a writer such as pyzstd's SeekableZstdFile or t2sz cut the stream
+    into frames and listed them at its end): only the frame holding ``start`` is decompressed up to
+    it. None when there is no table (or pyzstd is not installed): the caller skips by decompressing."""
+    try:
+        import pyzstd
+    except ImportError:
+        return None
+    if not f.seekable() or not pyzstd.SeekableZstdFile.is_seekable_format_file(f):
+        return None
+    reader = pyzstd.SeekableZstdFile(f, "r")
+    try:
+        reached = reader.seek(start)
+    except (pyzstd.ZstdError, OSError, EOFError) as err:
+        raise CorruptStreamError(f"zst stream is corrupt before the resume offset {start} ({err})",
+                                 shard=path) from err
+    if reached < start:
+        raise TarFormatError(f"a resume offset of {start} bytes is past the end of the tar stream ({reached} "
+                             "bytes): the shard changed since the state was saved", shard=path)
+    return reader
 
 
 def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
