@@ -4,9 +4,10 @@
 
 One shuffled epoch of a ShardDataset under torchdata's StatefulDataLoader (batch 8) is read once per
 format to save the loader state at 10%, 50% and 90% of its steps. Then, round after round with the
-rows interleaved, a new dataset and loader are made and timed to their first batch: fresh (the
-epoch's start), restored from each saved state (ShardDataset's own state: seek, or skip by
-decompressing), and restored the way main did it (the dataset wrapped so that it has no state:
+rows interleaved (in a new order each round), a new dataset and loader are made and timed to their
+first batch: fresh (the epoch's start), restored from each saved state (ShardDataset's own state:
+plain tar seeks, zst:3 skips by decompressing, zstd's seekable format with 1 MiB frames jumps to the
+frame), and restored the way main did it (the dataset wrapped so that it has no state:
 StatefulDataLoader replays every batch before the saved step). Each restored first batch is
 checked against the uninterrupted run's batch at that step.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -149,32 +151,36 @@ def main(args) -> int:
     for codec, shards in data.items():
         for workers in args.workers:
             setups[(codec, workers)] = _saved(shards, workers, args.batch, fractions, not args.no_replay)
-    for _ in range(args.rounds):
-        for (codec, workers), (shards, states, replay_states, steps, keys) in setups.items():
-            t, got = first_batch(shards, workers, args.batch)
-            assert got == keys[0]
-            rows.setdefault((codec, workers, "fresh", 0.0), []).append(t)
-            for f in fractions:
-                t, got = first_batch(shards, workers, args.batch, states[f])
-                assert got == keys[steps[f]], (codec, workers, f)
-                rows.setdefault((codec, workers, "restored", f), []).append(t)
-                if not args.no_replay:
-                    t, got = first_batch(shards, workers, args.batch, replay_states[f], stateless=True)
-                    assert got == keys[steps[f]]
-                    rows.setdefault((codec, workers, "replay", f), []).append(t)
+    tasks = [(setup, "fresh", 0.0) for setup in setups]
+    tasks += [(setup, kind, f) for setup in setups for f in fractions
+              for kind in (("restored",) if args.no_replay else ("restored", "replay"))]
+    for round_ in range(args.rounds):
+        # a new order every round: whatever a row inherits from the one before it (freed memory, a
+        # worker just gone) falls on every row alike
+        random.Random(round_).shuffle(tasks)
+        for (codec, workers), kind, f in tasks:
+            shards, states, replay_states, steps, keys = setups[(codec, workers)]
+            state = None if kind == "fresh" else (states if kind == "restored" else replay_states)[f]
+            t, got = first_batch(shards, workers, args.batch, state, stateless=kind == "replay")
+            assert got == keys[steps[f] if state is not None else 0], (codec, workers, kind, f)
+            rows.setdefault((codec, workers, kind, f), []).append(t)
     report = []
     for (codec, workers, kind, f), times in rows.items():
         fresh = statistics.median(rows[(codec, workers, "fresh", 0.0)])
         med = statistics.median(times)
         report.append({"codec": codec, "workers": workers, "row": kind, "at": f,
                        "step": setups[(codec, workers)][3].get(f, 0), "steps": len(setups[(codec, workers)][4]),
-                       "median_s": round(med, 4), "min_s": round(min(times), 4), "max_s": round(max(times), 4),
+                       "median_s": round(med, 5), "min_s": round(min(times), 5), "max_s": round(max(times), 5),
                        "vs_fresh": round(med / fresh, 3)})
     report.sort(key=lambda r: (r["codec"], -r["workers"], ["fresh", "restored", "replay"].index(r["row"]), r["at"]))
-    print(f"{'codec':6} {'workers':>7} {'row':9} {'at':>4} {'step':>9} {'median s':>9} {'vs fresh':>8}")
+    print(f"{'codec':12} {'workers':>7} {'row':9} {'at':>4} {'step':>9} {'median s':>9} {'vs fresh':>8} "
+          f"{'min s':>8} {'min vs fresh':>12}")
     for r in report:
-        print(f"{r['codec']:6} {r['workers']:>7} {r['row']:9} {r['at']:>4} {r['step']:>4}/{r['steps']:<4} "
-              f"{r['median_s']:>9.4f} {r['vs_fresh']:>8.2f}")
+        fresh_min = next(x["min_s"] for x in report if x["row"] == "fresh" and x["codec"] == r["codec"]
+                         and x["workers"] == r["workers"])
+        r["min_vs_fresh_min"] = round(r["min_s"] / fresh_min, 3)
+        print(f"{r['codec']:12} {r['workers']:>7} {r['row']:9} {r['at']:>4} {r['step']:>4}/{r['steps']:<4} "
+              f"{r['median_s']:>9.4f} {r['vs_fresh']:>8.2f} {r['min_s']:>8.4f} {r['min_vs_fresh_min']:>12.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine_info(), "args": vars(args), "rows": report}, f, indent=1)

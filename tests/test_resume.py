@@ -346,3 +346,16 @@ def test_zstd_seek_table_jumps_to_the_frame(shard_sets, tmp_path, monkeypatch):
     resumed = _loader(ShardDataset(seekable, seed=SEED, rank=0, world_size=1), 0)
     resumed.load_state_dict(loader.state_dict())
     assert before + [b["key"] for b in resumed] == full
+
+
+def test_exact_restore_needs_only_this_ranks_state(shard_sets):
+    shards = shard_sets["zst"]
+    full = [k for b in _loader(ShardDataset(shards, seed=SEED, rank=1, world_size=2), 0) for k in b["key"]]
+    loader = _loader(ShardDataset(shards, seed=SEED, rank=1, world_size=2), 0)
+    it = iter(loader)
+    before = [k for _ in range(2) for k in next(it)["key"]]
+    saved = loader.state_dict()
+    dataset = ShardDataset(shards, seed=SEED, rank=1, world_size=2)
+    resumed = _loader(dataset, 0)
+    assert resume_state.restore(resumed, dataset, [saved]) == "exact"
+    assert before + [k for b in resumed for k in b["key"]] == full

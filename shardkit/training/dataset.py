@@ -152,7 +152,7 @@ class ShardDataset(_Base):
         return {"format": FORMAT, "digest": self._digest, "shards": len(self.shards), "seed": self.seed,
                 "shuffle": self.shuffle, "epoch": epoch, "world_size": self.world_size,
                 "num_workers": num_workers, "rank": self.rank, "worker": worker, "pieces": None, "index": 0,
-                "offset": 0}
+                "shard": None, "offset": 0}
 
     def _start_reading(self, worker: int, num_workers: int, epoch: int) -> dict:
         """The state this iteration starts from: a loaded one for this epoch, else the epoch's start."""
@@ -175,7 +175,8 @@ class ShardDataset(_Base):
                 f"the state is rank {topology[0]} of {topology[1]}, worker {topology[2]} of {topology[3]}; this "
                 f"reader is rank {self.rank} of {self.world_size}, worker {worker} of {num_workers}: restore every "
                 "rank's states with shardkit.training.state.restore to change world size or workers")
-        return {**reading, "pieces": resume["pieces"], "index": resume["index"], "offset": resume["offset"]}
+        return {**reading, "pieces": resume["pieces"], "index": resume["index"], "shard": resume.get("shard"),
+                "offset": resume["offset"]}
 
     def _reading_list(self, reading: dict) -> list[tuple[str, int]]:
         """``(shard path, start offset)`` per shard this iteration reads, from the state's index on."""
@@ -192,17 +193,22 @@ class ShardDataset(_Base):
         todo = self._reading_list(reading)
         position = ReadPosition()
         kwargs = {"dtype": self.dtype, "decoder": self.decoder, "on_error": self.on_error, "threads": self.threads}
+        def at_next_shard(i: int) -> None:
+            reading["index"] = i + 1
+            reading["shard"], reading["offset"] = todo[i + 1] if i + 1 < len(todo) else (None, 0)
+
         for i in range(reading["index"], len(todo)):
             path, start = todo[i]
             if i == reading["index"]:
                 start = reading["offset"]
+            reading["shard"] = path
             for sample in iter_samples([path], start=start, position=position, **kwargs):
                 if position.finished:  # the shard's last utterance: a resume starts at the next one
-                    reading["index"], reading["offset"] = i + 1, todo[i + 1][1] if i + 1 < len(todo) else 0
+                    at_next_shard(i)
                 else:
                     reading["index"], reading["offset"] = i, position.utt_end
                 yield sample
-            reading["index"], reading["offset"] = i + 1, todo[i + 1][1] if i + 1 < len(todo) else 0
+            at_next_shard(i)
 
     def __iter__(self):
         import torch.utils.data

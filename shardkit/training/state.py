@@ -13,6 +13,7 @@ state back on restore. One *consumer* state (a (rank, worker) pair) is a small d
     pieces      None: the normal split (``planning.partition.lines_for``); else the list of
                 [line, start offset] this consumer reads (after an elastic restore)
     index       the piece (or shard of its split) being read
+    shard       its path (None when the consumer has read everything)
     offset      the tar-stream byte offset in it where the next utterance's headers begin
 
 Restoring under the same world size and workers is exact (``StatefulDataLoader.load_state_dict``:
@@ -193,19 +194,21 @@ def gather(loader) -> list:
 def restore(loader, dataset, states) -> str:
     """Restore a run from every rank's saved loader state (:func:`gather`'s list); returns the mode.
 
-    "exact" when world size and workers are those of the save: this rank's loader state goes to
-    the loader (each worker resumes at its own offset; the order equals an uninterrupted run's).
+    "exact" when world size and workers are those of the save: this rank's loader state (the
+    others may be left out) goes to the loader (each worker resumes at its own offset; the order equals an uninterrupted run's).
     "elastic" otherwise: the rest of the epoch is dealt anew (:func:`merge`) and the loader starts
     fresh. Call it before iterating, after ``set_epoch`` with the saved epoch (or none).
     """
     states = list(states) if isinstance(states, (list, tuple)) else [states]
-    consumers = consumer_states(states)
-    for c in consumers:
+    per_rank = [consumer_states(s) for s in states]
+    for c in (c for cs in per_rank for c in cs):
         dataset.check_state(c)
-    saved_workers = consumers[0]["num_workers"] if "_snapshot" in states[0] else 0
-    if (consumers[0]["world_size"] == dataset.world_size == len(states)
-            and saved_workers == getattr(loader, "num_workers", 0) and hasattr(loader, "load_state_dict")):
-        loader.load_state_dict(states[dataset.rank])
+    mine = [s for s, cs in zip(states, per_rank) if cs and cs[0]["rank"] == dataset.rank]
+    first = per_rank[0][0]
+    saved_workers = first["num_workers"] if "_snapshot" in states[0] else 0
+    if (first["world_size"] == dataset.world_size and len(mine) == 1 and hasattr(loader, "load_state_dict")
+            and saved_workers == getattr(loader, "num_workers", 0)):
+        loader.load_state_dict(mine[0])  # this rank's own state (the others may be absent)
         return "exact"
-    dataset.load_state_dict(merge(consumers))
+    dataset.load_state_dict(merge(states))
     return "elastic"
