@@ -41,6 +41,7 @@ commands to record it are in "Scaling".
 | make sources | pack >= 0.8x reading the audio alone (keep, each source) | 0.23-0.30x of a cold-cache read, 0.08-0.26x warm (was 0.05-0.19x); 0.72-0.96x of a verified copy floor (sha256 as written + read-back); 8-h corpus: 0.20-0.29x cold with `-j 1`, 0.25-0.38x with `-j 2`, `--no-verify` 0.25-0.42x: the VM's disk reads at 750-1,100 MB/s, faster than two cores hash, write and fsync | not met |
 | make sources | plan a 1 M-line manifest < 300 MB | 240.8 MB peak RSS, 11 s | met |
 | webdataset | WebDataset + shardkit's handler >= 0.8x shardkit's reader, plain WAV / zst:3 | 0.96x / 0.96x with shardkit's reader stage (`shardkit.training.wds.WebDataset`); 0.41x / 0.78x on WebDataset's own tarfile (its reader alone: 0.58x / 0.91x) | met with the reader stage only |
+| resume (27) | first batch after a mid-epoch restore <= 1.2x a fresh start's, at 10/50/90% of an epoch | 2 workers: plain 0.95-1.02x, zstd with a seek table 0.91-1.18x, zst:3 one frame 1.04-1.34x (up to one shard decompressed); main replayed: up to 3.8x / 5.5x; 0 workers (1-4 ms batches): +0.5 ms fixed, zst:3 up to 2x | met with workers (plain, seekable zstd); zst:3 one frame not always |
 """
 
 

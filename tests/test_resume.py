@@ -359,3 +359,50 @@ def test_exact_restore_needs_only_this_ranks_state(shard_sets):
     resumed = _loader(dataset, 0)
     assert resume_state.restore(resumed, dataset, [saved]) == "exact"
     assert before + [k for b in resumed for k in b["key"]] == full
+
+
+# Two real ranks (torch.distributed, gloo): each reads two batches, gather() collects both loader
+# states with all_gather_object, rank 0 saves them.
+DISTRIBUTED = r"""
+import json, os, sys, torch, torch.distributed as dist
+from torchdata.stateful_dataloader import StatefulDataLoader
+from shardkit.training.dataset import ShardDataset, collate_padded
+from shardkit.training.state import gather
+args = json.loads(sys.argv[1])
+dist.init_process_group("gloo")
+dataset = ShardDataset(args["shards"], seed=args["seed"])  # rank and world size from the process group
+loader = StatefulDataLoader(dataset, batch_size=2, num_workers=1, collate_fn=collate_padded)
+it = iter(loader)
+keys = [k for _ in range(2) for k in next(it)["key"]]
+states = gather(loader)
+if dist.get_rank() == 0:
+    torch.save({"epoch": 0, "loader": states}, args["out"])
+print(json.dumps(keys))
+dist.destroy_process_group()
+"""
+
+
+def test_gather_under_torch_distributed_then_restore_on_one_rank(shard_sets, tmp_path):
+    from tests.conftest import free_port
+
+    shards, out = shard_sets["zst"], str(tmp_path / "ckpt.pt")
+    args = json.dumps({"shards": shards, "seed": SEED, "out": out})
+    port = str(free_port())
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+               "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        procs.append(subprocess.Popen([sys.executable, "-c", DISTRIBUTED, args], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    read = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-3000:]
+        read.extend(json.loads(stdout.strip().splitlines()[-1]))
+    assert len(read) == 8
+    checkpoint = torch.load(out, weights_only=True)
+    assert len(checkpoint["loader"]) == 2
+    dataset = ShardDataset(shards, seed=SEED, rank=0, world_size=1)
+    loader = _loader(dataset, 0)
+    assert resume_state.restore(loader, dataset, checkpoint["loader"]) == "elastic"
+    _assert_exactly_once(read + [k for b in loader for k in b["key"]], shard_sets["keys"])

@@ -195,7 +195,8 @@ def restore(loader, dataset, states) -> str:
     """Restore a run from every rank's saved loader state (:func:`gather`'s list); returns the mode.
 
     "exact" when world size and workers are those of the save: this rank's loader state (the
-    others may be left out) goes to the loader (each worker resumes at its own offset; the order equals an uninterrupted run's).
+    others may be left out) goes to the loader (each worker resumes at its own offset; the order
+    equals an uninterrupted run's).
     "elastic" otherwise: the rest of the epoch is dealt anew (:func:`merge`) and the loader starts
     fresh. Call it before iterating, after ``set_epoch`` with the saved epoch (or none).
     """
