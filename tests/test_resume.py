@@ -406,3 +406,29 @@ def test_gather_under_torch_distributed_then_restore_on_one_rank(shard_sets, tmp
     loader = _loader(dataset, 0)
     assert resume_state.restore(loader, dataset, checkpoint["loader"]) == "elastic"
     _assert_exactly_once(read + [k for b in loader for k in b["key"]], shard_sets["keys"])
+
+
+def test_restore_in_the_second_epoch_of_persistent_workers(shard_sets):
+    """Persistent workers count their iterations as epochs; a state saved in the second names epoch 1."""
+    shards = shard_sets["none"]
+
+    def make():
+        return StatefulDataLoader(ShardDataset(shards, seed=SEED, rank=0, world_size=1), batch_size=BATCH,
+                                  num_workers=2, persistent_workers=True, collate_fn=collate_padded)
+
+    loader = make()
+    list(loader)
+    it = iter(loader)
+    before = [next(it)["key"] for _ in range(3)]
+    saved = loader.state_dict()
+    rest_of_epoch1 = [b["key"] for b in it]
+    consumers = resume_state.consumer_states(saved)
+    assert {c["epoch"] for c in consumers} == {1}
+    restored = make()
+    restored.load_state_dict(saved)
+    assert [b["key"] for b in restored] == rest_of_epoch1
+    reference = ShardDataset(shards, seed=SEED, rank=0, world_size=1)
+    reference.set_epoch(1)
+    expected = [b["key"] for b in StatefulDataLoader(reference, batch_size=BATCH, num_workers=2,
+                                                     collate_fn=collate_padded)]
+    assert before + rest_of_epoch1 == expected
