@@ -432,3 +432,20 @@ def test_restore_in_the_second_epoch_of_persistent_workers(shard_sets):
     expected = [b["key"] for b in StatefulDataLoader(reference, batch_size=BATCH, num_workers=2,
                                                      collate_fn=collate_padded)]
     assert before + rest_of_epoch1 == expected
+
+
+def test_plain_dataloader_in_process_restores_exactly_from_the_dataset_state(shard_sets):
+    """Without torchdata: a torch DataLoader reading in the training process (num_workers=0)."""
+    from torch.utils.data import DataLoader
+
+    shards = shard_sets["bz2"]
+    dataset = ShardDataset(shards, seed=SEED, rank=0, world_size=1)
+    it = iter(DataLoader(dataset, batch_size=BATCH, collate_fn=collate_padded))
+    before = [next(it)["key"] for _ in range(4)]
+    saved = dataset.state_dict()
+    rest = [b["key"] for b in it]
+    fresh = ShardDataset(shards, seed=SEED, rank=0, world_size=1)
+    loader = DataLoader(fresh, batch_size=BATCH, collate_fn=collate_padded)
+    assert resume_state.restore(loader, fresh, [saved]) == "exact"
+    assert [b["key"] for b in loader] == rest
+    assert len(before) == 4

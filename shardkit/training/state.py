@@ -211,5 +211,9 @@ def restore(loader, dataset, states) -> str:
             and saved_workers == getattr(loader, "num_workers", 0)):
         loader.load_state_dict(mine[0])  # this rank's own state (the others may be absent)
         return "exact"
+    if (first["world_size"] == dataset.world_size and len(mine) == 1 and saved_workers == 0
+            and getattr(loader, "num_workers", 0) == 0):  # a plain DataLoader reading in this process
+        dataset.load_state_dict(consumer_states(mine[0])[0])
+        return "exact"
     dataset.load_state_dict(merge(states))
     return "elastic"
