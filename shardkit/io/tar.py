@@ -292,6 +292,7 @@ def iter_tar_members(
     offset: int = 0,
     members: int = 0,
     stream_over: int | None = None,
+    position=None,
 ) -> Generator[tuple[str, bytes], None, bool]:
     """Yield ``(name, data)`` for every regular member of a tar stream, in order.
 
@@ -303,7 +304,9 @@ def iter_tar_members(
     stream stays in step). Malformed headers and truncation always raise ``TarFormatError``
     naming the byte offset. ``offset`` and ``members``: where a caller that parsed the stream's
     start itself hands over. ``stream_over``: a member larger than this many bytes is yielded as
-    a ``MemberStream`` (its data read in chunks, never held whole) instead of bytes. Returns True
+    a ``MemberStream`` (its data read in chunks, never held whole) instead of bytes. ``position``: an
+    object whose ``end`` is set, before each member is yielded, to the stream offset just past the
+    member's padding (where the next entry's headers begin: a resume point). Returns True
     when the end-of-archive block was read.
     """
     read = source.read
@@ -418,6 +421,8 @@ def iter_tar_members(
             continue
         if stream_over is not None and size > stream_over:
             body = MemberStream(read, size, shard, text, offset)
+            if position is not None:
+                position.end = offset + padded
             yield text, body
             body.finish()
             offset += padded
@@ -430,6 +435,8 @@ def iter_tar_members(
             raise fail(TarFormatError, "stream ends inside the member's padding to 512 bytes (truncated)",
                        offset + size, text)
         offset += padded
+        if position is not None:
+            position.end = offset
         yield text, data
 
 

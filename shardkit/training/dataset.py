@@ -19,7 +19,7 @@ import numpy as np
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.planning.partition import lines_for
-from shardkit.training.reader import DEFAULT_POOL, check_decode_settings, iter_samples, reuse_freed_memory
+from shardkit.training.reader import DEFAULT_POOL, ReadPosition, check_decode_settings, iter_samples, reuse_freed_memory
 
 try:
     from torch.utils.data import IterableDataset as _Base
@@ -66,6 +66,11 @@ class ShardDataset(_Base):
     ``channels=1``: downmix other channel counts to mono (the mean); ``sample_rate``: resample
     other rates to it (soxr, high quality). Without them, a batch mixing formats is a
     ShardkitError naming the shard and key of the odd utterance.
+
+    Stateful (torchdata's protocol): ``state_dict()`` names the epoch, seed and, for the (rank,
+    worker) reading this copy, the shard and tar-stream offset reached; ``load_state_dict()`` resumes
+    there without re-reading or decoding what was read (see :mod:`shardkit.training.state`: exact
+    through ``StatefulDataLoader``, elastic through ``shardkit.training.state.restore``).
     """
 
     def __init__(self, shards, *, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
@@ -97,10 +102,18 @@ class ShardDataset(_Base):
         self.sample_rate = sample_rate
         self.channels = channels
         self._iterations = 0  # since the last set_epoch, in this process's copy
+        from shardkit.training.state import shard_set_digest
+
+        # once, here: workers save their state after every batch, so it must cost nothing then
+        self._digest, self._sizes = shard_set_digest(self.shards)
+        self._resume: dict | None = None  # a loaded state, waiting for the iteration it resumes
+        self._reading: dict | None = None  # the state of the iteration under way in this copy
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self._iterations = 0
+        if self._resume is not None and self._resume["epoch"] != epoch:
+            self._resume = None  # a loaded state resumes its own epoch only
 
     def shards_for(self, worker: int, num_workers: int, epoch: int | None = None) -> list[str]:
         """The shards one worker of this rank reads in an epoch, in reading order (pure)."""
@@ -108,6 +121,94 @@ class ShardDataset(_Base):
         lines = lines_for(self.rank, worker, len(self.shards), self.world_size, num_workers,
                           (self.seed, epoch) if self.shuffle else None)
         return [self.shards[i] for i in lines]
+
+    # --- resume state (torchdata's Stateful protocol; the format is in shardkit.training.state)
+
+    def state_dict(self) -> dict:
+        """Where this copy's reading stands: epoch, seed, topology, shard and offset (plain values)."""
+        if self._resume is not None:  # loaded, not yet iterated: saving again keeps it
+            return dict(self._resume)
+        if self._reading is None:  # never iterated: the start of the epoch, as worker 0 of 1
+            self._reading = self._fresh_reading(0, 1, self.epoch)
+        return dict(self._reading)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from a ``state_dict()`` (one consumer's, exact) or a ``shardkit.training.state.merge``
+        of a whole run's (elastic); refuses, with StateMismatchError, a state of another list, seed
+        or shard set. The next iteration resumes the state's epoch."""
+        self.check_state(state)
+        self._resume = dict(state)
+        self.epoch = state["epoch"]
+        self._iterations = 0
+
+    def check_state(self, state: dict) -> None:
+        from shardkit.training.state import check
+
+        check(state, digest=self._digest, shards=len(self.shards), seed=self.seed, shuffle=self.shuffle)
+
+    def _fresh_reading(self, worker: int, num_workers: int, epoch: int) -> dict:
+        from shardkit.training.state import FORMAT
+
+        return {"format": FORMAT, "digest": self._digest, "shards": len(self.shards), "seed": self.seed,
+                "shuffle": self.shuffle, "epoch": epoch, "world_size": self.world_size,
+                "num_workers": num_workers, "rank": self.rank, "worker": worker, "pieces": None, "index": 0,
+                "shard": None, "offset": 0}
+
+    def _start_reading(self, worker: int, num_workers: int, epoch: int) -> dict:
+        """The state this iteration starts from: a loaded one for this epoch, else the epoch's start."""
+        resume, self._resume = self._resume, None
+        reading = self._fresh_reading(worker, num_workers, epoch)
+        if resume is None or resume["epoch"] != epoch:
+            return reading
+        from shardkit.training.state import EPOCH_FORMAT, StateMismatchError, piece_weights
+
+        if resume["format"] == EPOCH_FORMAT:  # elastic: deal the rest of the epoch to this topology
+            from shardkit.planning.resume import deal_remaining
+
+            pieces = resume["pieces"]
+            deal = deal_remaining(piece_weights(pieces, self._sizes, self.shards), self.world_size, num_workers)
+            mine = [list(pieces[i]) for i in deal[worker * self.world_size + self.rank]]
+            return {**reading, "pieces": mine, "offset": mine[0][1] if mine else 0}
+        topology = (resume["rank"], resume["world_size"], resume["worker"], resume["num_workers"])
+        if topology != (self.rank, self.world_size, worker, num_workers):
+            raise StateMismatchError(
+                f"the state is rank {topology[0]} of {topology[1]}, worker {topology[2]} of {topology[3]}; this "
+                f"reader is rank {self.rank} of {self.world_size}, worker {worker} of {num_workers}: restore every "
+                "rank's states with shardkit.training.state.restore to change world size or workers")
+        return {**reading, "pieces": resume["pieces"], "index": resume["index"], "shard": resume.get("shard"),
+                "offset": resume["offset"]}
+
+    def _reading_list(self, reading: dict) -> list[tuple[str, int]]:
+        """``(shard path, start offset)`` per shard this iteration reads, from the state's index on."""
+        if reading["pieces"] is None:
+            lines = lines_for(self.rank, reading["worker"], len(self.shards), self.world_size,
+                              reading["num_workers"], (self.seed, reading["epoch"]) if self.shuffle else None)
+            todo = [(self.shards[line], 0) for line in lines]
+        else:
+            todo = [(self.shards[line], start) for line, start in reading["pieces"]]
+        return todo
+
+    def _read(self, reading: dict):
+        """Samples from the state's position on, keeping ``reading`` (index, offset) up to date."""
+        todo = self._reading_list(reading)
+        position = ReadPosition()
+        kwargs = {"dtype": self.dtype, "decoder": self.decoder, "on_error": self.on_error, "threads": self.threads}
+        def at_next_shard(i: int) -> None:
+            reading["index"] = i + 1
+            reading["shard"], reading["offset"] = todo[i + 1] if i + 1 < len(todo) else (None, 0)
+
+        for i in range(reading["index"], len(todo)):
+            path, start = todo[i]
+            if i == reading["index"]:
+                start = reading["offset"]
+            reading["shard"] = path
+            for sample in iter_samples([path], start=start, position=position, **kwargs):
+                if position.finished:  # the shard's last utterance: a resume starts at the next one
+                    at_next_shard(i)
+                else:
+                    reading["index"], reading["offset"] = i, position.utt_end
+                yield sample
+            at_next_shard(i)
 
     def __iter__(self):
         import torch.utils.data
@@ -118,10 +219,14 @@ class ShardDataset(_Base):
             reuse_freed_memory()  # this process is a loader worker: its allocator is ours to tune
         epoch = self.epoch + self._iterations
         self._iterations += 1
-        to_tensor = torch.from_numpy if self.as_tensor else None
+        # Set here, not when the first sample is asked for: a loader takes a worker's state as soon
+        # as it makes the iterator, and that state must already name this epoch.
+        self._reading = self._start_reading(worker, num_workers, epoch)
+        return self._samples(self._reading, torch.from_numpy if self.as_tensor else None)
+
+    def _samples(self, reading: dict, to_tensor):
         rate, channels = self.sample_rate, self.channels
-        for sample in iter_samples(self.shards_for(worker, num_workers, epoch), dtype=self.dtype,
-                                   decoder=self.decoder, on_error=self.on_error, threads=self.threads):
+        for sample in self._read(reading):
             if channels is not None and sample["audio"].shape[1] != channels:
                 sample["audio"] = downmix(sample["audio"])
             if rate is not None and sample["sample_rate"] != rate:

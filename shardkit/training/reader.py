@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import struct
 import weakref
 from typing import Callable, Iterable, Iterator
@@ -196,7 +197,8 @@ class _Pushback:
 
 
 def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-                      on_error: Callable[[ShardkitError], None] | None = None):
+                      on_error: Callable[[ShardkitError], None] | None = None, offset: int = 0,
+                      position: ReadPosition | None = None):
     """``(name, data)`` per member of a tar stream; returns True when the end-of-archive block was read.
 
     This is ``shardkit.io.tar.iter_tar_members``'s fast path, not another parser: it takes only the
@@ -205,12 +207,13 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
     size limit), which ``tario.parse_header`` reads the same, in ~1.5 us instead of ~7 us.
     Anything else (long names, pax, links, odd names or fields, bad checksums, oversized members,
     the end-of-archive block) hands the rest of the stream to ``iter_tar_members``, which applies
-    every check and error policy. tests/test_tar_fuzz.py proves the two read alike.
+    every check and error policy. tests/test_tar_fuzz.py proves the two read alike. ``offset``: where
+    in the tar stream ``source`` stands (a resumed read starts past members already read);
+    ``position``: its ``end`` is set to the offset past each member before it is yielded.
     """
     read = source.read
     read_member = getattr(source, "read_member", None)
-    count = 0
-    offset = 0
+    count = 1 if offset else 0  # a resumed read has read members before: an end block there is no empty tar
     header = read(BLOCK)
     while True:
         if (len(header) == BLOCK and header[156] in _FAST_TYPES and not header[345]
@@ -240,6 +243,8 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
                                          f"at byte {offset + BLOCK + size}", shard=shard, member=name)
                 count += 1
                 offset += BLOCK + padded
+                if position is not None:
+                    position.end = offset
                 yield name, data
                 header = read(BLOCK) if next_header is None else next_header
                 continue
@@ -247,25 +252,104 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
             return False  # no end-of-archive blocks: tolerated, as tarfile and GNU tar do
         # Anything unusual, including every error and the end: the strict parser takes over from this header.
         return (yield from iter_tar_members(_Pushback(header, source), shard=shard, max_member_bytes=max_member_bytes,
-                                            on_error=on_error, offset=offset, members=count))
+                                            on_error=on_error, offset=offset, members=count, position=position))
 
 
 _FAST_TYPES = frozenset(b"0\x00")
 
 
+class ReadPosition:
+    """Where a read stands in a shard list, for resuming it (``ShardDataset.state_dict``).
+
+    ``index``: the shard of the list being read; ``end``: the tar-stream offset past the last member
+    read (set by the member stages); ``utt_end``: the offset past the last member of the last
+    utterance handed on (where a resumed read starts: the next utterance's headers begin there);
+    ``finished``: that utterance was the shard's last (a resume starts at the next shard).
+    """
+
+    __slots__ = ("index", "end", "utt_end", "finished")
+
+    def __init__(self):
+        self.index, self.end, self.utt_end, self.finished = 0, 0, 0, False
+
+
+def _skip_to(source, start: int, path: str) -> None:
+    """Read ``start`` bytes of a tar stream and drop them: decompress only, nothing is parsed or decoded."""
+    fill = getattr(source, "_fill", None)
+    scratch = memoryview(bytearray(min(start, 1 << 20))) if fill is not None else None
+    left = start
+    while left:
+        n = min(left, 1 << 20)
+        got = fill(scratch[:n]) if fill is not None else len(source.read(n))
+        if got < n:
+            raise TarFormatError(f"a resume offset of {start} bytes is past the end of the tar stream "
+                                 f"({start - left + got} bytes): the shard changed since the state was saved",
+                                 shard=path)
+        left -= n
+
+
+def _open_at(f, path: str, codec: str, start: int, threads: int):
+    """An exact-read source over the shard's tar stream standing at byte ``start`` of that stream.
+
+    A plain local shard seeks; a compressed one (or a stream that cannot seek) skips by
+    decompressing and dropping the bytes before ``start`` (no tar parsing, no audio decoding).
+    """
+    if start % BLOCK or start < 0:
+        raise UsageError(f"a resume offset must be a multiple of {BLOCK} bytes (got {start}) for {path}")
+    if codec == "none" and start and f.seekable():
+        size = f.seek(0, os.SEEK_END)
+        if start > size:
+            raise TarFormatError(f"a resume offset of {start} bytes is past the end of the shard ({size} bytes): "
+                                 "the shard changed since the state was saved", shard=path)
+        f.seek(start)
+        return f
+    if codec == "zst" and start and (seekable := _zstd_seekable_at(f, path, start)) is not None:
+        return seekable
+    source = _ZstdMemberSource(f, path) if codec == "zst" else shard_reader(f, shard=path, codec=codec,
+                                                                           threads=threads)
+    if start:
+        _skip_to(source, start, path)
+    return source
+
+
+def _zstd_seekable_at(f, path: str, start: int):
+    """A reader standing at ``start`` of the decompressed stream when the zstd shard carries a seek
+    table (zstd's seekable format: a writer such as pyzstd's SeekableZstdFile or t2sz cut the stream
+    into frames and listed them at its end): only the frame holding ``start`` is decompressed up to
+    it. None when there is no table (or pyzstd is not installed): the caller skips by decompressing."""
+    try:
+        import pyzstd
+    except ImportError:
+        return None
+    if not f.seekable() or not pyzstd.SeekableZstdFile.is_seekable_format_file(f):
+        return None
+    reader = pyzstd.SeekableZstdFile(f, "r")
+    try:
+        reached = reader.seek(start)
+    except (pyzstd.ZstdError, OSError, EOFError) as err:
+        raise CorruptStreamError(f"zst stream is corrupt before the resume offset {start} ({err})",
+                                 shard=path) from err
+    if reached < start:
+        raise TarFormatError(f"a resume offset of {start} bytes is past the end of the tar stream ({reached} "
+                             "bytes): the shard changed since the state was saved", shard=path)
+    return reader
+
+
 def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
-                 on_error: Callable[[ShardkitError], None] | None = None) -> Iterator[tuple[str, bytes]]:
+                 on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
+                 position: ReadPosition | None = None) -> Iterator[tuple[str, bytes]]:
     """``(name, data)`` for each member of one shard, any compression (detected by magic bytes).
 
     ``data`` is bytes-like (``bytes``, or ``bytearray`` for large zstd members). Unsafe or
     oversized members raise, or go to ``on_error`` and are skipped; a damaged container raises.
+    ``start``: a tar-stream offset where a member's headers begin (a ``ReadPosition.utt_end`` saved
+    earlier): the members before it are skipped unread. ``position``: kept up to date (see ReadPosition).
     """
     with open_shard(path) as f:
         codec = detect_codec(f.peek(16)[:16])
-        source = (_ZstdMemberSource(f, path) if codec == "zst"
-                  else shard_reader(f, shard=path, codec=codec, threads=threads))
+        source = _open_at(f, path, codec, start, threads)
         ended = yield from iter_members_fast(source, shard=path, max_member_bytes=max_member_bytes,
-                                             on_error=on_error)
+                                             on_error=on_error, offset=start, position=position)
         if hasattr(source, "drain"):
             source.drain()  # the decompressor checks the stream's end (CRC, checksum)
         if ended or codec != "zst":
@@ -303,7 +387,7 @@ def _finish(utt: dict, problem: ShardkitError | None) -> dict:
 
 def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
                      on_error: Callable[[ShardkitError], None] | None = None,
-                     max_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> Iterator[dict]:
+                     max_bytes: int = DEFAULT_MAX_MEMBER_BYTES, position: ReadPosition | None = None) -> Iterator[dict]:
     """Adjacent members with one key -> ``{key, shard, txt, audio_format, audio_bytes, ...}``.
 
     WeNet's rule (as ``shardkit.io.tar.group_samples``, in one pass without the intermediate
@@ -312,6 +396,8 @@ def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
     one when several, as in WeNet), any other extension is carried along as bytes. An utterance
     without transcript or audio is an error (WeNet crashes or drops it), and so is one whose
     members together pass ``max_bytes`` (their data is not kept: memory holds one utterance).
+    ``position``: the members' ``ReadPosition``; before an utterance is yielded its ``utt_end`` is set
+    to the offset past the utterance's last member (the member stage has already read one further).
     """
     def finish(utt: dict, problem: ShardkitError | None) -> dict | None:
         try:
@@ -324,13 +410,17 @@ def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
 
     utt: dict | None = None
     problem: ShardkitError | None = None
-    held = 0
+    held = end = 0
     for name, data in members:
         key, ext = split_key(name)
         if utt is None or utt["key"] != key:
             if utt is not None and (done := finish(utt, problem)) is not None:
+                if position is not None:
+                    position.utt_end, position.finished = end, False
                 yield done
             utt, problem, held = {"key": key, "shard": shard}, None, 0
+        if position is not None:
+            end = position.end
         held += len(data)
         if held > max_bytes:
             if problem is None or not isinstance(problem, MemberTooLargeError):
@@ -349,6 +439,8 @@ def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
         else:
             utt[ext] = bytes(data)
     if utt is not None and (done := finish(utt, problem)) is not None:
+        if position is not None:
+            position.utt_end, position.finished = end, True
         yield done
 
 
@@ -544,16 +636,23 @@ def decode_utterances(utts: Iterable[dict], *, dtype: str = "float32", decoder: 
 
 
 def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
-                    on_error: Callable[[ShardkitError], None] | None = None) -> Iterator[dict]:
+                    on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
+                    position: ReadPosition | None = None) -> Iterator[dict]:
     """Read and group, no decode: ``{key, shard, txt, audio_format, audio_bytes, ...}`` per utterance.
 
     With ``on_error``, a shard that cannot be opened or whose container is damaged is reported
     and the reader moves to the next shard (the utterances before the damage were yielded).
+    ``start``: the tar-stream offset where the first shard's read begins (a saved ``utt_end``);
+    ``position``: kept up to date with the shard index and offsets (see :class:`ReadPosition`).
     """
-    for path in shards:
-        members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error)
+    for i, path in enumerate(shards):
+        if position is not None:
+            position.index, position.end = i, (start if i == 0 else 0)
+        members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
+                               start=start if i == 0 else 0, position=position)
         try:
-            yield from group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes)
+            yield from group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes,
+                                        position=position)
         except ShardkitError as err:
             if on_error is None:
                 raise
@@ -563,7 +662,8 @@ def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MA
 def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str = "float32",
                  decoder: str = "shardkit", keep_bytes: bool = False,
                  max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
-                 on_error: Callable[[ShardkitError], None] | None = None) -> Iterator[dict]:
+                 on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
+                 position: ReadPosition | None = None) -> Iterator[dict]:
     """Every utterance of the shards, in order: ``{key, shard, txt, audio, sample_rate}``.
 
     ``shards``: shard paths, or one path (a shard or a data.list). ``audio`` has shape
@@ -574,7 +674,8 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
     extension. ``on_error``: None raises on the first problem; a callable (e.g.
     :func:`warn_and_skip`) receives each located error and the reader goes on. Decoded PCM
     arrays come from :data:`DEFAULT_POOL`: their memory is reused once they (and every view of
-    them) are gone, never while in use.
+    them) are gone, never while in use. ``start`` and ``position``: resuming a read (as
+    :func:`iter_utterances`; ``ShardDataset`` keeps its state with them).
     """
     if isinstance(shards, str):
         from shardkit.io.inputs import expand_shards
@@ -582,7 +683,8 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
         shards = expand_shards([shards])
     if decode:
         check_decode_settings(decoder, dtype)
-    utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error)
+    utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
+                           start=start, position=position)
     if not decode:
         return utts
     return decode_utterances(utts, dtype=dtype, decoder=decoder, keep_bytes=keep_bytes, on_error=on_error)

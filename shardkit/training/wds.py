@@ -176,6 +176,14 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
 
     ``handler`` is WebDataset's error policy: called with each error (ShardkitErrors naming shard
     and member); True goes on with the next shard, False stops; the default raises.
+
+    Stateful (torchdata's protocol): ``state_dict()`` says how many shards of its input it has
+    finished in this pass, the shard it is in and the tar-stream offset past the last sample it
+    handed on; after ``load_state_dict()`` the next pass skips that many shards of its input
+    unopened and starts the current one at the offset (no re-reading). The stages before it must
+    give the same shards in the same order again (a fixed or seeded list: ``shardshuffle`` with a
+    seed, the same epoch); a different shard there is refused. Stages after it that buffer
+    (``.shuffle``, ``.batched``) keep no state of their own.
     """
 
     def __init__(self, handler: Callable[[Exception], bool] = _reraise, bytes_only: bool = False,
@@ -184,43 +192,73 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
 
         self.handler, self.bytes_only = handler, bytes_only
         self.max_member_bytes = max_member_bytes or DEFAULT_MAX_MEMBER_BYTES
+        self._state = {"shards_done": 0, "url": None, "offset": 0}
+        self._resume: dict | None = None
+
+    def state_dict(self) -> dict:
+        return dict(self._resume if self._resume is not None else self._state)
+
+    def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or set(state) != {"shards_done", "url", "offset"}:
+            raise UsageError(f"not a tarfile_to_samples state: {state!r}")
+        self._resume = dict(state)
 
     def __call__(self, src):
-        from shardkit.training.reader import read_members
+        from shardkit.training.reader import ReadPosition, read_members
 
+        resume, self._resume = self._resume, None
+        state = self._state = {"shards_done": 0, "url": None, "offset": 0}
         for source in src:
             url = source["url"] if isinstance(source, dict) else source
+            start = 0
+            if resume is not None and state["shards_done"] < resume["shards_done"]:
+                state["shards_done"] += 1  # finished before the save: not opened again
+                continue
+            if resume is not None:
+                if resume["url"] is not None and url != resume["url"]:
+                    raise UsageError(f"resuming in shard {resume['url']!r} after {resume['shards_done']} shards, "
+                                     f"but the input now gives {url!r} there: the shard order upstream changed")
+                start, resume = (resume["offset"] if resume["url"] is not None else 0), None
             parsed = urlparse(url)
             local = parsed.scheme in ("", "file")  # as WebDataset's opener decides
             path = parsed.path if local else url
+            state["url"], state["offset"] = url, start
             try:
-                members = read_members(path, max_member_bytes=self.max_member_bytes)
-                yield from self._samples(members, url, path if local else None)
+                position = ReadPosition()
+                members = read_members(path, max_member_bytes=self.max_member_bytes, start=start, position=position)
+                yield from self._samples(members, url, path if local else None, position, state)
             except Exception as err:  # noqa: BLE001  (WebDataset's policy decides)
                 if isinstance(err, ShardkitError):
                     err.located(shard=url)
                 if not self.handler(err):
                     return
+            state["shards_done"] += 1
+            state["url"], state["offset"] = None, 0
 
-    def _samples(self, members, url, local_path):
+    def _samples(self, members, url, local_path, position, state):
         sample = None
         bytes_only = self.bytes_only
+        end = 0
         for name, data in members:
             key, ext = webdataset_key(name)
             if key is None or (name[:2] == "__" and _WDS_META.match(name)):  # WebDataset skips both
+                end = position.end
                 continue
             ext = ext.lower()
             if sample is None or key != sample["__key__"]:
                 if sample is not None:
+                    state["offset"] = end
                     yield sample
                 sample = {"__key__": key, "__url__": url}
                 if local_path is not None:
                     sample["__local_path__"] = local_path
+            end = position.end
             if ext in sample:
                 raise ShardkitError(f"member extension {ext!r} appears twice for key {key!r}", shard=url,
                                     member=name)
             sample[ext] = bytes(data) if bytes_only and not isinstance(data, bytes) else data
         if sample is not None:
+            state["offset"] = end
             yield sample
 
 
