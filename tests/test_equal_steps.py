@@ -233,6 +233,10 @@ def _edge_cases_rank(rank, lines):
     empty = equal_steps([] if rank == 1 else [{"pcm_length": torch.tensor([8000])}] * 3)
     out["empty"] = {"steps": sum(1 for _ in empty), "report": empty.last_epoch_report}
 
+    cpu_group = dist.new_group(backend="gloo")  # as a NCCL trainer would pass it: the flag stays on the CPU
+    grouped = equal_steps([{"pcm_length": torch.tensor([16000])}] * (4 + rank), group=cpu_group)
+    out["group"] = {"steps": sum(1 for _ in grouped), "report": grouped.last_epoch_report}
+
     def failing():
         yield {"pcm_length": torch.tensor([8000])}
         if rank == 1:
@@ -260,6 +264,9 @@ def test_zero_workers_an_empty_rank_and_a_failing_loader(tmp_path, balanced):
     empty = results[0]["empty"]["report"]
     assert empty["left_out_batches"] == [3, 0] and empty["left_out_seconds"] == pytest.approx([1.5, 0.0])
     assert empty["left_out_share"] == 1.0
+
+    assert [r["group"]["steps"] for r in results] == [4, 4]
+    assert results[0]["group"]["report"]["left_out_batches"] == [0, 1]
 
     assert "another rank's loader failed at step 2" in results[0]["failing"]["error"]
     assert results[1]["failing"]["error"] == "ValueError: shard 7 is corrupt"

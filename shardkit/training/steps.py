@@ -12,6 +12,9 @@ How it stays cheap and never hangs:
   one int32 flag with MIN (1: I have a batch, 0: I am done, -1: my loader raised). All ranks yield
   the batch only if every rank has one; otherwise all stop together at the same step. The flag lives
   on ``cuda.current_device()`` under NCCL and on the CPU under gloo/MPI (``device=`` overrides).
+  Under NCCL, reading the flag waits for the GPU work queued before it; a trainer that keeps the CPU
+  ahead of the GPU passes ``group=torch.distributed.new_group(backend="gloo")`` (made on every rank)
+  so the flag goes through gloo on the CPU, as WeNet's own join group does.
 - **Slow starts**: DataLoader workers may take minutes to produce a rank's first batch (spawn,
   imports, remote shards), longer than a short process-group timeout. So before the first collective
   of an epoch each rank posts a key to the process group's store and waits for every rank's key with
@@ -94,8 +97,9 @@ class EqualSteps:
     ``seconds``: ``batch -> seconds`` for the report (default :func:`batch_seconds`; return None when
     unknown). ``sample_rate``: the rate of WeNet's ``pcm_length``. ``first_batch_timeout``: seconds to
     wait for every rank's first batch and end-of-epoch report (see the module docstring). ``drain``:
-    count the left-out tail exactly by reading it. ``device``: where the flag lives (default: the
-    backend's device). Other attributes are the wrapped loader's (``wrapped.dataset``, ...).
+    count the left-out tail exactly by reading it. ``group``: a process group of every rank for the flag
+    and the report (default: the default group; the default store is used either way). ``device``: where the flag
+    lives (default: the group's backend's device). Other attributes are the wrapped loader's (``wrapped.dataset``, ...).
 
     After each epoch :attr:`last_epoch_report` holds ``{"epoch", "steps", "world_size", "rank",
     "drained", "left_out_batches", "left_out_seconds", "seconds", "left_out_share", "drain_seconds"}``
@@ -106,13 +110,14 @@ class EqualSteps:
 
     def __init__(self, loader: Iterable, *, seconds: Callable[[Any], float | None] | None = None,
                  sample_rate: int = 16000, first_batch_timeout: float = FIRST_BATCH_TIMEOUT_S, drain: bool = True,
-                 device=None):
+                 group=None, device=None):
         if first_batch_timeout <= 0:
             raise ValueError(f"first_batch_timeout must be > 0 seconds (got {first_batch_timeout})")
         self.loader = loader
         self.seconds = seconds or functools.partial(batch_seconds, sample_rate=sample_rate)
         self.first_batch_timeout = first_batch_timeout
         self.drain = drain
+        self.group = group
         self.device = device
         self.last_epoch_report: dict | None = None
         self._epoch = 0  # epochs started by this wrapper
@@ -145,7 +150,7 @@ class EqualSteps:
         self._resumed_steps = int(state.get("steps", 0))
 
     def __iter__(self) -> Iterator:
-        world = _World.current(self.device)
+        world = _World.current(self.group, self.device)
         epoch, self._steps, self._resumed_steps = self._epoch, self._resumed_steps, 0
         self._epoch += 1
         if world is None:
@@ -234,24 +239,25 @@ def _report(epoch: int, steps: int, rank: int, batches: list, seconds: list, tra
 class _World:
     """The default process group as equal_steps uses it: one flag tensor and the group's store."""
 
-    def __init__(self, dist, torch, device):
-        self.dist = dist
-        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+    def __init__(self, dist, torch, group, device):
+        self.dist, self.group = dist, group
+        self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         self.store = dist.distributed_c10d._get_default_store()
         self.flag = torch.ones(1, dtype=torch.int32, device=device)
         self.prefix = f"shardkit/equal_steps/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
     @classmethod
-    def current(cls, device) -> _World | None:
+    def current(cls, group, device) -> _World | None:
         """The initialised default group of more than one rank, else None (pass-through)."""
         try:
             import torch
             import torch.distributed as dist
         except ImportError:
             return None
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) < 2:
             return None
-        return cls(dist, torch, torch.device(device) if device is not None else _flag_device(torch, dist))
+        device = torch.device(device) if device is not None else _flag_device(torch, dist, group)
+        return cls(dist, torch, group, device)
 
     def key(self, iteration: int, what: str, rank: int) -> str:
         return f"{self.prefix}/{iteration}/{what}/{rank}"
@@ -259,7 +265,7 @@ class _World:
     def agree(self, state: int) -> int:
         """The minimum of every rank's state: HAVE only if every rank has a batch."""
         self.flag.fill_(state)
-        self.dist.all_reduce(self.flag, op=self.dist.ReduceOp.MIN)
+        self.dist.all_reduce(self.flag, op=self.dist.ReduceOp.MIN, group=self.group)
         return int(self.flag.item())
 
     def wait_for_all(self, iteration: int, what: str, timeout: float) -> str:
@@ -301,7 +307,7 @@ class _World:
         mine = torch.tensor([batches, _nan(seconds), _nan(trained), took], dtype=torch.float64,
                             device=self.flag.device)
         everyone = [torch.empty_like(mine) for _ in range(self.size)]
-        self.dist.all_gather(everyone, mine)
+        self.dist.all_gather(everyone, mine, group=self.group)
         self.forget(key)
         left, left_s, done_s, took_s = zip(*(t.tolist() for t in everyone))
         report = _report(epoch, steps, self.rank, [int(b) for b in left], _none(left_s), _none(done_s), drained,
@@ -335,10 +341,10 @@ def describe(report: dict) -> str:
     return line
 
 
-def _flag_device(torch, dist):
+def _flag_device(torch, dist, group):
     """The device a collective of the default group takes: CUDA under NCCL, the CPU under gloo or MPI
     (including gloo+nccl groups, whose CPU tensors go through gloo), else the current accelerator."""
-    backend = str(dist.get_backend()).lower()
+    backend = str(dist.get_backend(group)).lower()
     if backend == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     if "gloo" in backend or "mpi" in backend or not hasattr(torch, "accelerator"):
