@@ -217,6 +217,23 @@ def test_a_rank_whose_first_batch_comes_after_the_group_timeout_does_not_fail(tm
     assert "timed out" in results[0]["bare"].lower() or "timeout" in results[0]["bare"].lower()
 
 
+def _late_rank(rank):
+    """Rank 1 comes 3 s late; rank 0 waits only 0.5 s for it (first_batch_timeout)."""
+    if rank == 1:
+        time.sleep(3)
+    for _ in equal_steps([{"pcm_length": torch.tensor([8000])}], first_batch_timeout=0.5):
+        pass
+    return {"steps": 1}
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_never_starts_is_named_after_first_batch_timeout(tmp_path):
+    results = launch(tmp_path, _late_rank, pg_timeout=3)
+    assert results[0]["error"].startswith("ShardkitError: equal_steps: rank(s) [1] did not reach its first batch "
+                                          "within 0.5 s (first_batch_timeout)")
+    assert "error" in results[1]  # its partner is gone: an error, not a hang (launch's deadline)
+
+
 def _edge_cases_rank(rank, lines):
     """A 0-worker ShardDataset loader (seconds from collate_padded's lengths), a rank with no batch at
     all, and a loader that raises on rank 1: each ends on both ranks at the same step."""
@@ -225,10 +242,13 @@ def _edge_cases_rank(rank, lines):
     ds = ShardDataset(lines[:7], shuffle=True, seed=3)  # 7 shards: 4 for rank 0, 3 for rank 1
     loader = torch.utils.data.DataLoader(ds, batch_size=7, collate_fn=collate_padded, num_workers=0)
     every = [(len(b["key"]), float(b["lengths"].sum()) / 16000) for b in loader]
-    ds.set_epoch(0)  # the same epoch again: a further iteration would count as the next one
     wrapped = equal_steps(loader)
-    steps = sum(1 for _ in wrapped)
-    out = {"zero_workers": {"steps": steps, "every": every, "report": wrapped.last_epoch_report}}
+    reports = []
+    for _ in range(2):  # two epochs through one wrapper: fresh store keys each time
+        ds.set_epoch(0)  # the same data again: a further iteration would count as the next epoch
+        steps = sum(1 for _ in wrapped)
+        reports.append(wrapped.last_epoch_report)
+    out = {"zero_workers": {"steps": steps, "every": every, "report": reports[0], "again": reports[1]}}
 
     empty = equal_steps([] if rank == 1 else [{"pcm_length": torch.tensor([8000])}] * 3)
     out["empty"] = {"steps": sum(1 for _ in empty), "report": empty.last_epoch_report}
@@ -259,6 +279,8 @@ def test_zero_workers_an_empty_rank_and_a_failing_loader(tmp_path, balanced):
     assert [r["zero_workers"]["steps"] for r in results] == [steps] * WORLD and report["steps"] == steps
     assert report["left_out_batches"] == [len(e) - steps for e in every]
     assert report["left_out_seconds"] == pytest.approx([sum(s for _, s in e[steps:]) for e in every])
+    assert results[0]["zero_workers"]["again"] == {**report, "epoch": 1, "drain_seconds": pytest.approx(
+        results[0]["zero_workers"]["again"]["drain_seconds"])}
 
     assert [r["empty"]["steps"] for r in results] == [0, 0]
     empty = results[0]["empty"]["report"]
