@@ -97,9 +97,10 @@ class EqualSteps:
     ``seconds``: ``batch -> seconds`` for the report (default :func:`batch_seconds`; return None when
     unknown). ``sample_rate``: the rate of WeNet's ``pcm_length``. ``first_batch_timeout``: seconds to
     wait for every rank's first batch and end-of-epoch report (see the module docstring). ``drain``:
-    count the left-out tail exactly by reading it. ``group``: a process group of every rank for the flag
-    and the report (default: the default group; the default store is used either way). ``device``: where the flag
-    lives (default: the group's backend's device). Other attributes are the wrapped loader's (``wrapped.dataset``, ...).
+    count the left-out tail exactly by reading it. ``group``: a process group of every rank for the
+    flag and the report (default: the default group; the default store is used either way).
+    ``device``: where the flag lives (default: the group's backend's device). Other attributes are
+    the wrapped loader's (``wrapped.dataset``, ...).
 
     After each epoch :attr:`last_epoch_report` holds ``{"epoch", "steps", "world_size", "rank",
     "drained", "left_out_batches", "left_out_seconds", "seconds", "left_out_share", "drain_seconds"}``
