@@ -212,7 +212,7 @@ def _slow_start_rank(rank, delay):
 
 @pytest.mark.timeout(120)
 def test_a_rank_whose_first_batch_comes_after_the_group_timeout_does_not_fail(tmp_path):
-    results = _ok(launch(tmp_path, _slow_start_rank, 5.0, pg_timeout=3))
+    results = _ok(launch(tmp_path, _slow_start_rank, 4.0, pg_timeout=3))
     assert [r["steps"] for r in results] == [5, 5]
     assert "timed out" in results[0]["bare"].lower() or "timeout" in results[0]["bare"].lower()
 
@@ -234,6 +234,26 @@ def test_a_rank_that_never_starts_is_named_after_first_batch_timeout(tmp_path):
     assert "error" in results[1]  # its partner is gone: an error, not a hang (launch's deadline)
 
 
+def _webdataset_phase(urls):
+    """A WebDataset pipeline (split by node, decoded by shardkit's stage, batches of 6 samples), seconds
+    given by a ``seconds=`` function: 4 shards (120 utterances) on rank 0, 3 on rank 1."""
+    try:
+        import webdataset
+    except ImportError:
+        return None
+    from shardkit.training.wds import decode_audio
+
+    def seconds(batch):
+        audio = [next(v for k, v in s.items() if k in ("wav", "flac")) for s in batch]
+        return sum(len(samples) / rate for samples, rate in audio)
+
+    pipeline = (webdataset.WebDataset(urls, nodesplitter=webdataset.split_by_node, shardshuffle=False)
+                .map(decode_audio()).batched(6, collation_fn=list))
+    every = [seconds(b) for b in pipeline]
+    wrapped = equal_steps(pipeline, seconds=seconds)
+    return {"steps": sum(1 for _ in wrapped), "every": every, "report": wrapped.last_epoch_report}
+
+
 def _edge_cases_rank(rank, lines):
     """A 0-worker ShardDataset loader (seconds from collate_padded's lengths), a rank with no batch at
     all, and a loader that raises on rank 1: each ends on both ranks at the same step."""
@@ -252,6 +272,8 @@ def _edge_cases_rank(rank, lines):
 
     empty = equal_steps([] if rank == 1 else [{"pcm_length": torch.tensor([8000])}] * 3)
     out["empty"] = {"steps": sum(1 for _ in empty), "report": empty.last_epoch_report}
+
+    out["webdataset"] = _webdataset_phase(lines[:7])
 
     cpu_group = dist.new_group(backend="gloo")  # as a NCCL trainer would pass it: the flag stays on the CPU
     grouped = equal_steps([{"pcm_length": torch.tensor([16000])}] * (4 + rank), group=cpu_group)
@@ -286,6 +308,14 @@ def test_zero_workers_an_empty_rank_and_a_failing_loader(tmp_path, balanced):
     empty = results[0]["empty"]["report"]
     assert empty["left_out_batches"] == [3, 0] and empty["left_out_seconds"] == pytest.approx([1.5, 0.0])
     assert empty["left_out_share"] == 1.0
+
+    if results[0]["webdataset"] is not None:
+        every = [r["webdataset"]["every"] for r in results]
+        assert [len(e) for e in every] == [20, 15] and [r["webdataset"]["steps"] for r in results] == [15, 15]
+        report = results[0]["webdataset"]["report"]
+        assert report["left_out_batches"] == [5, 0]
+        assert report["left_out_seconds"] == pytest.approx([sum(every[0][15:]), 0.0])
+        assert report["seconds"] == pytest.approx([sum(every[0][:15]), sum(every[1])])
 
     assert [r["group"]["steps"] for r in results] == [4, 4]
     assert results[0]["group"]["report"]["left_out_batches"] == [0, 1]
