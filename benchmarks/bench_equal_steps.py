@@ -76,7 +76,9 @@ def _synthetic_rows(torch, dist, equal_steps, steps: int) -> dict:
             "bare + one int32 all_reduce": lambda: _time_loop(batches, collective),
             "equal_steps": lambda: _time_loop(equal_steps(batches)),
             "bare + grad all_reduce": lambda: _time_loop(batches, sync),
-            "equal_steps + grad all_reduce": lambda: _time_loop(equal_steps(batches), sync)}
+            "equal_steps + grad all_reduce": lambda: _time_loop(equal_steps(batches), sync),
+            "equal_steps(overlap=True) + grad all_reduce": lambda: _time_loop(equal_steps(batches, overlap=True),
+                                                                               sync)}
     return rows
 
 
@@ -95,7 +97,9 @@ def _loader_rows(torch, equal_steps, paths: list[str], batch: int, workers: int)
         assert report["left_out_batches"] == [0] * WORLD and report["steps"] == steps, report
         return took, steps
 
-    return {"ShardDataset loader": lambda: _time_loop(loader), "ShardDataset loader + equal_steps": checked}
+    overlapped = equal_steps(loader, overlap=True)
+    return {"ShardDataset loader": lambda: _time_loop(loader), "ShardDataset loader + equal_steps": checked,
+            "ShardDataset loader + equal_steps(overlap=True)": lambda: _time_loop(overlapped)}
 
 
 def _passthrough_row(torch, steps: int, rounds: int) -> dict:

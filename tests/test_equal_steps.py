@@ -138,13 +138,13 @@ def _tap(loader, produced):
 # --- the trainer's run ------------------------------------------------------------------------------
 
 
-def _train_rank(rank, data_list, limit):
+def _train_rank(rank, data_list, limit, overlap=False):
     """Bare loader first (count the steps: the would-be hang), then equal_steps with one all_reduce per
     batch standing for DDP's gradient sync."""
     bare = sum(1 for _ in _wenet_loader(data_list, rank, limit))
     produced, consumed = [], []
     grad = torch.zeros(4)
-    wrapped = equal_steps(_tap(_wenet_loader(data_list, rank, limit), produced))
+    wrapped = equal_steps(_tap(_wenet_loader(data_list, rank, limit), produced), overlap=overlap)
     for batch in wrapped:
         grad.fill_(1.0)
         dist.all_reduce(grad)
@@ -154,8 +154,9 @@ def _train_rank(rank, data_list, limit):
 
 
 @pytest.mark.timeout(180)
-def test_dynamic_batches_give_equal_steps_and_every_key_is_accounted_for(tmp_path, balanced):
-    results = _ok(launch(tmp_path, _train_rank, balanced["data_list"], balanced["limit"]))
+@pytest.mark.parametrize("overlap", [False, True])
+def test_dynamic_batches_give_equal_steps_and_every_key_is_accounted_for(tmp_path, balanced, overlap):
+    results = _ok(launch(tmp_path, _train_rank, balanced["data_list"], balanced["limit"], overlap))
     bare = [r["bare_steps"] for r in results]
     assert bare == balanced["steps"] and bare[0] != bare[1]  # without equal_steps one rank would wait forever
     steps = [len(r["consumed"]) for r in results]

@@ -10,7 +10,8 @@ How it stays cheap and never hangs:
 
 - **One tiny collective per step**: before yielding a batch, each rank fetches it and all-reduces
   one int32 flag with MIN (1: I have a batch, 0: I am done, -1: my loader raised). All ranks yield
-  the batch only if every rank has one; otherwise all stop together at the same step. The flag lives
+  the batch only if every rank has one; otherwise all stop together at the same step. With
+  ``overlap=True`` the next batch's flag is already in flight while the trainer works on this one. The flag lives
   on ``cuda.current_device()`` under NCCL and on the CPU under gloo/MPI (``device=`` overrides).
   Under NCCL, reading the flag waits for the GPU work queued before it; a trainer that keeps the CPU
   ahead of the GPU passes ``group=torch.distributed.new_group(backend="gloo")`` (made on every rank)
@@ -99,8 +100,11 @@ class EqualSteps:
     wait for every rank's first batch and end-of-epoch report (see the module docstring). ``drain``:
     count the left-out tail exactly by reading it. ``group``: a process group of every rank for the
     flag and the report (default: the default group; the default store is used either way).
-    ``device``: where the flag lives (default: the group's backend's device). Other attributes are
-    the wrapped loader's (``wrapped.dataset``, ...).
+    ``device``: where the flag lives (default: the group's backend's device). ``overlap``: fetch batch
+    k+1 and start its flag's all-reduce before yielding batch k, so the collective runs while the
+    trainer works; the loader is then one batch ahead of the trainer (a stateful loader's
+    ``state_dict()`` counts that batch, so resuming from it skips one). Other attributes are the
+    wrapped loader's (``wrapped.dataset``, ...).
 
     After each epoch :attr:`last_epoch_report` holds ``{"epoch", "steps", "world_size", "rank",
     "drained", "left_out_batches", "left_out_seconds", "seconds", "left_out_share", "drain_seconds"}``
@@ -111,7 +115,7 @@ class EqualSteps:
 
     def __init__(self, loader: Iterable, *, seconds: Callable[[Any], float | None] | None = None,
                  sample_rate: int = 16000, first_batch_timeout: float = FIRST_BATCH_TIMEOUT_S, drain: bool = True,
-                 group=None, device=None):
+                 group=None, device=None, overlap: bool = False):
         if first_batch_timeout <= 0:
             raise ValueError(f"first_batch_timeout must be > 0 seconds (got {first_batch_timeout})")
         self.loader = loader
@@ -119,6 +123,7 @@ class EqualSteps:
         self.first_batch_timeout = first_batch_timeout
         self.drain = drain
         self.group = group
+        self.overlap = overlap
         self.device = device
         self.last_epoch_report: dict | None = None
         self._epoch = 0  # epochs started by this wrapper
@@ -173,18 +178,24 @@ class EqualSteps:
         it = iter(self.loader)
         batch, state, error = _fetch(it)
         ready = world.wait_for_all(iteration, "ready", self.first_batch_timeout)
-        total = 0.0
+        pending, total = world.agree(state), 0.0
         while True:
-            agreed = world.agree(state)
+            agreed = pending()
             if ready:  # every rank is past the wait: its key can go
                 world.forget(ready)
                 ready = None
             if agreed != HAVE:
                 break
+            current = batch
+            if self.overlap:  # the next step's flag is in flight while the trainer works on `current`
+                batch, state, error = _fetch(it)
+                pending = world.agree(state)
             self._steps += 1
-            total = _add(total, self.seconds(batch))
-            yield batch
-            batch, state, error = _fetch(it)
+            total = _add(total, self.seconds(current))
+            yield current
+            if not self.overlap:
+                batch, state, error = _fetch(it)
+                pending = world.agree(state)
         if state == FAILED:
             raise error
         if agreed == FAILED:
@@ -244,7 +255,7 @@ class _World:
         self.dist, self.group = dist, group
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         self.store = dist.distributed_c10d._get_default_store()
-        self.flag = torch.ones(1, dtype=torch.int32, device=device)
+        self.torch, self.device = torch, device
         self.prefix = f"shardkit/equal_steps/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
     @classmethod
@@ -263,11 +274,18 @@ class _World:
     def key(self, iteration: int, what: str, rank: int) -> str:
         return f"{self.prefix}/{iteration}/{what}/{rank}"
 
-    def agree(self, state: int) -> int:
-        """The minimum of every rank's state: HAVE only if every rank has a batch."""
-        self.flag.fill_(state)
-        self.dist.all_reduce(self.flag, op=self.dist.ReduceOp.MIN, group=self.group)
-        return int(self.flag.item())
+    def agree(self, state: int) -> Callable[[], int]:
+        """Start the all-reduce (MIN) of every rank's state; calling the result waits for it and gives
+        HAVE only if every rank has a batch. Each call has its own flag tensor, so the next step's
+        all-reduce can be in flight while the trainer works on (and all-reduces for) this one."""
+        flag = self.torch.full((1,), state, dtype=self.torch.int32, device=self.device)
+        work = self.dist.all_reduce(flag, op=self.dist.ReduceOp.MIN, group=self.group, async_op=True)
+
+        def result() -> int:
+            work.wait()
+            return int(flag.item())
+
+        return result
 
     def wait_for_all(self, iteration: int, what: str, timeout: float) -> str:
         """Post this rank's key and wait, up to ``timeout`` seconds, until every rank has posted its own.
@@ -306,7 +324,7 @@ class _World:
         batches, seconds, took = tail
         key = self.wait_for_all(iteration, "done", timeout)
         mine = torch.tensor([batches, _nan(seconds), _nan(trained), took], dtype=torch.float64,
-                            device=self.flag.device)
+                            device=self.device)
         everyone = [torch.empty_like(mine) for _ in range(self.size)]
         self.dist.all_gather(everyone, mine, group=self.group)
         self.forget(key)
