@@ -171,7 +171,7 @@ def test_dynamic_batches_give_equal_steps_and_every_key_is_accounted_for(tmp_pat
         assert sorted(produced) == sorted(planned)  # consumed + left out = the rank's plan, each once
         assert len(res["produced"]) == bare[rank]
     kept = {k for rw in balanced["kept"] for k in balanced["kept"][rw]}
-    assert kept <= set(balanced["all_keys"]) and len(kept) >= 0.99 * len(balanced["all_keys"])
+    assert kept == set(balanced["all_keys"])  # WeNet's default filter keeps all of this mix: every balanced key
 
     # the report on rank 0: exact left-out batches and seconds per rank
     report = results[0]["report"]
