@@ -397,3 +397,16 @@ def test_the_trainer_side_imports_without_torch_pyarrow_or_planning_conf():
             "assert not bad, bad")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": root})
+
+
+def test_the_flag_goes_where_the_backend_takes_it():
+    """NCCL: the current CUDA device (no GPU needed to check the choice); gloo, gloo+nccl, MPI: the CPU."""
+    from types import SimpleNamespace
+
+    from shardkit.training.steps import _flag_device
+
+    fake_torch = SimpleNamespace(device=torch.device, cuda=SimpleNamespace(current_device=lambda: 3))
+    for backend, expected in [("nccl", torch.device("cuda", 3)), ("gloo", torch.device("cpu")),
+                              ("cpu:gloo,cuda:nccl", torch.device("cpu")), ("mpi", torch.device("cpu"))]:
+        fake_dist = SimpleNamespace(get_backend=lambda group, b=backend: b)
+        assert _flag_device(fake_torch, fake_dist, None) == expected, backend
