@@ -11,8 +11,9 @@ How it stays cheap and never hangs:
 - **One tiny collective per step**: before yielding a batch, each rank fetches it and all-reduces
   one int32 flag with MIN (1: I have a batch, 0: I am done, -1: my loader raised). All ranks yield
   the batch only if every rank has one; otherwise all stop together at the same step. With
-  ``overlap=True`` the next batch's flag is already in flight while the trainer works on this one. The flag lives
-  on ``cuda.current_device()`` under NCCL and on the CPU under gloo/MPI (``device=`` overrides).
+  ``overlap=True`` the next batch's flag is already in flight while the trainer works on this one.
+  The flag lives on ``cuda.current_device()`` under NCCL and on the CPU under gloo/MPI (``device=``
+  overrides).
   Under NCCL, reading the flag waits for the GPU work queued before it; a trainer that keeps the CPU
   ahead of the GPU passes ``group=torch.distributed.new_group(backend="gloo")`` (made on every rank)
   so the flag goes through gloo on the CPU, as WeNet's own join group does.
