@@ -41,7 +41,7 @@ commands to record it are in "Scaling".
 | make sources | pack >= 0.8x reading the audio alone (keep, each source) | 0.23-0.30x of a cold-cache read, 0.08-0.26x warm (was 0.05-0.19x); 0.72-0.96x of a verified copy floor (sha256 as written + read-back); 8-h corpus: 0.20-0.29x cold with `-j 1`, 0.25-0.38x with `-j 2`, `--no-verify` 0.25-0.42x: the VM's disk reads at 750-1,100 MB/s, faster than two cores hash, write and fsync | not met |
 | make sources | plan a 1 M-line manifest < 300 MB | 240.8 MB peak RSS, 11 s | met |
 | webdataset | WebDataset + shardkit's handler >= 0.8x shardkit's reader, plain WAV / zst:3 | 0.96x / 0.96x with shardkit's reader stage (`shardkit.training.wds.WebDataset`); 0.41x / 0.78x on WebDataset's own tarfile (its reader alone: 0.58x / 0.91x) | met with the reader stage only |
-| equal_steps (23) | overhead per step measured against the bare loader (gloo, CPU) | one tiny all-reduce per step: +0.4-0.8 ms between 2 ranks on the oversubscribed 2-vCPU VM (the wrapper's own work 12-19 us); +0.6-0.9 ms on a 1.3-1.5 ms ShardDataset step | measured |
+| equal_steps (23) | overhead per step measured against the bare loader (gloo, CPU) | one tiny all-reduce per step: +0.4-0.8 ms between 2 ranks on the oversubscribed 2-vCPU VM (the wrapper's own work 6-19 us); +0.5-0.9 ms on a 1.2-1.5 ms ShardDataset step; `overlap=True` -0.5 ms beside a gradient all-reduce | measured |
 """
 
 
