@@ -20,6 +20,7 @@ import numpy as np
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.planning.partition import lines_for
 from shardkit.training.reader import DEFAULT_POOL, ReadPosition, check_decode_settings, iter_samples, reuse_freed_memory
+from shardkit.training.steps import EqualSteps, batch_seconds, equal_steps  # noqa: F401  (shardkit.dataset.equal_steps)
 
 try:
     from torch.utils.data import IterableDataset as _Base
