@@ -24,6 +24,7 @@ from shardkit.io.files import (  # noqa: F401
     member_digest,
     output_size,
     output_unchanged,
+    publish_list,
     remove_temporary_keys,
 )
 from shardkit.io.inputs import STDIN, expand_shards, plan_output_paths
@@ -40,7 +41,6 @@ from shardkit.run.lifecycle import (
     AtomicFile,
     Journal,
     atomic_write_json,
-    atomic_write_lines,
     claimed_output_dir,
     load_json,
     note,
@@ -427,8 +427,10 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
                 for e in ordered]
     for e in recorded:
         e.pop("previous_status", None)
-    write_report_file(report.data_list, atomic_write_lines, [e["output"]["path"] for e in ordered
-                                                             if e["status"] in ("ok", "salvaged", "skipped")])
+    # a failed shard: the list goes under data.partial.list, so nothing that looks finished points at a partial corpus
+    report.data_list = publish_list(report.data_list, [e["output"]["path"] for e in ordered
+                                                       if e["status"] in ("ok", "salvaged", "skipped")],
+                                    complete=not any(e["status"] == "failed" for e in ordered))
     libraries = {}
     if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
         from shardkit.io.transcode import libsndfile_version
