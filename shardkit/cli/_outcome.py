@@ -95,13 +95,34 @@ def shards(n: int) -> str:
     return f"{n} shard{'' if n == 1 else 's'}"
 
 
-def failure_line(command: str, *, failed: list[str], total: int, written: str, not_written: str,
-                 args: list[str] = ()) -> str:
-    """The last line of a run that failed shards: the same words for every command."""
+def failure_line(command: str, *, failed: list[str], total: int | None, written: str, not_written: str,
+                 args: list[str] = (), next_step: str = "fix or remove what failed, then rerun",
+                 headline: str | None = None, resumes: bool = True) -> str:
+    """The last line of a run that failed shards: the same words for every command. ``total`` None: the
+    run stopped before writing (``failed`` are the inputs it could not read)."""
     where = list_lines(failed, list(args))
     lists = [a for a in args if a.endswith((".list", ".lst")) and os.path.isfile(a)]
     located = f" ({', '.join(where[:3])}{', ...' if len(where) > 3 else ''})" if where else ""
-    check = f"; `shardkit list check {shlex.join(lists)}` names every bad line" if lists else ""
-    return (f"{command}: {len(failed)} of {total} shards failed{located}; written: {written}; not written: "
-            f"{not_written}; next: fix or remove what failed, then rerun `{rerun_command()}` (finished shards are "
-            f"skipped){check}")
+    check = f"; `shardkit list check {shlex.join(lists)}` names every bad line" if lists and where else ""
+    what = headline or (f"{len(failed)} of {total} shards failed" if total is not None else
+                        f"stopped before writing: {len(failed) or 'an'} input{'s' if len(failed) > 1 else ''} "
+                        "could not be read")
+    skipped = " (finished shards are skipped)" if resumes else ""
+    return (f"{command}: {what}{located}; written: {written}; not written: {not_written}; next: {next_step} "
+            f"`{rerun_command()}`{skipped}{check}")
+
+
+def stopped(command: str, err: Exception, *, failed: list[str], args: list[str], as_json: bool) -> None:
+    """A writing run that raised before writing a shard: the error, then the last line; exit 1."""
+    import sys
+
+    from shardkit.cli import emit_json
+
+    line = failure_line(command, failed=failed, total=None, written="nothing (an output folder this run made is removed)",
+                        not_written="any shard, and no data.list", args=args)
+    if as_json:
+        emit_json({"command": command, "error": str(err), "exit_code": 1, "failed_inputs": failed,
+                   "written": [], "next": line})
+    click.echo(f"Error: {err}", err=True)
+    click.echo(line, err=True)
+    sys.exit(1)
