@@ -104,12 +104,12 @@ def failure_line(command: str, *, failed: list[str], total: int | None, written:
     lists = [a for a in args if a.endswith((".list", ".lst")) and os.path.isfile(a)]
     located = f" ({', '.join(where[:3])}{', ...' if len(where) > 3 else ''})" if where else ""
     check = f"; `shardkit list check {shlex.join(lists)}` names every bad line" if lists and where else ""
+    unread = f": {len(failed)} input{'s' if len(failed) > 1 else ''} could not be read" if failed else ""
     what = headline or (f"{len(failed)} of {total} shards failed" if total is not None else
-                        f"stopped before writing: {len(failed) or 'an'} input{'s' if len(failed) > 1 else ''} "
-                        "could not be read")
+                        f"stopped before writing{unread}")
     skipped = " (finished shards are skipped)" if resumes else ""
     return (f"{command}: {what}{located}; written: {written}; not written: {not_written}; next: {next_step} "
-            f"`{rerun_command()}`{skipped}{check}")
+            f"`{rerun_command()}`{skipped if total is not None else ''}{check}")
 
 
 def stopped(command: str, err: Exception, *, failed: list[str], args: list[str], as_json: bool) -> None:
