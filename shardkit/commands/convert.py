@@ -427,10 +427,7 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
                 for e in ordered]
     for e in recorded:
         e.pop("previous_status", None)
-    # a failed shard: the list goes under data.partial.list, so nothing that looks finished points at a partial corpus
-    report.data_list = publish_list(report.data_list, [e["output"]["path"] for e in ordered
-                                                       if e["status"] in ("ok", "salvaged", "skipped")],
-                                    complete=not any(e["status"] == "failed" for e in ordered))
+    report.data_list = _publish_data_list(report.data_list, ordered)
     libraries = {}
     if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
         from shardkit.io.transcode import libsndfile_version
@@ -442,6 +439,13 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
         **({"slice": slice_info} if slice_info else {})})
     journal.close(remove=True)
     return report
+
+
+def _publish_data_list(path: str, ordered: list[dict]) -> str:
+    """The outputs that are there, in input order; after a failed shard under data.partial.list, so that
+    nothing that looks finished points at a partial corpus. Returns where the list went."""
+    listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "salvaged", "skipped")]
+    return publish_list(path, listed, complete=len(listed) == len(ordered))
 
 
 # --- URL outputs (any fsspec store) ------------------------------------------------------------
