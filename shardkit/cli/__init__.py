@@ -18,7 +18,7 @@ from shardkit.errors import ShardkitError, UsageError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-EXIT_CODES_HELP = "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors. Ctrl-C: 130, and a rerun resumes."
+EXIT_CODES_HELP = "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors. Ctrl-C: 130 (a rerun resumes)."
 EXIT_INTERRUPTED = 130
 
 

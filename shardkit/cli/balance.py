@@ -46,7 +46,8 @@ Examples:
                    "world_size x num_workers.")
 @click.option("--num-shards", type=int, default=None, help="Shard count instead (rounded to a multiple of W x K).")
 @codec_option("none")
-@click.option("--level", type=int, default=None, help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
+@click.option("--level", type=int, default=None,
+              help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
 @click.option("--remainder", type=click.Choice(["pad", "drop"]), default="pad", show_default=True,
               help="Keep counts equal by repeating utterances (pad) or leaving some out (drop).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")

@@ -31,7 +31,8 @@ Examples:
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
               help="Output folder, or an fsspec URL (s3://bucket/prefix, gs://..., hdfs://...).")
 @codec_option("none")
-@click.option("--level", type=int, default=None, help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
+@click.option("--level", type=int, default=None,
+              help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
 @jobs_option
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Decompressor threads per task for bz2/gz [default: cores // jobs, and more for the "

@@ -80,7 +80,8 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
             from shardkit.cli._outcome import failure_line
 
             click.echo(failure_line("index", failed=[f["shard"] for f in report.failures], total=report.shards,
-                                    args=list(shards), written="nothing", not_written=f"the index {output}", resumes=False),
+                                    args=list(shards), written="nothing", not_written=f"the index {output}",
+                                    resumes=False),
                        err=True)
         else:
             click.echo(f"indexed {report.utterances} utterances ({audio_length(report.seconds)}) from "
