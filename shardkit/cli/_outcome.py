@@ -119,7 +119,8 @@ def stopped(command: str, err: Exception, *, failed: list[str], args: list[str],
     from shardkit.cli import emit_json
 
     line = failure_line(command, failed=failed, total=None,
-                        written="nothing (an output folder this run made is removed)", not_written="any shard, and no data.list", args=args)
+                        written="nothing (an output folder this run made is removed)",
+                        not_written="any shard, and no data.list", args=args)
     if as_json:
         emit_json({"command": command, "error": str(err), "exit_code": 1, "failed_inputs": failed,
                    "written": [], "next": line})

@@ -67,8 +67,8 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     path per line); `-` reads one shard from standard input. Outputs are OUT_DIR/<stem>.tar[.zst]
     (standard input's: OUT_DIR/stdin.tar[.zst], or the --stdin-name), plus OUT_DIR/data.list
     (absolute paths, input order; named data.partial.list when a shard failed) and
-    OUT_DIR/convert.json (per shard: source, output sha256, digests, status). Writes go to a temporary name, are fsynced and renamed; a rerun skips
-    finished shards, except standard input's, which it converts again (a stream cannot be
+    OUT_DIR/convert.json (per shard: source, output sha256, digests, status). Writes go to a
+    temporary name, are fsynced and renamed; a rerun skips finished shards, except standard input's, which it converts again (a stream cannot be
     compared with what an earlier run read).
     With a URL OUT_DIR each shard is written and verified in a local temporary file ($TMPDIR),
     uploaded to a temporary key and moved onto its name (no partial object under a final name); the
