@@ -68,6 +68,9 @@ class _Commands(click.Group):
         journal of finished shards lets the same command resume."""
         from shardkit.cli._outcome import rerun_command
 
+        if "tqdm" in sys.modules:  # a bar left open would redraw itself below the last line
+            for bar in list(getattr(sys.modules["tqdm"].tqdm, "_instances", ())):
+                bar.close()
         if "--json" in args and not _json_emitted:
             emit_json({"command": args[0] if args else None, "error": "interrupted", "exit_code": EXIT_INTERRUPTED})
         click.echo(f"\ninterrupted: finished shards are kept and no partial output is left; rerun "

@@ -129,7 +129,9 @@ def _last_line(report, args: list[str], report_path: str | None) -> str:
     return failure_line("validate", failed=failed, total=t["shards"], args=args, written=", ".join(written),
                         headline=headline, resumes=False,
                         not_written="nothing in the sources (validate never changes them)",
-                        next_step="fix the data, or set the bad utterances apart with --quarantine DIR, then rerun")
+                        next_step=(f"train on {report.quarantine['data_list']} (the utterances without findings), "
+                                   "or fix the data and rerun" if report.quarantine is not None else
+                                   "fix the data, or set the bad utterances apart with --quarantine DIR, then rerun"))
 
 
 def summary_lines(report, format_finding) -> list[str]:
