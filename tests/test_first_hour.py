@@ -351,7 +351,7 @@ def test_recipe_stop_prints_the_full_command_that_goes_on(tmp_path):
     line = last_line(stopped.stderr)
     assert line.startswith("run.sh: stage 2 stopped: validation found problems in aishell")
     command = line.split("train on the clean utterances only: ", 1)[1]
-    assert command.startswith(f"bash {ROOT}/scripts/run.sh --demo_minutes 0.5 --utts_per_shard 3 ")
+    assert command.startswith(f"bash {ROOT}/scripts/run.sh --demo_minutes 1 --utts_per_shard 3 ")
     assert "--workdir " + str(work).replace(" ", "\\ ") in command and "--world_size 2" in command
     assert command.endswith("--stage 2 --allow_rejects true")
     # pasted as printed, from another folder, it goes on with the same workdir and options
