@@ -23,10 +23,10 @@ Examples:
   shardkit convert data/bz2/data.list -o data/plain          # bz2 -> plain .tar (WeNet reads it as installed)
   shardkit convert 'raw/*.tar.gz' -o zst --codec zst:3 -j 8   # gz -> .tar.zst (needs `shardkit wenet enable-zstd`)
   shardkit convert shards/ -o flac --codec none --audio flac  # WAV members -> FLAC, plain tar
-  shardkit convert data.list -o zst --executor ray             # one Ray task per shard
-  shardkit convert data.list -o zst --split 2/3                # job array slice 2 of 3; then merge-reports
-  shardkit convert data.list -o s3://bucket/corpus/zst         # any fsspec URL: upload, then move into place
-  curl -s https://host/shards_000000007.tar.bz2 | shardkit convert - -o zst --stdin-name shards_000000007""")
+  shardkit convert data.list -o plain --executor ray           # one Ray task per shard
+  shardkit convert data.list -o plain --split 2/3              # job array slice 2 of 3; then merge-reports
+  shardkit convert data.list -o s3://bucket/corpus/plain       # any fsspec URL: upload, then move into place
+  curl -s https://host/shards_000000007.tar.bz2 | shardkit convert - -o plain --stdin-name shards_000000007""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
               help="Output folder, or an fsspec URL (s3://bucket/prefix, gs://..., hdfs://...).")
