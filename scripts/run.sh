@@ -331,7 +331,10 @@ kaldi_files() {  # the Kaldi files of every corpus that is a Kaldi data dir (sta
   local name path
   for name in $(corpus_names); do
     path=$(corpus_path "$name")
-    if is_kaldi_dir "$path"; then echo "$path/wav.scp"; echo "$path/text"; [ -f "$path/segments" ] && echo "$path/segments"; fi
+    if is_kaldi_dir "$path"; then
+      echo "$path/wav.scp"; echo "$path/text"
+      if [ -f "$path/segments" ]; then echo "$path/segments"; fi
+    fi
   done
 }
 if run_stage 1; then
@@ -339,7 +342,7 @@ if run_stage 1; then
   stage_inputs=(make "$source_codec" "$utts_per_shard" "$allow_rejects" "$(cat "$corpora_file")" $(kaldi_files))
   stage_outputs=()
   for name in $(corpus_names); do
-    is_kaldi_dir "$(corpus_path "$name")" && stage_outputs+=("$workdir/shards/source/$name/data.list")
+    if is_kaldi_dir "$(corpus_path "$name")"; then stage_outputs+=("$workdir/shards/source/$name/data.list"); fi
   done
 fi
 if run_stage 1 && stage_done 1; then
