@@ -361,3 +361,20 @@ def test_recipe_stop_prints_the_full_command_that_goes_on(tmp_path):
     assert went_on.returncode == 0, went_on.stderr
     assert (work / "data" / "train" / "data.list").exists()
     assert not (tmp_path / "exp").exists()  # nothing went to the default workdir
+
+
+def test_make_after_a_failed_shard_says_what_was_and_was_not_written(capsys):
+    from shardkit.cli import make as make_cli
+    from shardkit.cli._outcome import remember_arguments
+
+    remember_arguments(["make", "--wav-scp", "d/wav.scp", "--text", "d/text", "-o", "out"])
+    summary = {"findings": [], "shards": 2, "shard_status": {"ok": 2, "skipped": 0, "failed": 1, "empty": 0},
+               "utterances": 40, "audio_seconds": 120.0, "bytes_out": 4_000_000, "skipped_utterances": 0,
+               "data_list": "/x/out/data.partial.list", "manifest": "/x/out/make.json",
+               "failures": [{"shard": "/x/out/shards_000000002.tar", "error": "disk full"}]}
+    make_cli._print_summary(summary, as_json=False, quiet=False, codec="none")
+    err = capsys.readouterr().err
+    assert last_line(err) == (
+        "make: 1 of 3 shards failed; written: 2 shards, /x/out/data.partial.list (the list without the failed "
+        "shards), /x/out/make.json; not written: 1 shard, and no data.list; next: fix or remove what failed, then "
+        "rerun `shardkit make --wav-scp d/wav.scp --text d/text -o out` (finished shards are skipped)")
