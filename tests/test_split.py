@@ -76,7 +76,8 @@ def convert_slice(sources, out_dir, index, count, settings):
     atomic_write_json(slice_path(os.path.join(out_dir, "convert.json"), index, count), doc)
     os.unlink(os.path.join(out_dir, "convert.json"))
     full = os.path.join(out_dir, "data.list")
-    for name, sliced in ((full, slice_path(full, index, count)),  # a slice that failed a shard lists the rest as partial
+    # a slice that failed a shard lists the rest as partial
+    for name, sliced in ((full, slice_path(full, index, count)),
                          (partial_list_path(full), partial_list_path(slice_path(full, index, count)))):
         if os.path.exists(name):
             os.replace(name, sliced)
