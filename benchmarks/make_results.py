@@ -7,7 +7,7 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORDER = ["convert", "transcode", "validate", "balance", "reader", "bench", "scaling", "executor", "make", "webdataset",
-         "tar_hardening", "layout", "wenet_conf", "audio_headers", "resume", "equal_steps"]
+         "tar_hardening", "layout", "wenet_conf", "audio_headers", "resume", "equal_steps", "first_hour"]
 
 SUMMARY = """# Benchmark results
 

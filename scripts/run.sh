@@ -40,10 +40,11 @@ with_torch=false      # true: the recipe's .venv gets torch + torchaudio (CUDA b
 train_python=         # the Python that runs WeNet's train.py [default: the recipe's]: the zstd hook is checked there
 seed=0                # shuffle and demo seed
 jobs=$(nproc 2>/dev/null || echo 2)  # parallel processes
+redo=false            # true: run every stage again, even those a previous run finished with the same options and inputs
 
 options="stage stop_stage workdir world_size num_workers gpus_per_node codec audio allow_rejects demo_minutes
          demo_faults source_codec utts_per_shard shard_duration sample_rate batch_size bench_formats bench_audio
-         bench_workers bench_seconds with_torch train_python seed jobs"
+         bench_workers bench_seconds with_torch train_python seed jobs redo"
 for o in $options; do printf -v "default_$o" '%s' "${!o}"; done  # for --help, before any option changes them
 usage() {
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
@@ -67,6 +68,7 @@ usage_error() {  # a usage error: exit 2, before anything is set up
   exit 2
 }
 
+given_args=("$@")  # as the user typed them: every "rerun with" line repeats them, with its changes
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -105,7 +107,7 @@ if [ -n "$gpus_per_node" ]; then
 fi
 case $codec in none|zst) ;; *) usage_error "--codec must be none or zst (got '$codec')" ;; esac
 case $audio in keep|wav|flac) ;; *) usage_error "--audio must be keep, wav or flac (got '$audio')" ;; esac
-for o in allow_rejects demo_faults with_torch; do
+for o in allow_rejects demo_faults with_torch redo; do
   case ${!o} in true|false) ;; *) usage_error "--$o must be true or false (got '${!o}')" ;; esac
 done
 for c in ${corpus[@]+"${corpus[@]}"}; do
@@ -134,6 +136,81 @@ stage_banner() {  # stage number and what it does, as WeNet recipes echo them
 run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 die() { echo "run.sh: $*" >&2; exit 1; }
 final_rc=0
+
+# The command that was run, with the options "$@" (name=value) changed, quoted to be pasted as it is:
+# the corpora, --workdir (absolute) and every other option the user gave come with it.
+rerun_with() {
+  local -a out=(bash "$root/scripts/run.sh") changed=() args=("${given_args[@]+"${given_args[@]}"}")
+  local i=0 a name value c skip
+  for c in "$@"; do changed+=("${c%%=*}"); done
+  changed+=(workdir)
+  while [ $i -lt ${#args[@]} ]; do
+    a=${args[$i]}
+    if [[ $a == --*=* ]]; then name=${a%%=*}; value=${a#*=}; i=$((i + 1))
+    else name=$a; value=${args[$((i + 1))]:-}; i=$((i + 2)); fi
+    name=${name#--}; name=${name//-/_}
+    skip=false
+    for c in "${changed[@]}"; do [ "$c" = "$name" ] && skip=true; done
+    [ "$skip" = true ] || out+=("--$name" "$value")
+  done
+  out+=(--workdir "$workdir")
+  for c in "$@"; do out+=("--${c%%=*}" "${c#*=}"); done
+  printf '%q ' "${out[@]}" | sed 's/ $//'
+}
+
+# A stage that finished is skipped by a rerun when its options and the files it reads and writes are as
+# they were (sizes and modification times, and those of the shards a list or wav.scp names): a rerun of a
+# finished recipe takes seconds. --redo true runs every stage again; each command resumes on its own too.
+stage_dir=$workdir/.stages
+fingerprint() {  # a digest of the arguments: option values, and files (lists and wav.scp: what they name)
+  "$python" - "$@" <<'PY'
+import glob, hashlib, os, sys
+digest = hashlib.sha256()
+def stat(path):
+    try:
+        st = os.stat(path)
+        return f"{path}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        return f"{path}:missing"
+for arg in sys.argv[1:]:
+    digest.update(arg.encode() + b"\n")
+    paths = []
+    if os.path.isdir(arg):
+        paths = sorted(os.path.join(arg, n) for n in os.listdir(arg))
+    elif os.path.isfile(arg):
+        paths = [arg]
+        if arg.endswith((".list", ".lst", "wav.scp")):
+            base = os.path.dirname(os.path.abspath(arg))
+            with open(arg, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    line = line.strip()
+                    if not line or line.startswith("#"):
+                        continue
+                    if arg.endswith("wav.scp"):
+                        fields = line.split(maxsplit=1)
+                        line = fields[1] if len(fields) == 2 and not fields[1].endswith("|") else ""
+                    if line and "://" not in line:
+                        paths.append(line if os.path.isabs(line) else os.path.join(base, line))
+    elif "/" in arg and set("*?[") & set(arg):
+        paths = sorted(glob.glob(arg))
+    for path in paths:
+        digest.update(stat(path).encode() + b"\n")
+print(digest.hexdigest())
+PY
+}
+stage_inputs=()   # set by each stage before stage_done/stage_finished: what it reads ...
+stage_outputs=()  # ... and what it writes
+stage_done() {  # stage_done N: finished before with these inputs and outputs (the banner then says so)
+  [ "$redo" != true ] && [ -f "$stage_dir/$1" ] &&
+    [ "$(cat "$stage_dir/$1")" = "$(fingerprint "${stage_inputs[@]+"${stage_inputs[@]}"}") $(fingerprint \
+      "${stage_outputs[@]+"${stage_outputs[@]}"}")" ]
+}
+stage_finished() {  # stage_finished N: record it, for the next run
+  mkdir -p "$stage_dir"
+  echo "$(fingerprint "${stage_inputs[@]+"${stage_inputs[@]}"}") $(fingerprint \
+    "${stage_outputs[@]+"${stage_outputs[@]}"}")" > "$stage_dir/$1"
+}
+skip_banner() { stage_banner "$1" "$2: done already with these options and inputs, skipped (--redo true runs it again)"; }
 
 # ------------------------------------------------------------------ python with shardkit
 # A fresh machine gets its own venv; an installed shardkit (or the repo's .venv) is used as it is.
@@ -164,12 +241,15 @@ else
   python=$root/.venv/bin/python
 fi
 shardkit() { "$python" -m shardkit "$@"; }
+# Long steps show tqdm bars on stderr; in a log (not a terminal) one redraw every 5 s at most.
+[ -t 2 ] || export TQDM_MININTERVAL=${TQDM_MININTERVAL:-5}
 has_command() { shardkit "$1" --help >/dev/null 2>&1; }
 json_field() {  # print a Python expression of the JSON document d in file $1
   "$python" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
 }
 has_torch=false
 "$python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null && has_torch=true
+gpus_guessed=false
 if [ -z "$gpus_per_node" ]; then
   gpus_seen=0
   [ "$has_torch" = true ] && gpus_seen=$("$python" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
@@ -178,7 +258,8 @@ if [ -z "$gpus_per_node" ]; then
   else
     gpus_per_node=1
     if [ "$has_torch" = true ]; then gpus_from="torch sees no GPU here"; else gpus_from="torch is not installed here"; fi
-    gpus_from="$gpus_from: 1 GPU per node assumed; set --gpus_per_node for the training nodes"
+    gpus_from="a guess: $gpus_from, so 1 GPU per node is assumed; set --gpus_per_node for the training nodes"
+    gpus_guessed=true
   fi
 else
   gpus_from="--gpus_per_node"
@@ -187,8 +268,8 @@ train_python=${train_python:-$python}
 
 # corpora.txt (NAME=PATH per line) carries the corpus set from stage to stage
 corpora_file=$workdir/corpora.txt
-if [ ${#corpus[@]} -gt 0 ]; then
-  printf '%s\n' "${corpus[@]}" > "$corpora_file"
+if [ ${#corpus[@]} -gt 0 ] && [ "$(printf '%s\n' "${corpus[@]}")" != "$(cat "$corpora_file" 2>/dev/null)" ]; then
+  printf '%s\n' "${corpus[@]}" > "$corpora_file"  # only when it changes: later stages' fingerprints read it
 fi
 require_corpora() {  # called outside $(...), so that its exit ends the script
   if [ ! -s "$corpora_file" ]; then
@@ -228,19 +309,45 @@ PY
 
 # ------------------------------------------------------------------ stages
 if run_stage 0; then
+  stage_inputs=(demo "$demo_minutes" "$seed" "$demo_faults")
+  stage_outputs=("$corpora_file" "$workdir/kaldi" "$workdir/kaldi/aishell/wav.scp" "$workdir/kaldi/librispeech/wav.scp"
+                 "$workdir/kaldi/accented/wav.scp")
   if [ ${#corpus[@]} -gt 0 ]; then
     stage_banner 0 "demo data: skipped, corpora given ($(corpus_names | paste -sd' ' -))"
+  elif stage_done 0; then
+    skip_banner 0 "demo data"  # the demo's files stay as they are: later stages see them unchanged
   else
     stage_banner 0 "demo data: 3 synthetic corpora (~$demo_minutes min of audio) as Kaldi data dirs"
     faults=()
     [ "$demo_faults" = true ] && faults=(--faults)
     shardkit demo -o "$workdir/kaldi" --minutes "$demo_minutes" --seed "$seed" ${faults[@]+"${faults[@]}"} \
-      > "$corpora_file"
+      > "$corpora_file.tmp"
+    mv "$corpora_file.tmp" "$corpora_file"
+    stage_finished 0
   fi
 fi
 
+kaldi_files() {  # the Kaldi files of every corpus that is a Kaldi data dir (stage 1's inputs)
+  local name path
+  for name in $(corpus_names); do
+    path=$(corpus_path "$name")
+    if is_kaldi_dir "$path"; then
+      echo "$path/wav.scp"; echo "$path/text"
+      if [ -f "$path/segments" ]; then echo "$path/segments"; fi
+    fi
+  done
+}
 if run_stage 1; then
   require_corpora
+  stage_inputs=(make "$source_codec" "$utts_per_shard" "$allow_rejects" "$(cat "$corpora_file")" $(kaldi_files))
+  stage_outputs=()
+  for name in $(corpus_names); do
+    if is_kaldi_dir "$(corpus_path "$name")"; then stage_outputs+=("$workdir/shards/source/$name/data.list"); fi
+  done
+fi
+if run_stage 1 && stage_done 1; then
+  skip_banner 1 "make"
+elif run_stage 1; then
   stage_banner 1 "make: Kaldi data dirs -> $source_codec shards of $utts_per_shard utterances (as the users had them)"
   for name in $(corpus_names); do
     path=$(corpus_path "$name")
@@ -253,20 +360,31 @@ if run_stage 1; then
     echo "  $name: $path" >&2
     shardkit make --wav-scp "$path/wav.scp" --text "$path/text" ${segments[@]+"${segments[@]}"} \
       -o "$workdir/shards/source/$name" --codec "$source_codec" --utts-per-shard "$utts_per_shard" \
-      -j "$jobs" -q --json > "$reports/make_$name.json" && rc=0 || rc=$?
+      -j "$jobs" --json > "$reports/make_$name.json" && rc=0 || rc=$?
     case $rc in
       0) ;;
       1) echo "  $name: make skipped utterances (no audio, no transcript, unreadable):" \
               "see $workdir/shards/source/$name/make.json" >&2
          [ "$allow_rejects" = true ] ||
-           die "stage 1 stopped: fix the data dir of $name, or rerun with --allow_rejects true" ;;
+           die "stage 1 stopped: fix the data dir of $name, or go on without those utterances: $(rerun_with \
+             allow_rejects=true)" ;;
       *) die "stage 1: make could not read the data dir of $name (exit $rc)" ;;
     esac
   done
+  stage_finished 1
 fi
 
 if run_stage 2; then
   require_corpora
+  stage_inputs=(prep "$codec" "$audio" "$world_size" "$num_workers" "$sample_rate" "$allow_rejects" "$shard_duration"
+                "$seed" "$(cat "$corpora_file")")
+  for name in $(corpus_names); do stage_inputs+=("$(source_shards "$name")"); done
+  stage_outputs=("$workdir/data/train/data.list" "$reports/plan_before.json" "$reports/plan_after.json")
+  for name in $(corpus_names); do stage_outputs+=("$(prepared_list "$name")" "$reports/validate_$name.json"); done
+fi
+if run_stage 2 && stage_done 2; then
+  skip_banner 2 "dataset prep (convert, validate, balance, plan)"
+elif run_stage 2; then
   stage_banner 2 "dataset prep: convert ($codec, audio $audio) -> validate (quarantine) ->" \
     "balance (W=$world_size ranks x K=$num_workers workers) -> plan"
   rejected=()
@@ -281,13 +399,13 @@ if run_stage 2; then
     else
       echo "  $name: convert $src -> $workdir/shards/$format_dir/$name" >&2
       shardkit convert "$src" -o "$workdir/shards/$format_dir/$name" --codec "$codec" --audio "$audio" -j "$jobs" \
-        -q --json \
+        --json \
         > "$reports/convert_$name.json" ||
         die "stage 2: convert failed on shards of $name; see $reports/convert_$name.json"
     fi
     before_lists+=("$converted")
     shardkit validate "$converted" --sample-rate "$sample_rate" --channels 1 \
-      --quarantine "$workdir/quarantine/$name" --report "$reports/validate_$name.json" -j "$jobs" -q && rc=0 || rc=$?
+      --quarantine "$workdir/quarantine/$name" --report "$reports/validate_$name.json" -j "$jobs" && rc=0 || rc=$?
     case $rc in
       0) echo "  $name: validate: no findings" >&2 ;;
       1) rejected+=("$name")
@@ -301,7 +419,7 @@ if run_stage 2; then
     show_findings "${rejected[@]}"
     if [ "$allow_rejects" != true ]; then
       echo "run.sh: stage 2 stopped: validation found problems in ${rejected[*]} (reports in $reports);" \
-           "fix the data, or rerun with --stage 2 --allow_rejects true to train on the clean utterances only" >&2
+           "fix the data, or train on the clean utterances only: $(rerun_with stage=2 allow_rejects=true)" >&2
       exit 1
     fi
     echo "  --allow_rejects true: going on with the clean utterances of ${rejected[*]}" >&2
@@ -312,7 +430,7 @@ if run_stage 2; then
     [ -n "$shard_duration" ] && duration=(--shard-duration "$shard_duration")
     echo "  balance -> $workdir/data/train" >&2
     shardkit balance "${balance_args[@]}" --world-size "$world_size" --num-workers "$num_workers" \
-      -o "$workdir/data/train" --codec "$codec" --seed "$seed" ${duration[@]+"${duration[@]}"} -j "$jobs" -q --json \
+      -o "$workdir/data/train" --codec "$codec" --seed "$seed" ${duration[@]+"${duration[@]}"} -j "$jobs" --json \
       > "$reports/balance.json" || die "stage 2: balance failed; see $reports/balance.json"
     json_field "$reports/balance.json" \
       '"  balanced: %d shards of %d utterances, %.1f-%.1f s each" % (d["num_shards"], '\
@@ -335,12 +453,22 @@ if run_stage 2; then
     echo "  plan skipped: this shardkit has no 'plan' command" >&2
   fi
   echo "  training list: $workdir/data/train/data.list" >&2
+  stage_finished 2
 fi
 
+train_list=$workdir/data/train/data.list
+gpus_option=()  # a guess is bench's to make (and say): it sees the GPUs itself
+[ "$gpus_guessed" = true ] || gpus_option=(--gpus-per-node "$gpus_per_node")
 if run_stage 3; then
   require_corpora
+  stage_inputs=(bench "$bench_formats" "$bench_audio" "$bench_workers" "$bench_seconds" "$has_torch"
+                ${gpus_option[@]+"${gpus_option[@]}"} "$train_list")
+  stage_outputs=("$reports/bench.json" "$workdir/bench/bench.md")
+fi
+if run_stage 3 && stage_done 3; then
+  skip_banner 3 "bench"
+elif run_stage 3; then
   stage_banner 3 "bench: decode throughput of $bench_formats x $bench_audio on the training list (quick settings)"
-  train_list=$workdir/data/train/data.list
   if has_command bench; then
     [ -s "$train_list" ] || die "stage 3: no $train_list yet: run stage 2 first"
     bench_extra=()
@@ -352,16 +480,23 @@ if run_stage 3; then
       bench_extra=(--workers "$bench_workers" --mp-context fork)
     fi
     shardkit bench "$train_list" -o "$workdir/bench" --formats "$bench_formats" --audio "$bench_audio" \
-      "${bench_extra[@]}" --min-seconds "$bench_seconds" --repeat 1 --gpus-per-node "$gpus_per_node" \
+      "${bench_extra[@]}" --min-seconds "$bench_seconds" --repeat 1 ${gpus_option[@]+"${gpus_option[@]}"} \
       --work-dir "$workdir" -j "$jobs" -q --json > "$reports/bench.json" ||
       die "stage 3: bench failed on $train_list (exit $?)"
     echo "  table: $workdir/bench/bench.md, chart: $workdir/bench/bench.png" >&2
+    stage_finished 3
   else
     echo "  bench skipped: this shardkit has no 'bench' command" >&2
   fi
 fi
 
 if run_stage 4; then
+  stage_inputs=(loader-check "$world_size" "$num_workers" "$batch_size" "$seed" "$has_torch" "$train_list")
+  stage_outputs=("$reports/loader_check.json")
+fi
+if run_stage 4 && stage_done 4; then
+  skip_banner 4 "loader check"
+elif run_stage 4; then
   if [ "$has_torch" = true ]; then
     how="a torch DataLoader over shardkit's dataset"
   else
@@ -370,7 +505,7 @@ if run_stage 4; then
   stage_banner 4 "loader check: each of W=$world_size ranks reads data/train with K=$num_workers workers: $how"
   [ -s "$workdir/data/train/data.list" ] || die "stage 4: no $workdir/data/train/data.list yet: run stage 2 first"
   shardkit loader-check "$workdir/data/train/data.list" --world-size "$world_size" --num-workers "$num_workers" \
-    --batch-size "$batch_size" --seed "$seed" --json > "$reports/loader_check.json" || {
+    --batch-size "$batch_size" --seed "$seed" --json > "$reports/loader_check.json" && stage_finished 4 || {
       echo "run.sh: stage 4: ranks read different numbers of utterances or batches (see" \
            "$reports/loader_check.json); the summary follows, the exit code will be 1" >&2
       final_rc=1
@@ -381,7 +516,7 @@ if run_stage 5; then
   require_corpora
   stage_banner 5 "summary"
   "$python" - "$workdir" "$codec" "$audio" "$world_size" "$num_workers" "$gpus_per_node" "$gpus_from" \
-    "$train_python" <<'EOF'
+    "$train_python" "$(rerun_with stage=2 num_workers=NUM_WORKERS)" <<'EOF'
 # Gathers the stage reports into reports/summary.json and reports/summary.md (printed too).
 import json, os, subprocess, sys
 
@@ -389,7 +524,7 @@ from shardkit.planning.advice import format_evidence, format_label, loader_advic
 
 workdir, codec, audio = sys.argv[1:4]
 world_size, num_workers, gpus_per_node = (int(x) for x in sys.argv[4:7])
-gpus_from, train_python = sys.argv[7:9]
+gpus_from, train_python, rerun_stage2 = sys.argv[7:10]
 reports = os.path.join(workdir, "reports")
 
 
@@ -464,6 +599,8 @@ except AttributeError:
 decode_rate, measured_on = training_decode_rate(bench_rows or [], codec, audio)
 advice = loader_advice(cores=cores, gpus_per_node=gpus_per_node, decode_hours_per_s=decode_rate,
                        num_workers_used=num_workers, measured_on=measured_on)
+if advice["num_workers"] and advice["num_workers"] != num_workers:  # the advice's rerun, as a command to paste
+    advice["rerun"] = rerun_stage2.replace("NUM_WORKERS", str(advice["num_workers"]))
 shards = read_list(train_list)
 hook = zstd_hook(train_python, shards[0]) if codec == "zst" and shards else None
 summary = {
@@ -522,6 +659,10 @@ if hook:
         lines.append(f"- zstd hook: NOT active in {hook['python']} (the training environment; --train_python "
                      f"picks another): WeNet would skip every shard. Run there: `{hook['command']}`")
 lines.append(f"- loader advice ({gpus_from}): {advice['text']}")
+if advice.get("prefetch_why"):
+    lines.append(f"  why {advice['prefetch_why']}")
+if advice.get("rerun"):
+    lines.append(f"  to balance for {advice['num_workers']} workers: {advice['rerun']}")
 lines += ["", f"- training list: {train_list}", f"- reports: {reports} (summary.json, validate_*.json, plan_*.json)",
           f"- balance report: {summary['where']['balance_report']}", f"- quarantine: {summary['where']['quarantine']}",
           f"- bench table and chart: {summary['where']['bench_table']}, {summary['where']['bench_chart']}"]
@@ -531,5 +672,9 @@ with open(os.path.join(reports, "summary.md"), "w", encoding="utf-8") as f:
     f.write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
+fi
+if [ "$python" = "$root/.venv/bin/python" ] && ! command -v shardkit >/dev/null 2>&1; then
+  echo "run.sh: shardkit is installed in $root/.venv; to run the README's \`shardkit ...\` commands, put it on" \
+       "the PATH: source $root/.venv/bin/activate" >&2
 fi
 exit $final_rc

@@ -4,27 +4,81 @@
 #   (torchaudio decodes through torchcodec/FFmpeg) when missing and running as root; then the layer
 #   contract (lint-imports), the complexity check and pytest.
 # Extra arguments go to pytest, e.g.  bash scripts/test.sh -k convert -x
+#
+# What it costs the first time: ~2.5 GB in the venv with the CPU build of torch (from
+# $SHARDKIT_TORCH_INDEX, PyTorch's CPU wheel index; set it empty for the registry's default build, the
+# CUDA one on Linux x86-64: ~6 GB more), a few minutes of downloads, then ~3 minutes of tests on 2 cores.
+# A second run installs nothing new. SHARDKIT_TEST_DRY_RUN=1 checks the machine and prints what it would do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${SHARDKIT_VENV:-.venv}
+python=${PYTHON:-python3}
+torch_index=${SHARDKIT_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
+dry_run=${SHARDKIT_TEST_DRY_RUN:-}
 
+say() { echo "test.sh: $*" >&2; }
+run() {  # a step that changes the machine; printed, not run, in a dry run
+  if [ -n "$dry_run" ]; then say "would run: $*"; else "$@"; fi
+}
+as_root_with_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+apt_updated=false
+apt_install() {  # apt_install PACKAGE...: update the lists once (a failed update is not fatal), then install
+  if [ "$apt_updated" = false ]; then
+    run apt-get update -qq || say "apt-get update failed (offline mirror?); trying with the package lists at hand"
+    apt_updated=true
+  fi
+  run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# --- the machine: Python >= 3.10 with venv, ffmpeg ------------------------------------------------
+if ! command -v "$python" >/dev/null 2>&1; then
+  say "no $python on the PATH: install Python 3.10 or newer (or set PYTHON=/path/to/python3)"; exit 2
+fi
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  say "$python is Python $("$python" -c 'import platform; print(platform.python_version())'); shardkit needs 3.10" \
+      "or newer (set PYTHON=/path/to/python3.10+)"; exit 2
+fi
+if [ ! -x "$venv/bin/python" ] && ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+  package="python3-venv python$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv"
+  if as_root_with_apt; then
+    say "$python has no venv module (Debian packs it apart): installing $package"
+    # shellcheck disable=SC2086
+    apt_install $package || apt_install python3-venv || true
+  fi
+  if [ -z "$dry_run" ] && ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+    say "$python cannot make a virtual environment: install $package (apt-get install $package) and run again"
+    exit 2
+  fi
+fi
 if ! command -v ffmpeg >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test.sh: installing Debian's ffmpeg" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null
+  if as_root_with_apt; then
+    say "installing Debian's ffmpeg"
+    apt_install ffmpeg || say "could not install ffmpeg; the torchaudio tests that need it will be skipped"
   else
-    echo "test.sh: ffmpeg is missing and we are not root; torchaudio tests will be skipped" >&2
+    say "ffmpeg is missing and we are not root; torchaudio tests will be skipped"
   fi
 fi
 
+# --- the venv: CPU torch first (where its index answers), then shardkit[all,test] ------------------
+quiet=(-q)  # a venv made before: what follows is mostly "already satisfied", said quietly
 if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
+  say "creating $venv"
+  run "$python" -m venv "$venv"
+  quiet=()  # the first install downloads for minutes: pip shows what it fetches
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -U pip
-# torch 2.14.1 + torchaudio 2.11.0 is the CPU pair known to work together (see README).
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -c scripts/constraints.txt -e ".[all,test]"
+pip() { run "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
+pip install -q -U pip
+# torch 2.14.1 + torchaudio 2.11.0 is the CPU pair known to work together (see README and constraints.txt).
+if [ -n "$torch_index" ] && ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+  say "installing torch and torchaudio, CPU build, from $torch_index (~1 GB download the first time)"
+  pip install ${quiet[@]+"${quiet[@]}"} --retries 1 --timeout 20 -c scripts/constraints.txt --index-url "$torch_index" \
+      torch torchaudio ||
+    say "the CPU index did not answer; the registry's default torch build comes with the extras below"
+fi
+[ ${#quiet[@]} -gt 0 ] || say "installing shardkit[all,test] and the test tools (a few minutes; pip's progress below)"
+pip install ${quiet[@]+"${quiet[@]}"} -c scripts/constraints.txt -e ".[all,test]"
 # The layer contract (.importlinter, ARCHITECTURE.md) and the complexity ceiling, before the tests.
-"$venv/bin/lint-imports" --config .importlinter
-"$venv/bin/python" scripts/check_complexity.py
+run "$venv/bin/lint-imports" --config .importlinter
+run "$venv/bin/python" scripts/check_complexity.py
+if [ -n "$dry_run" ]; then say "would run: $venv/bin/python -m pytest $*"; exit 0; fi
 exec "$venv/bin/python" -m pytest "$@"

@@ -218,8 +218,8 @@ def test_same_seed_same_bytes_other_seed_other_shards(mix, tmp_path):
     for name in sorted(os.listdir(tmp_path / "a")):
         if name.startswith("shards_"):
             assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
-    assert (tmp_path / "a" / "shards_000000000.tar.zst").read_bytes() != \
-        (tmp_path / "c" / "shards_000000000.tar.zst").read_bytes()
+    assert (tmp_path / "a" / "shards_000000000.tar").read_bytes() != \
+        (tmp_path / "c" / "shards_000000000.tar").read_bytes()
 
 
 def test_dry_run_writes_no_shard_and_rerun_skips_finished_shards(mix, tmp_path):
@@ -289,9 +289,12 @@ def test_a_key_in_two_corpora_is_refused(mix, tmp_path):
     result = CliRunner().invoke(main, ["balance", "--corpus", f"a={first}", "--corpus", f"b={second}", "--world-size",
                                        "1", "--num-workers", "1", "-o", str(tmp_path / "out"), "-q", "-j", "1"])
     assert result.exit_code == 1
-    assert result.output.splitlines()[-1] == (
+    assert result.output.splitlines()[-2] == (
         f"Error: key 'aishell/S0000-U000000' appears twice: in {first} (corpus 'a') and in {second} (corpus 'b'); "
         f"keys must be unique across the mix")
+    # the last line: what was written (nothing: no folder is left) and the command to rerun
+    assert result.output.splitlines()[-1].startswith("balance: stopped before writing; written: nothing")
+    assert not (tmp_path / "out").exists()
 
 
 def test_out_dir_holding_the_sources_is_refused(tmp_path):

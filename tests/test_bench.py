@@ -73,7 +73,8 @@ def test_user_shards_are_sampled_and_repacked(make_shards, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--formats", "none,lz4"], "Error: unknown codec 'lz4'; choose from none, gz, bz2, xz, zst"),
+    (["--formats", "none,lz4"],
+     "Error: unknown codec 'lz4'; give none, zst[:LEVEL], bz2[:LEVEL], gz[:LEVEL] or xz[:LEVEL] (zstd = zst)"),
     (["--reference", "zst:3", "--formats", "zst:3"],
      "Error: the WeNet reference row needs a format tarfile reads (none, gz, bz2, xz), not zst"),
     (["--audio", "mp3"], "Error: unknown audio codec 'mp3'; choose from wav, flac"),

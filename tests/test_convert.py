@@ -26,8 +26,8 @@ def run_cli(*args):
     return result
 
 
-def listed(out_dir):
-    with open(os.path.join(out_dir, "data.list")) as f:
+def listed(out_dir, name="data.list"):
+    with open(os.path.join(out_dir, name)) as f:
         return [line.strip() for line in f]
 
 
@@ -85,7 +85,8 @@ def test_rerun_skips_finished_and_redoes_stale(make_shards, tmp_path):
     report = json.loads(run_cli("convert", *sources, "-o", out, "--json", "-q", "--overwrite").stdout)
     assert report["ok"] == len(sources)
     # other settings produce other bytes: nothing is skipped
-    report = json.loads(run_cli("convert", *sources, "-o", out, "--json", "-q", "--level", "5").stdout)
+    report = json.loads(run_cli("convert", *sources, "-o", out, "--json", "-q", "--codec", "zst",
+                                "--level", "5").stdout)
     assert report["ok"] == len(sources)
 
 
@@ -185,8 +186,9 @@ EXPECTED_ERRORS = {
 
 def test_each_bad_input_fails_alone_with_a_located_one_line_error(bad_inputs, tmp_path):
     out = tmp_path / "out"
-    result = run_cli("convert", *bad_inputs.values(), "-o", out, "--json", "-q", "-j", "2")
-    big = run_cli("convert", bad_inputs["big"], "-o", out / "small-limit", "--max-member-bytes", "4096", "--json", "-q")
+    result = run_cli("convert", *bad_inputs.values(), "-o", out, "--json", "-q", "-j", "2", "--codec", "zst")
+    big = run_cli("convert", bad_inputs["big"], "-o", out / "small-limit", "--max-member-bytes", "4096", "--json", "-q",
+                  "--codec", "zst")
     assert result.exit_code == 1 and big.exit_code == 1
     report = json.loads(result.stdout)
     assert report["ok"] == 2 and report["failed"] == len(bad_inputs) - 2  # the good one and "big" converted
@@ -200,7 +202,8 @@ def test_each_bad_input_fails_alone_with_a_located_one_line_error(bad_inputs, tm
         assert not any(name.startswith(kind + ".") for name in finals), kind
     assert not [n for n in finals if n.endswith(".partial")]
     assert not os.path.exists(out / "small-limit" / "big.tar.zst")
-    assert listed(out) == [str(out / "shards_000000000.tar.zst"), str(out / "big.tar.zst")]
+    assert not (out / "data.list").exists()  # a failed shard: the list says it lacks shards by its name
+    assert listed(out, "data.partial.list") == [str(out / "shards_000000000.tar.zst"), str(out / "big.tar.zst")]
     assert members_of([out / "shards_000000000.tar.zst"]) == members_of([bad_inputs["good"]])
 
 
@@ -225,7 +228,7 @@ def test_usage_errors_exit_2(make_shards, tmp_path):
     assert result.exit_code == 2 and "output folder is not writable" in result.stderr
     result = run_cli("convert", *sources, "-o", tmp_path / "o", "--codec", "lz4")
     assert result.exit_code == 2
-    result = run_cli("convert", *sources, "-o", tmp_path / "o", "--level", "42")
+    result = run_cli("convert", *sources, "-o", tmp_path / "o", "--codec", "zst", "--level", "42")
     assert result.exit_code == 2 and "zst level must be in -7..22 (got 42)" in result.stderr
     other = tmp_path / "other"
     other.mkdir()

@@ -48,7 +48,7 @@ def listing(fs, prefix):
 def test_url_outputs_equal_local_ones_and_a_rerun_skips_them(make_shards, s3, tmp_path):
     sources = make_shards("bz2", utts_per_shard=5)
     local = run_convert(sources, str(tmp_path / "local"), ConvertSettings(), jobs=1)
-    result = run_cli("convert", *sources, "-o", "s3://corpus/zst/", "-j", "1", "-q", "--json")
+    result = run_cli("convert", *sources, "-o", "s3://corpus/zst/", "-j", "1", "-q", "--json", "--codec", "zst")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["ok"], summary["data_list"]) == (3, "s3://corpus/zst/data.list")
@@ -62,13 +62,13 @@ def test_url_outputs_equal_local_ones_and_a_rerun_skips_them(make_shards, s3, tm
     # a rerun finds every object whole (size from the store, sha256 read back) and skips it
     stale = "corpus/zst/.shards_000000001.tar.zst.0123abcd.partial"  # what a killed upload leaves
     s3.pipe(stale, b"half an upload")
-    result = run_cli("convert", *sources, "-o", "s3://corpus/zst", "-j", "1", "-q", "--json")
+    result = run_cli("convert", *sources, "-o", "s3://corpus/zst", "-j", "1", "-q", "--json", "--codec", "zst")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["skipped"] == 3
     assert listing(s3, "corpus/zst") == sorted(names + ["convert.json", "data.list"])
     # an object that changed is converted again
     s3.pipe("corpus/zst/shards_000000002.tar.zst", b"not what convert wrote")
-    result = run_cli("convert", *sources, "-o", "s3://corpus/zst", "-j", "1", "-q", "--json")
+    result = run_cli("convert", *sources, "-o", "s3://corpus/zst", "-j", "1", "-q", "--json", "--codec", "zst")
     assert (json.loads(result.stdout)["skipped"], json.loads(result.stdout)["ok"]) == (2, 1)
     assert s3.cat("corpus/zst/shards_000000002.tar.zst") == open(local.shards[2]["output"]["path"], "rb").read()
 
@@ -77,12 +77,14 @@ def test_a_failing_shard_leaves_no_object_under_its_name(make_shards, s3, tmp_pa
     sources = make_shards("gz", utts_per_shard=7)
     broken = tmp_path / "broken.tar.gz"
     broken.write_bytes(open(sources[0], "rb").read()[:3000])  # the gzip stream ends early
-    result = run_cli("convert", sources[0], broken, "-o", "s3://corpus/fail", "-j", "1", "-q", "--json")
+    result = run_cli("convert", sources[0], broken, "-o", "s3://corpus/fail", "-j", "1", "-q", "--json",
+                     "--codec", "zst")
     assert result.exit_code == 1
     summary = json.loads(result.stdout)
     assert summary["failures"][0]["shard"] == str(broken) and summary["ok"] == 1
-    assert listing(s3, "corpus/fail") == ["convert.json", "data.list", "shards_000000000.tar.zst"]
-    assert s3.cat("corpus/fail/data.list").decode().split() == ["s3://corpus/fail/shards_000000000.tar.zst"]
+    # the list lacks the failed shard, and its name says so
+    assert listing(s3, "corpus/fail") == ["convert.json", "data.partial.list", "shards_000000000.tar.zst"]
+    assert s3.cat("corpus/fail/data.partial.list").decode().split() == ["s3://corpus/fail/shards_000000000.tar.zst"]
     # nothing is left on this machine either: not the failed shard's local file, not the journal
     assert not os.path.exists(partial_path("s3://corpus/fail/broken.tar.zst"))
     assert not os.path.exists(remote_journal_dir("s3://corpus/fail"))
@@ -91,7 +93,8 @@ def test_a_failing_shard_leaves_no_object_under_its_name(make_shards, s3, tmp_pa
 def test_split_slices_publish_their_own_reports(make_shards, s3):
     sources = make_shards("none", utts_per_shard=5)
     for i in (1, 2):
-        result = run_cli("convert", *sources, "-o", "s3://corpus/sliced", "-j", "1", "-q", "--split", f"{i}/2")
+        result = run_cli("convert", *sources, "-o", "s3://corpus/sliced", "-j", "1", "-q", "--split", f"{i}/2",
+                         "--codec", "zst")
         assert result.exit_code == 0, result.output
     assert listing(s3, "corpus/sliced") == sorted(
         [f"shards_{i:09d}.tar.zst" for i in range(3)]

@@ -251,7 +251,7 @@ def test_list_rewrite_dir_finds_convert_mirrored_outputs(tmp_path, make_shards):
     joined = tmp_path / "train.list"
     joined.write_text("".join(p + "\n" for p in a + b))
     out = tmp_path / "zst"
-    assert _cli("convert", joined, "-o", out, "-j", "1", "-q").exit_code == 0
+    assert _cli("convert", joined, "-o", out, "-j", "1", "-q", "--codec", "zst").exit_code == 0
     result = _cli("list", "rewrite", joined, "--suffix", ".tar.zst", "--dir", out, "-o", tmp_path / "zst.list")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "zst.list").read_text() == (out / "data.list").read_text()

@@ -616,7 +616,7 @@ def test_make_split_merged_equals_one_run(tmp_path):
 def test_make_on_ray_writes_what_the_local_run_writes(tmp_path):
     ray = pytest.importorskip("ray")
     wav_scp, text = kaldi_dir(str(tmp_path / "d"), count=6, seconds=0.5)
-    args = ["make", "--wav-scp", wav_scp, "--text", text, "--utts-per-shard", "2", "-q"]
+    args = ["make", "--wav-scp", wav_scp, "--text", text, "--utts-per-shard", "2", "-q", "--codec", "zst"]
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              object_store_memory=80 * 1024 * 1024, logging_level=logging.WARNING)
     try:
@@ -635,7 +635,7 @@ def test_make_writes_to_a_url(tmp_path):
 
     wav_scp, text = kaldi_dir(str(tmp_path / "d"), count=4, seconds=0.5)
     # -j 1: the store's settings below live in this process only
-    args = ["make", "--wav-scp", wav_scp, "--text", text, "--utts-per-shard", "2", "-q", "-j", "1"]
+    args = ["make", "--wav-scp", wav_scp, "--text", text, "--utts-per-shard", "2", "-q", "-j", "1", "--codec", "zst"]
     assert run_cli(*args, "-o", tmp_path / "local").exit_code == 0
     import fsspec
 

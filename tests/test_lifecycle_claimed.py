@@ -120,7 +120,8 @@ def test_mirrored_outputs_that_would_land_in_the_inputs_folders_are_refused(two_
     before = inodes(sources)
     # names repeat: outputs mirror aishell/ and libri/ below /d, which are the inputs' folders;
     # zst -> zst would replace every source by its re-packed copy
-    for args in (["convert", *sources, "-o", root], ["convert", *sources, "-o", root, "--keep-tree"],
+    for args in (["convert", *sources, "-o", root, "--codec", "zst"],
+                 ["convert", *sources, "-o", root, "--keep-tree", "--codec", "zst"],
                  ["validate", *sources, "--quarantine", root, "--sample-rate", "16000"]):
         result = run_cli(*args, "-q")
         assert result.exit_code == 2, (args, result.output)
@@ -153,7 +154,7 @@ def test_inputs_below_the_output_folder_stay_allowed_when_no_output_lands_beside
     result = run_cli("validate", *sources, "--quarantine", root, "--sample-rate", "16000", "-q", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["quarantine"]["dir"] == str(root)
-    result = run_cli("convert", *sources, "-o", root, "-q")
+    result = run_cli("convert", *sources, "-o", root, "-q", "--codec", "zst")
     assert result.exit_code == 0, result.output
     assert sorted(n for n in os.listdir(root) if n.endswith(".tar.zst")) == [
         os.path.basename(s) + ".zst" for s in sources]
@@ -244,11 +245,11 @@ def convert_stdin(source, *args):
 def test_a_shard_piped_through_standard_input(make_shards, tmp_path):
     sources = make_shards("bz2", utts_per_shard=4)
     reference = tmp_path / "ref"
-    assert run_cli("convert", *sources, "-o", reference, "-q", "-j", "1").exit_code == 0
+    assert run_cli("convert", *sources, "-o", reference, "-q", "-j", "1", "--codec", "zst").exit_code == 0
     expected = [(reference / (os.path.basename(s)[:-len(".tar.bz2")] + ".tar.zst")).read_bytes() for s in sources]
     out = tmp_path / "out"
 
-    done = convert_stdin(sources[0], "-o", out, "--json", "-q")
+    done = convert_stdin(sources[0], "--codec", "zst", "-o", out, "--json", "-q")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["ok"] == 1 and summary["this_run"] == {"done": 1, "skipped": 0, "failed": 0}
@@ -258,7 +259,7 @@ def test_a_shard_piped_through_standard_input(make_shards, tmp_path):
     assert report["shards"][0]["source"] == {"path": "-", "size": None, "mtime_ns": None}
 
     # a rerun cannot know the stream is the one it converted: another shard comes in, it is converted
-    done = convert_stdin(sources[1], "-o", out, "--json")
+    done = convert_stdin(sources[1], "--codec", "zst", "-o", out, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["this_run"] == {"done": 1, "skipped": 0, "failed": 0}
     assert (out / "stdin.tar.zst").read_bytes() == expected[1]
@@ -266,7 +267,7 @@ def test_a_shard_piped_through_standard_input(make_shards, tmp_path):
             f"converted into it; converting it again\n") in done.stderr.decode()
 
     # --stdin-name: the source's own file name gives the output a file conversion gives it
-    done = convert_stdin(sources[2], "-o", out, "--stdin-name", os.path.basename(sources[2]), "-q")
+    done = convert_stdin(sources[2], "--codec", "zst", "-o", out, "--stdin-name", os.path.basename(sources[2]), "-q")
     assert done.returncode == 0, done.stderr
     name = os.path.basename(sources[2])[:-len(".tar.bz2")] + ".tar.zst"
     assert (out / name).read_bytes() == expected[2]

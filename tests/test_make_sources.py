@@ -368,7 +368,7 @@ def test_resumed_run_is_byte_identical(tmp_path, source):
     first = make(src, "-o", tmp_path / "a", "--utts-per-shard", "2")
     assert first.exit_code == 1
     again = make(src, "-o", tmp_path / "b", "--utts-per-shard", "2", "-j", "2")
-    names = sorted(p.name for p in (tmp_path / "a").glob("*.tar.zst"))
+    names = sorted(p.name for p in (tmp_path / "a").glob("*.tar"))
     assert len(names) >= 2 and again.exit_code == 1
     assert all((tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() for n in names)
     (tmp_path / "a" / names[1]).unlink()

@@ -79,7 +79,7 @@ def keys(data_list):
 def test_convert_mirrors_folders_when_names_repeat(two_corpora, tmp_path):
     a, b, joined = two_corpora
     out = tmp_path / "zst"
-    result = CliRunner().invoke(main, ["convert", str(joined), "-o", str(out), "-q", "--json", "-j", "1"])
+    result = CliRunner().invoke(main, ["convert", str(joined), "-o", str(out), "-q", "--json", "-j", "1", "--codec", "zst"])
     assert result.exit_code == 0, result.output
     outputs = read_list(str(out / "data.list"))
     parent = os.path.commonpath([os.path.dirname(p) for p in a + b])

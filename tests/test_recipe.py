@@ -244,7 +244,9 @@ def test_stage_1_stops_when_make_skips_utterances(tmp_path):
     result = recipe(tmp_path / "exp", "--corpus", f"aishell={kaldi['dir']}", "--stop_stage", "1", "--jobs", "1")
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
-        "run.sh: stage 1 stopped: fix the data dir of aishell, or rerun with --allow_rejects true")
+        f"run.sh: stage 1 stopped: fix the data dir of aishell, or go on without those utterances: bash "
+        f"{ROOT}/scripts/run.sh --corpus aishell={kaldi['dir']} --stop_stage 1 --jobs 1 --workdir {tmp_path / 'exp'} "
+        f"--allow_rejects true")
     made = load(tmp_path / "exp" / "shards" / "source" / "aishell" / "make.json")
     assert made["findings"] == [{"key": "aishell/lost", "check": "no_audio", "reason": "in text but not in wav.scp"}]
 

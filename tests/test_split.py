@@ -11,6 +11,7 @@ from shardkit.cli import main
 from shardkit.commands import merge_reports
 from shardkit.commands.convert import ConvertSettings, run_convert
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.io.files import partial_list_path
 from shardkit.run.manifest import atomic_write_json, load_json
 from shardkit.run.split import inputs_digest, parse_split, select_slice, slice_bounds, slice_path, slice_record
 
@@ -74,7 +75,12 @@ def convert_slice(sources, out_dir, index, count, settings):
     doc["slice"] = slice_record(sources, index, count)
     atomic_write_json(slice_path(os.path.join(out_dir, "convert.json"), index, count), doc)
     os.unlink(os.path.join(out_dir, "convert.json"))
-    os.replace(os.path.join(out_dir, "data.list"), slice_path(os.path.join(out_dir, "data.list"), index, count))
+    full = os.path.join(out_dir, "data.list")
+    # a slice that failed a shard lists the rest as partial
+    for name, sliced in ((full, slice_path(full, index, count)),
+                         (partial_list_path(full), partial_list_path(slice_path(full, index, count)))):
+        if os.path.exists(name):
+            os.replace(name, sliced)
 
 
 def without_timing(doc):
@@ -193,7 +199,8 @@ def test_merge_exits_1_when_a_merged_shard_failed(sources, tmp_path):
     result = run_cli("merge-reports", out)
     assert result.exit_code == 1
     assert result.stderr.startswith("merged 2 slices of convert: 4 entries (failed 1, ok 3); ")
-    assert len(read(out / "data.list").splitlines()) == 3
+    assert len(read(out / "data.partial.list").splitlines()) == 3  # it lacks the failed shard, and says so
+    assert not (out / "data.list").exists()
 
 
 def test_nothing_to_merge(tmp_path):

@@ -18,7 +18,8 @@ from shardkit.errors import ShardkitError, UsageError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-EXIT_CODES_HELP = "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors."
+EXIT_CODES_HELP = "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors. Ctrl-C: 130 (a rerun resumes)."
+EXIT_INTERRUPTED = 130
 
 
 class _Commands(click.Group):
@@ -44,12 +45,37 @@ class _Commands(click.Group):
         _json_emitted = False
         protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args  # click < 8.2
         args = [*protected, *ctx.args]  # before click consumes them
+        from shardkit.cli._outcome import remember_arguments
+
+        remember_arguments(args)  # for the "rerun" advice, pasted as it was run
         try:
             return super().invoke(ctx)
         except UsageError as err:
             self._fail(ctx, args, err, 2)
         except ShardkitError as err:
             self._fail(ctx, args, err, 1)
+        except click.UsageError as err:  # click's own (a bad option value): --json still gets its document
+            if "--json" in args and not _json_emitted:
+                emit_json({"command": args[0] if args else None, "error": err.format_message(), "exit_code": 2})
+            raise
+        except KeyboardInterrupt:
+            self._interrupted(ctx, args)
+
+    @staticmethod
+    def _interrupted(ctx, args):
+        """Ctrl-C: exit 130 (128 + SIGINT, the shell's convention), one JSON document under --json. Outputs
+        are written under temporary names and renamed when complete, so none is left half-made, and the
+        journal of finished shards lets the same command resume."""
+        from shardkit.cli._outcome import rerun_command
+
+        if "tqdm" in sys.modules:  # a bar left open would redraw itself below the last line
+            for bar in list(getattr(sys.modules["tqdm"].tqdm, "_instances", ())):
+                bar.close()
+        if "--json" in args and not _json_emitted:
+            emit_json({"command": args[0] if args else None, "error": "interrupted", "exit_code": EXIT_INTERRUPTED})
+        click.echo(f"\ninterrupted: finished shards are kept and no partial output is left; rerun "
+                   f"`{rerun_command()}` to resume", err=True)
+        ctx.exit(EXIT_INTERRUPTED)
 
     @staticmethod
     def _fail(ctx, args, err, code):

@@ -5,6 +5,7 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
+from shardkit.cli._outcome import codec_option
 from shardkit.cli.plan import trainer_spec, wenet_conf_options
 
 
@@ -47,9 +48,9 @@ Examples:
               help="Target seconds of audio per shard [default: 3600]; the count is the nearest multiple of "
                    "world_size x num_workers.")
 @click.option("--num-shards", type=int, default=None, help="Shard count instead (rounded to a multiple of W x K).")
-@click.option("--codec", type=click.Choice(["zst", "none"]), default="zst", show_default=True,
-              help="Output compression (none = plain .tar, which WeNet reads as is).")
-@click.option("--level", type=int, default=None, help="zstd level [default: 3].")
+@codec_option("none")
+@click.option("--level", type=int, default=None,
+              help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
 @click.option("--remainder", type=click.Choice(["pad", "drop"]), default="pad", show_default=True,
               help="Keep counts equal by repeating utterances (pad) or leaving some out (drop).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
@@ -90,9 +91,11 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
 
     from tqdm import tqdm
 
+    from shardkit.cli._outcome import failure_line, stopped, zstd_note
+    from shardkit.cli._outcome import shards as shards_text
     from shardkit.cli.plan import format_figures
     from shardkit.commands.balance import parse_corpus_spec, run_balance
-    from shardkit.errors import UsageError
+    from shardkit.errors import ShardkitError, UsageError
     from shardkit.io.codecs import parse_codec_spec
     from shardkit.run.split import parse_split
 
@@ -101,10 +104,54 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     split_slice = parse_split(split) if split else None
     if shard_duration is not None and num_shards is not None:
         raise UsageError("give --shard-duration or --num-shards, not both")
-    codec_name, level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
+    codec_name, level = parse_codec_spec(codec, level)
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
     wenet = trainer_spec(wenet_conf, tokenizer, dropped_keys)
     bars: dict = {}
+    unreadable: list[str] = []
+    on_event = _progress(bars, unreadable, quiet)
+
+    try:
+        report = run_balance(corpora, out_dir, world_size=world_size, num_workers=num_workers,
+                             shard_duration=shard_duration, num_shards=num_shards, codec=codec_name, level=level,
+                             remainder=remainder, seed=seed, dry_run=dry_run, jobs=jobs or os.cpu_count() or 1,
+                             epochs=epochs, verify=verify, overwrite=overwrite, on_event=on_event, executor=executor,
+                             ray_address=ray_address, split=split_slice, wenet=wenet)
+    except ShardkitError as err:
+        if isinstance(err, UsageError) or dry_run:
+            raise
+        for b in bars.values():
+            b.close()
+        stopped("balance", err, failed=unreadable, args=[s for c in corpora for s in c.sources], as_json=as_json)
+    for b in bars.values():
+        b.close()
+    summary = report.summary()
+    if wenet is not None and dropped_keys:
+        from shardkit.commands.trainer import write_dropped_keys
+
+        write_dropped_keys(dropped_keys, report.dropped_keys)
+    note = None if dry_run else zstd_note(codec_name)
+    if note:
+        summary["zstd"] = note
+    if as_json:
+        emit_json(summary)
+    if not quiet:
+        click.echo(format_plan(summary), err=True)
+        click.echo(format_figures(report.figures), err=True)
+    if wenet is not None:
+        from shardkit.commands.trainer import format_report
+
+        click.echo(format_report(report.wenet_conf, wenet.warnings) if not quiet else
+                   "\n".join(f"warning: {w}" for w in wenet.warnings), err=True, nl=bool(wenet.warnings) or not quiet)
+    if not quiet:
+        _print_outcome(summary, note, dry_run, corpora)
+    sys.exit(report.exit_code)
+
+
+def _progress(bars: dict, unreadable: list[str], quiet: bool):
+    """balance's event callback: one tqdm bar per phase (index, decompress, write) on stderr, and the
+    shards that could not be indexed collected in ``unreadable`` for the closing line."""
+    from tqdm import tqdm
 
     def bar(name, total, unit):
         for previous in bars.values():
@@ -118,6 +165,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
             b = next(reversed(bars.values()))
             b.update(1)
             if args[2]:
+                unreadable.append(args[0])
                 b.write(f"failed: {args[2]}", file=sys.stderr)
         elif kind in ("spooling", "writing"):
             bar({"spooling": "decompress", "writing": "write"}[kind], args[0], "shard")
@@ -132,36 +180,30 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
                 b.close()
             click.echo(f"{kind}...", err=True)
 
-    report = run_balance(corpora, out_dir, world_size=world_size, num_workers=num_workers,
-                         shard_duration=shard_duration, num_shards=num_shards, codec=codec_name, level=level,
-                         remainder=remainder, seed=seed, dry_run=dry_run, jobs=jobs or os.cpu_count() or 1,
-                         epochs=epochs, verify=verify, overwrite=overwrite, on_event=on_event, executor=executor,
-                         ray_address=ray_address, split=split_slice, wenet=wenet)
-    for b in bars.values():
-        b.close()
-    summary = report.summary()
-    if wenet is not None and dropped_keys:
-        from shardkit.commands.trainer import write_dropped_keys
+    return on_event
 
-        write_dropped_keys(dropped_keys, report.dropped_keys)
-    if as_json:
-        emit_json(summary)
-    if not quiet:
-        click.echo(format_plan(summary), err=True)
-        click.echo(format_figures(report.figures), err=True)
-    if wenet is not None:
-        from shardkit.commands.trainer import format_report
 
-        click.echo(format_report(report.wenet_conf, wenet.warnings) if not quiet else
-                   "\n".join(f"warning: {w}" for w in wenet.warnings), err=True, nl=bool(wenet.warnings) or not quiet)
-    if not quiet:
-        if dry_run:
-            click.echo("dry run: no shard written", err=True)
-        else:
-            written = summary["written"]
-            part = summary.get("slice")
-            of = (f"{part['stop'] - part['start']} shards (slice {part['index']} of {part['count']} of "
-                  f"{summary['num_shards']})") if part else f"{summary['num_shards']} shards"
-            click.echo(f"wrote {written['ok']}, skipped {written['skipped']} (already done), failed "
-                       f"{written['failed']} of {of}; list: {summary['data_list']}", err=True)
-    sys.exit(report.exit_code)
+def _print_outcome(summary: dict, note: dict | None, dry_run: bool, corpora) -> None:
+    """The closing lines on stderr: what was written, the zstd note, and after a failed shard what was not."""
+    from shardkit.cli._outcome import failure_line
+    from shardkit.cli._outcome import shards as shards_text
+
+    if dry_run:
+        click.echo("dry run: no shard written", err=True)
+    else:
+        written = summary["written"]
+        part = summary.get("slice")
+        of = (f"{part['stop'] - part['start']} shards (slice {part['index']} of {part['count']} of "
+              f"{summary['num_shards']})") if part else f"{summary['num_shards']} shards"
+        click.echo(f"wrote {written['ok']}, skipped {written['skipped']} (already done), failed "
+                   f"{written['failed']} of {of}; list: {summary['data_list']}", err=True)
+        if note:
+            click.echo(f"note: {note['text']}", err=True)
+        if summary["failures"]:
+            done = written["ok"] + written["skipped"]
+            click.echo(failure_line(
+                "balance", failed=[f["shard"] for f in summary["failures"]], total=done + written["failed"],
+                args=[s for c in corpora for s in c.sources],
+                written=f"{shards_text(done)}, {summary['data_list']} (the list without the failed shards), "
+                        f"{summary['manifest']}",
+                not_written=f"{shards_text(written['failed'])}, and no data.list"), err=True)

@@ -27,7 +27,8 @@ Examples:
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
               help="Folder for bench.json, bench.md and bench.png.")
 @click.option("--formats", default=",".join(("none", "gz", "bz2", "xz", "zst:1", "zst:3", "zst:19")),
-              show_default=True, help="Shard compressions to compare (CODEC[:LEVEL], comma-separated).")
+              show_default=True, help="Shard compressions to compare, comma-separated, each as --codec takes it: "
+                                      "none, zst[:LEVEL], bz2, gz, xz (zstd = zst).")
 @click.option("--audio", default="wav,flac", show_default=True, help="Audio members to compare: wav, flac.")
 @click.option("--decoder", "decoders", default="shardkit,soundfile", show_default=True,
               help="Decoders for read + decode: shardkit (numpy WAV fast path), soundfile, torchaudio.")
@@ -46,7 +47,9 @@ Examples:
               help="Size of the generated corpus (WAV tar) when no SHARDS are given.")
 @click.option("--max-bytes", type=int, default=100_000_000, show_default=True,
               help="Sample at most this much WAV from SHARDS.")
-@click.option("--gpus-per-node", type=int, default=8, show_default=True, help="For the recommendation.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+              help="GPUs per training node, for the loader advice [default: the GPUs seen here; with none seen, "
+                   "1, and the advice says it is a guess].")
 @click.option("--target-hours-per-second", type=float, default=0.42, show_default=True,
               help="Audio one GPU consumes (h/s): ~0.42 for an H100 at WeNet's default batches, 3.2-3.6 saturated.")
 @click.option("--fbank-hours-per-second", type=float, default=0.25, show_default=True,

@@ -13,25 +13,26 @@ from shardkit.cli import (
     jobs_option,
     json_option,
 )
+from shardkit.cli._outcome import codec_option
 
 
 @click.command("convert", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
 
 \b
 Examples:
-  shardkit convert data/bz2/data.list -o data/zst            # bz2 -> .tar.zst (zstd level 3)
-  shardkit convert 'raw/*.tar.gz' -o plain --codec none -j 8  # gz -> plain .tar
+  shardkit convert data/bz2/data.list -o data/plain          # bz2 -> plain .tar (WeNet reads it as installed)
+  shardkit convert 'raw/*.tar.gz' -o zst --codec zst:3 -j 8   # gz -> .tar.zst (needs `shardkit wenet enable-zstd`)
   shardkit convert shards/ -o flac --codec none --audio flac  # WAV members -> FLAC, plain tar
-  shardkit convert data.list -o zst --executor ray             # one Ray task per shard
-  shardkit convert data.list -o zst --split 2/3                # job array slice 2 of 3; then merge-reports
-  shardkit convert data.list -o s3://bucket/corpus/zst         # any fsspec URL: upload, then move into place
-  curl -s https://host/shards_000000007.tar.bz2 | shardkit convert - -o zst --stdin-name shards_000000007""")
+  shardkit convert data.list -o plain --executor ray           # one Ray task per shard
+  shardkit convert data.list -o plain --split 2/3              # job array slice 2 of 3; then merge-reports
+  shardkit convert data.list -o s3://bucket/corpus/plain       # any fsspec URL: upload, then move into place
+  curl -s https://host/shards_000000007.tar.bz2 | shardkit convert - -o plain --stdin-name shards_000000007""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
               help="Output folder, or an fsspec URL (s3://bucket/prefix, gs://..., hdfs://...).")
-@click.option("--codec", type=click.Choice(["zst", "none", "gz", "xz", "bz2"]), default="zst", show_default=True,
-              help="Output compression (none = plain .tar).")
-@click.option("--level", type=int, default=None, help="Compression level [default: the codec's, zst 3].")
+@codec_option("none")
+@click.option("--level", type=int, default=None,
+              help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
 @jobs_option
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Decompressor threads per task for bz2/gz [default: cores // jobs, and more for the "
@@ -63,20 +64,22 @@ Examples:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, stdin_name, overwrite, salvage,
             max_member_bytes, audio, flac_level, max_decoded_seconds, executor, ray_address, split, as_json, quiet):
-    """Re-pack SHARDS (bz2/gz/xz/zst/plain tar) into zstd or plain tar, member for member.
+    """Re-pack SHARDS (bz2/gz/xz/zst/plain tar) into plain tar (default) or another codec, member for member.
 
     SHARDS are shard files, folders of shards, glob patterns or WeNet data.list files (one shard
     path per line); `-` reads one shard from standard input. Outputs are OUT_DIR/<stem>.tar[.zst]
     (standard input's: OUT_DIR/stdin.tar[.zst], or the --stdin-name), plus OUT_DIR/data.list
-    (absolute paths, input order) and OUT_DIR/convert.json (per shard: source, output sha256,
-    digests, status). Writes go to a temporary name, are fsynced and renamed; a rerun skips
-    finished shards, except standard input's, which it converts again (a stream cannot be
+    (absolute paths, input order; named data.partial.list when a shard failed) and
+    OUT_DIR/convert.json (per shard: source, output sha256, digests, status). Writes go to a
+    temporary name, are fsynced and renamed; a rerun skips finished shards, except standard input's, which it converts again (a stream cannot be
     compared with what an earlier run read).
     With a URL OUT_DIR each shard is written and verified in a local temporary file ($TMPDIR),
     uploaded to a temporary key and moved onto its name (no partial object under a final name); the
     data.list and convert.json are published the same way. A rerun checks each finished output's
     size and sha256 (reading the object back) against convert.json.
     """
+    from shardkit.cli._outcome import failure_line, zstd_note
+    from shardkit.cli._outcome import shards as shards_text
     from shardkit.commands.convert import ConvertSettings, run_convert
     from shardkit.errors import UsageError
     from shardkit.io.codecs import parse_codec_spec
@@ -89,7 +92,7 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
         raise UsageError("SOURCE - reads a shard from standard input, which is a terminal here; pipe one in: "
                          "curl -s URL | shardkit convert - -o OUT_DIR")
 
-    name, default_level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
+    name, default_level = parse_codec_spec(codec, level)
     # default: cores // min(jobs, shards not yet started), chosen as each task starts; Ray: 1 CPU per task
     default_threads = 1 if executor == "ray" else None
     settings = ConvertSettings(codec=name, level=default_level, verify=verify, salvage=salvage,
@@ -105,6 +108,9 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
                          ray_address=ray_address, split=split_slice, stdin_name=stdin_name)
     progress.close()
     summary = report.summary()
+    note = zstd_note(name)
+    if note:
+        summary["zstd"] = note
     if as_json:
         emit_json(summary)
     if not quiet:
@@ -120,5 +126,15 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
                        f"{audio_summary['kept']} kept as they were{f' ({reasons})' if reasons else ''}", err=True)
             for problem in audio_summary["undecodable_kept"]:
                 click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
-                           f"{problem['reason']}", err=True)
+                           f"{problem['reason']}",
+                           err=True)
+        if note:
+            click.echo(f"note: {note['text']}", err=True)
+        if summary["failed"]:
+            done = summary["shards"] - summary["failed"]
+            click.echo(failure_line("convert", failed=[f["shard"] for f in summary["failures"]],
+                                    total=summary["shards"], args=list(shards),
+                                    written=f"{shards_text(done)}, {summary['data_list']} (the list without the failed "
+                                            f"shards), {summary['manifest']}",
+                                    not_written=f"{shards_text(summary['failed'])}, and no data.list"), err=True)
     sys.exit(report.exit_code)

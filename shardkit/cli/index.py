@@ -48,6 +48,8 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
     from shardkit.run.lifecycle import claim_output_file
     from shardkit.run.split import slice_path
 
+    folder = os.path.dirname(os.path.abspath(output))
+    folder_existed = os.path.isdir(folder)
     # the arguments themselves too: build_index sees only the shards a data.list names, not the list
     claim_output_file(slice_path(output, *split_slice) if split_slice else output, [s for s in shards if s != "-"])
     paths = expand_shards(list(shards))
@@ -65,12 +67,22 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
     report = build_index(paths, output, corpus, jobs=jobs or os.cpu_count() or 1, on_shard=on_shard,
                          executor=executor, ray_address=ray_address, split=split_slice)
     bar.close()
+    if report.failures and not folder_existed:  # no empty folder that looks made
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
     summary = report.summary()
     if as_json:
         emit_json(summary)
     if not quiet:
         if report.failures:
-            click.echo(f"{len(report.failures)} of {report.shards} shards failed; no index written", err=True)
+            from shardkit.cli._outcome import failure_line
+
+            click.echo(failure_line("index", failed=[f["shard"] for f in report.failures], total=report.shards,
+                                    args=list(shards), written="nothing", not_written=f"the index {output}",
+                                    resumes=False),
+                       err=True)
         else:
             click.echo(f"indexed {report.utterances} utterances ({audio_length(report.seconds)}) from "
                        f"{report.shards} shards into {report.path}", err=True)

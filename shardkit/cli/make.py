@@ -15,6 +15,7 @@ from shardkit.cli import (
     jobs_option,
     json_option,
 )
+from shardkit.cli._outcome import codec_option
 
 if TYPE_CHECKING:  # the library imports numpy: loaded only when make runs
     from shardkit.commands.make import MakeReport, MakeSettings
@@ -29,7 +30,7 @@ Examples:
   shardkit make --wav-scp data/train/wav.scp --text data/train/text -o shards/train
   shardkit make data/train -o shards/train --audio-format flac        # a Kaldi data directory
   shardkit make --wav-scp d/wav.scp --text d/text --segments d/segments -o out --audio-format flac
-  shardkit make --wav-scp d/wav.scp --text d/text -o out --utts-per-shard 1000 --codec none
+  shardkit make --wav-scp d/wav.scp --text d/text -o out --utts-per-shard 1000 --codec zst:3
   shardkit make --wav-scp d/wav.scp --text d/text -o s3://bucket/shards --executor ray
   shardkit make --wav-scp d/wav.scp --text d/text -o /shared/out --split $SLURM_ARRAY_TASK_ID/4
   shardkit merge-reports /shared/out --command make       # after all 4 slices: make.json, data.list
@@ -65,8 +66,7 @@ Examples:
                    "[default: 3600].")
 @click.option("--utts-per-shard", type=click.IntRange(min=1), default=None,
               help="Utterances per shard instead (WeNet's rule: fixed count, the last shard shorter).")
-@click.option("--codec", default="zst", show_default=True, metavar="CODEC[:LEVEL]",
-              help="Shard compression: none (plain .tar, what WeNet reads), zst, bz2, gz or xz; 'zst:19' sets a level.")
+@codec_option("none", "Shard compression")
 @click.option("--audio-format", type=click.Choice(["keep", "wav", "flac"]), default=None,
               help="keep: source bytes untouched; wav/flac: decode and re-encode as 16-bit PCM, clipping at full "
                    "scale [default: keep, or wav with segments, a channel choice or --resample].")
@@ -91,7 +91,8 @@ def command(source, source_format, wav_scp, text, segments, key_field, text_fiel
     Each utterance becomes <key>.txt then <key>.<wav|flac|...>, adjacent, in source order.
     Shards hold about --shard-duration seconds each (durations from the manifest or the audio
     headers, never a full decode), or --utts-per-shard utterances. Writes
-    OUT_DIR/shards_NNNNNNNNN.tar[.zst], OUT_DIR/data.list and OUT_DIR/make.json. Entries without
+    OUT_DIR/shards_NNNNNNNNN.tar[.zst], OUT_DIR/data.list (data.partial.list when a shard failed) and
+    OUT_DIR/make.json. Entries without
     audio or transcript, with missing, unreadable or too short audio, or a repeated key are
     skipped, named in make.json, and make the exit code 1. Keys keep '/'; a '.' (which
     WebDataset and WeNet split at differently) becomes '_', recorded in make.json's key_map.
@@ -118,7 +119,8 @@ def command(source, source_format, wav_scp, text, segments, key_field, text_fiel
         report = _make_from(src, out_dir, settings, progress, run, quiet=quiet, key_field=key_field,
                             text_field=text_field, audio_field=audio_field, channel=channel, allow_pipes=allow_pipes)
     progress.close()
-    _print_summary(report.summary(), as_json=as_json, quiet=quiet)
+    summary = report.summary()
+    _print_summary(summary, as_json=as_json, quiet=quiet, codec=codec_name, args=list(source))
     sys.exit(report.exit_code)
 
 
@@ -237,9 +239,16 @@ def _make_from(src: _Source, out_dir: str, settings: MakeSettings, progress: Sha
     return report
 
 
-def _print_summary(summary: dict, *, as_json: bool, quiet: bool) -> None:
+def _print_summary(summary: dict, *, as_json: bool, quiet: bool, codec: str = "none",
+                   args: list[str] = ()) -> None:
     """The summary: JSON on stdout with --json; unless --quiet, the first 20 skipped utterances and
-    one line of totals on stderr (make.json names them all)."""
+    one line of totals on stderr (make.json names them all); after a failed shard, the last line says
+    what was and was not written and what to run next."""
+    from shardkit.cli._outcome import failure_line, shards, zstd_note
+
+    note = zstd_note(codec)
+    if note:
+        summary["zstd"] = note
     if as_json:
         emit_json(summary)
     if not quiet:
@@ -251,3 +260,12 @@ def _print_summary(summary: dict, *, as_json: bool, quiet: bool) -> None:
                    f"{summary['utterances']} utterances, {summary['audio_seconds'] / 3600:.2f} h of audio, "
                    f"{summary['bytes_out'] / 1e6:.1f} MB; skipped {summary['skipped_utterances']} utterances; "
                    f"list: {summary['data_list']}", err=True)
+        if note:
+            click.echo(f"note: {note['text']}", err=True)
+        failed = summary["shard_status"]["failed"]
+        if failed:
+            click.echo(failure_line("make", failed=[f["shard"] for f in summary["failures"]],
+                                    total=summary["shards"] + failed, args=list(args),
+                                    written=f"{shards(summary['shards'])}, {summary['data_list']} (the list without "
+                                            f"the failed shards), {summary['manifest']}",
+                                    not_written=f"{shards(failed)}, and no data.list"), err=True)

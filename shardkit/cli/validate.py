@@ -36,6 +36,9 @@ Examples:
               help="Report audio at any other sample rate.")
 @click.option("--channels", type=click.IntRange(min=1), default=None, metavar="N",
               help="Report audio with any other channel count.")
+@click.option("--strict", is_flag=True,
+              help="More than one sample rate, channel count or audio format in SHARDS is a finding (exit 1), "
+                   "not a warning; --sample-rate/--channels also name the odd utterances.")
 @click.option("--min-duration", type=click.FloatRange(min=0), default=None, metavar="S",
               help="Report audio shorter than S seconds.")
 @click.option("--max-duration", type=click.FloatRange(min=0), default=None, metavar="S",
@@ -58,7 +61,7 @@ Examples:
                    "3600 with --backend torchaudio, which decodes a member whole].")
 @executor_options("Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes " "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
-def command(shards, backend, jobs, sample_rate, channels, min_duration, max_duration, report_path, as_json,
+def command(shards, backend, jobs, sample_rate, channels, strict, min_duration, max_duration, report_path, as_json,
             quarantine_dir, keep_tree, max_member_bytes, max_decoded_seconds, executor, ray_address, split, quiet):
     """Check that every utterance in SHARDS will reach training intact, and report each one that won't.
 
@@ -95,7 +98,7 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
             raise UsageError(f"cannot create the report's folder: {err.strerror}", shard=report_path) from None
     jobs_n = jobs or os.cpu_count() or 1
     options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
-                              max_duration=max_duration, max_member_bytes=max_member_bytes,
+                              max_duration=max_duration, max_member_bytes=max_member_bytes, strict=strict,
                               max_decoded_seconds=max_decoded_seconds,
                               threads=1 if executor == "ray" else max(1, (os.cpu_count() or 1) // jobs_n))
     progress = ShardProgress("validate", quiet=quiet)
@@ -111,7 +114,29 @@ def command(shards, backend, jobs, sample_rate, channels, min_duration, max_dura
     if not quiet:
         for line in summary_lines(report, format_finding):
             click.echo(line, err=True)
+        if report.exit_code:
+            click.echo(_last_line(report, list(shards), report_path), err=True)
     sys.exit(report.exit_code)
+
+
+def _last_line(report, args: list[str], report_path: str | None) -> str:
+    """After findings: what was written, what was not, and what to run next (the words convert uses)."""
+    from shardkit.cli._outcome import failure_line
+    from shardkit.commands.validate import CORPUS
+
+    t = report.totals()
+    written = [f"the report {report_path}"] if report_path else ["no report (--report FILE keeps one)"]
+    if report.quarantine is not None:
+        written.append(f"cleaned shards and {report.quarantine['data_list']} (the utterances without findings)")
+    failed = sorted({f["shard"] for f in report.findings} - {CORPUS})
+    headline = f"{t['findings']} findings in {len(failed)} of {t['shards']} shards" + (
+        " and the corpus's audio mix (--strict)" if report.mix_findings() else "")
+    return failure_line("validate", failed=failed, total=t["shards"], args=args, written=", ".join(written),
+                        headline=headline, resumes=False,
+                        not_written="nothing in the sources (validate never changes them)",
+                        next_step=(f"train on {report.quarantine['data_list']} (the utterances without findings), "
+                                   "or fix the data and rerun" if report.quarantine is not None else
+                                   "fix the data, or set the bad utterances apart with --quarantine DIR, then rerun"))
 
 
 def summary_lines(report, format_finding) -> list[str]:
@@ -129,6 +154,11 @@ def summary_lines(report, format_finding) -> list[str]:
         lines.extend(f"  {format_finding(f)}" for f in findings[:SHOWN_FINDINGS])
         if len(findings) > SHOWN_FINDINGS:
             lines.append(f"  ... and {len(findings) - SHOWN_FINDINGS} more (--report FILE or --json lists all)")
+    mixed = report.mixed()
+    if mixed and not report.options.strict:  # --strict lists them among the findings
+        lines.append("warning: mixed audio (WeNet trains on whatever it is given; --strict makes this a finding, "
+                     "--sample-rate/--channels name each odd utterance):")
+        lines.extend(f"  {text}" for text in mixed)
     warnings = report.warnings
     if warnings:  # warning level: reported, not counted in the exit code
         lines.append(f"{len(warnings)} warnings (not findings: exit code and quarantine ignore them):")

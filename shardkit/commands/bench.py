@@ -35,6 +35,7 @@ from shardkit import __version__
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.codecs import CODECS, iter_decompressed, open_writer, parse_codec_spec
 from shardkit.io.tar import TarWriter
+from shardkit.planning.advice import prefetch_factor
 
 DEFAULT_FORMATS = ("none", "gz", "bz2", "xz", "zst:1", "zst:3", "zst:19")
 MP_CONTEXTS = ("fork", "spawn", "forkserver")
@@ -64,7 +65,7 @@ class BenchSettings:
     corpus_mb: float = 32.0
     max_bytes: int = 100_000_000
     write_sample_mb: float = 4.0
-    gpus_per_node: int = 8
+    gpus_per_node: int | None = None  # None: the GPUs seen here (gpus_seen), else 1, said to be a guess
     target_hours_per_second: float = 0.42
     fbank_hours_per_second_per_core: float = 0.25
     seed: int = 0
@@ -102,7 +103,8 @@ def check_settings(s: BenchSettings) -> None:
             raise UsageError(f"unknown multiprocessing context {c!r}; choose from {', '.join(MP_CONTEXTS)}")
     if s.repeat < 1 or s.min_seconds < 0:
         raise UsageError("--repeat must be >= 1 and --min-seconds >= 0")
-    if s.corpus_mb <= 0 or s.max_bytes <= 0 or s.gpus_per_node < 1 or s.target_hours_per_second <= 0:
+    if s.corpus_mb <= 0 or s.max_bytes <= 0 or (s.gpus_per_node is not None and s.gpus_per_node < 1) \
+            or s.target_hours_per_second <= 0:
         raise UsageError("--corpus-mb, --max-bytes, --gpus-per-node and --target-hours-per-second must be > 0")
 
 
@@ -572,15 +574,43 @@ def workers_needed(target_hps: float, decode_hps: float, fbank_hps: float) -> fl
     return target_hps * (1 / decode_hps + 1 / fbank_hps)
 
 
+def gpus_seen() -> tuple[int, str]:
+    """(GPUs on this machine, how that was found): torch's count where torch is installed, else the
+    NVIDIA driver's per-GPU folders; 0 when neither sees one."""
+    import glob
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        try:
+            import torch
+
+            return torch.cuda.device_count(), "torch.cuda.device_count()"
+        except Exception as err:  # a broken CUDA install: say so, count none
+            return 0, f"torch could not count GPUs ({type(err).__name__})"
+    return len(glob.glob("/proc/driver/nvidia/gpus/*")), "/proc/driver/nvidia/gpus (torch is not installed)"
+
+
+def gpus_for_advice(given: int | None) -> tuple[int, str, bool]:
+    """(GPUs per node to advise for, where the number comes from, whether it is a guess)."""
+    if given is not None:
+        return given, "--gpus-per-node", False
+    seen, how = gpus_seen()
+    if seen:
+        return seen, f"the GPUs seen here ({how})", False
+    return 1, (f"a guess: no GPU seen here ({how}), so 1 per node; give --gpus-per-node N for the training "
+               f"nodes"), True
+
+
 def recommend(formats: list[dict], loader: list[dict], *, cores: int, gpus_per_node: int,
-              target_hps: float, fbank_hps: float) -> dict:
+              target_hps: float, fbank_hps: float, gpus_from: str = "--gpus-per-node", guessed: bool = False) -> dict:
     """Format, num_workers, prefetch and start method from the measurements (pure).
 
     A format "feeds the GPUs" when the workers one GPU needs to decode it and compute fbank at
     the target rate, times the GPUs, fit in the cores (num_workers x gpus <= cores). Among
     those the smallest on disk wins (ties: faster decode); if none fits, the fastest to decode.
+    ``gpus_from`` says where ``gpus_per_node`` came from; ``guessed``: no GPU was seen nor given.
     """
-    cores_per_gpu = max(1, cores // gpus_per_node)
+    cores_per_gpu = cores // gpus_per_node  # 0: fewer cores than GPUs, said so, not rounded up to 1
     candidates = []
     for row in formats:
         decode = (row.get("decode") or {}).get("shardkit")
@@ -604,14 +634,18 @@ def recommend(formats: list[dict], loader: list[dict], *, cores: int, gpus_per_n
             core_hours = 1000 * BYTES_PER_HOUR_16K / (best["write_mb_per_s"] * 1e6) / 3600
             why += (f"; converting to it runs {best['write_mb_per_s']:.1f} MB/s per core, about "
                     f"{core_hours:.1f} core-hours per 1,000 h of audio")
+    elif cores_per_gpu == 0:
+        best = max(candidates, key=lambda c: c["decode_hours_per_s_per_core"])
+        why = (f"this node has fewer cores ({cores}) than GPUs ({gpus_per_node}), so no format can be fed at "
+               f"{target_hps} h/s per GPU: the fastest to decode")
     else:
         best = max(candidates, key=lambda c: c["decode_hours_per_s_per_core"])
-        why = (f"no format fits {cores_per_gpu} cores per GPU at {target_hps} h/s per GPU (fbank alone needs "
-               f"{target_hps / fbank_hps:.1f} cores): the fastest to decode; lower the target or add cores")
-    num_workers = max(1, min(cores_per_gpu, math.ceil(best["workers_needed_per_gpu"])))
-    batches_per_s = target_hps * 3600 / WENET_BATCH_SECONDS
+        why = (f"no format fits {cores_per_gpu} core{'s' if cores_per_gpu != 1 else ''} per GPU at {target_hps} h/s "
+               f"per GPU (fbank alone needs {target_hps / fbank_hps:.1f} cores): the fastest to decode; lower the "
+               f"target or add cores")
+    num_workers = min(cores_per_gpu, max(1, math.ceil(best["workers_needed_per_gpu"])))
     # buffer ~2 s of the GPU's consumption across the workers: rides out a slow shard open
-    prefetch = max(2, math.ceil(batches_per_s * 2.0 / num_workers))
+    prefetch, prefetch_why = prefetch_factor(target_hps, num_workers)
     method = None
     started = [r for r in loader if r["workers"] > 0 and r.get("dtype", LOADER_DTYPE) == LOADER_DTYPE]
     if started:
@@ -620,7 +654,8 @@ def recommend(formats: list[dict], loader: list[dict], *, cores: int, gpus_per_n
                   "note": "fork starts fastest but is unsafe once the parent has started CUDA or threads; "
                           "forkserver is the safe choice when its start-up is close"}
     return {"format": best["format"], "audio": best["audio"], "why": why, "num_workers": num_workers,
-            "prefetch": prefetch, "persistent_workers": True, "cores": cores, "gpus_per_node": gpus_per_node,
+            "prefetch": prefetch, "prefetch_why": prefetch_why, "persistent_workers": num_workers > 0,
+            "cores": cores, "gpus_per_node": gpus_per_node, "gpus_from": gpus_from, "gpus_guessed": guessed,
             "cores_per_gpu": cores_per_gpu, "target_hours_per_s_per_gpu": target_hps,
             "fbank_hours_per_s_per_core": fbank_hps, "start_method": method, "batches": loader_advice(loader),
             "candidates": candidates,
@@ -776,8 +811,9 @@ def run_bench(shard_args: list[str], settings: BenchSettings, *, work_dir: str |
                 report.loader = measure_loader(layout[loader_key], corpus, settings, progress)
                 for row in report.loader:
                     row["format"], row["audio"] = loader_key
+        gpus, gpus_from, guessed = gpus_for_advice(settings.gpus_per_node)
         report.recommendation = recommend(report.formats, report.loader, cores=report.machine["usable_cores"],
-                                          gpus_per_node=settings.gpus_per_node,
+                                          gpus_per_node=gpus, gpus_from=gpus_from, guessed=guessed,
                                           target_hps=settings.target_hours_per_second,
                                           fbank_hps=settings.fbank_hours_per_second_per_core)
         if settings.webdataset:
@@ -879,8 +915,10 @@ def recommendation_text(rec: dict) -> str:
     if not rec.get("format"):
         return rec.get("reason", "no recommendation")
     text = (f"- Format: **{rec['format']} with {rec['audio'].upper()} members**: {rec['why']}.\n"
-            f"- Loader per GPU ({rec['gpus_per_node']} GPUs, {rec['cores']} cores): num_workers={rec['num_workers']}, "
-            f"prefetch={rec['prefetch']}, persistent_workers=True ({rec['rule']}).")
+            f"- Loader per GPU ({rec['gpus_per_node']} GPU{'s' if rec['gpus_per_node'] != 1 else ''} per node: "
+            f"{rec.get('gpus_from', '--gpus-per-node')}; {rec['cores']} cores): num_workers={rec['num_workers']}, "
+            f"prefetch={rec['prefetch']}, persistent_workers={rec.get('persistent_workers', True)} ({rec['rule']}). "
+            f"Why {rec.get('prefetch_why') or 'this prefetch'}.")
     if rec.get("batches"):
         b = rec["batches"]
         text += (f"\n- Batches: `ShardDataset(dtype=\"{b['dtype']}\")` + `collate_padded`"

@@ -24,6 +24,7 @@ from shardkit.io.files import (  # noqa: F401
     member_digest,
     output_size,
     output_unchanged,
+    publish_list,
     remove_temporary_keys,
 )
 from shardkit.io.inputs import STDIN, expand_shards, plan_output_paths
@@ -40,7 +41,6 @@ from shardkit.run.lifecycle import (
     AtomicFile,
     Journal,
     atomic_write_json,
-    atomic_write_lines,
     claimed_output_dir,
     load_json,
     note,
@@ -444,8 +444,7 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
                 for e in ordered]
     for e in recorded:
         e.pop("previous_status", None)
-    write_report_file(report.data_list, atomic_write_lines, [e["output"]["path"] for e in ordered
-                                                             if e["status"] in ("ok", "salvaged", "skipped")])
+    report.data_list = _publish_data_list(report.data_list, ordered)
     libraries = {}
     if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
         from shardkit.io.transcode import libsndfile_version
@@ -457,6 +456,13 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
         **({"slice": slice_info} if slice_info else {})})
     journal.close(remove=True)
     return report
+
+
+def _publish_data_list(path: str, ordered: list[dict]) -> str:
+    """The outputs that are there, in input order; after a failed shard under data.partial.list, so that
+    nothing that looks finished points at a partial corpus. Returns where the list went."""
+    listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "salvaged", "skipped")]
+    return publish_list(path, listed, complete=len(listed) == len(ordered))
 
 
 # --- URL outputs (any fsspec store) ------------------------------------------------------------

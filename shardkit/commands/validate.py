@@ -111,6 +111,8 @@ EMPTY_AUDIO = "empty_audio"
 NAN = "nan"
 SAMPLE_RATE = "sample_rate"
 CHANNELS = "channels"
+MIXED_AUDIO = "mixed_audio"  # --strict: more than one sample rate, channel count or audio format in the corpus
+CORPUS = "(corpus)"  # the shard field of a finding about every shard together
 DURATION = "duration"
 FORMAT_MISMATCH = "format_mismatch"
 
@@ -148,6 +150,7 @@ class ValidateOptions:
     # longer members are a finding, not decoded; None: no limit for the soundfile backend (it decodes in blocks),
     # DEFAULT_MAX_DECODED_SECONDS for torchaudio (it decodes a member whole)
     max_decoded_seconds: float | None = None
+    strict: bool = False  # more than one sample rate, channel count or audio format is a finding, not a warning
 
 
 def check_options(options: ValidateOptions) -> None:
@@ -452,7 +455,8 @@ def validate_shard(path: str, options: ValidateOptions) -> dict:
     """
     started = time.perf_counter()
     result = {"shard": path, "bytes": None, "codec": None, "utterances": 0, "members": 0, "seconds": 0.0,
-              "sample_rates": {}, "findings": [], "keys": [], "rejected": [], "warnings": []}
+              "sample_rates": {}, "channel_counts": {}, "audio_formats": {}, "findings": [], "keys": [],
+              "rejected": [], "warnings": []}
     result["stamp"] = _stamp(path)  # before reading: quarantine's second pass checks the source is the same
     size, codec, problem = _shard_file_facts(path)
     result["bytes"], result["codec"] = size, codec
@@ -556,6 +560,9 @@ def _check_contents(txt: list, audio: list, options: ValidateOptions, problems: 
             result["seconds"] += facts["seconds"]
             rate = str(facts["sample_rate"])
             rates[rate] = rates.get(rate, 0) + 1
+            for field_name, value in (("channel_counts", str(facts["channels"])), ("audio_formats", ext)):
+                counts = result.setdefault(field_name, {})
+                counts[value] = counts.get(value, 0) + 1
 
 
 def _key_problem(key: str, first_member: str, complete: bool, seen: dict[str, bool],
@@ -781,7 +788,35 @@ class ValidateReport:
 
     @property
     def findings(self) -> list[dict]:
-        return [f for s in self.shards for f in s["findings"]]
+        return [f for s in self.shards for f in s["findings"]] + self.mix_findings()
+
+    def mix(self) -> dict[str, dict[str, int]]:
+        """Utterances per sample rate, channel count and audio format over every shard (the audio member
+        WeNet trains on), most frequent first: a corpus should have one of each."""
+        out = {}
+        for name, key in (("sample_rate", "sample_rates"), ("channels", "channel_counts"),
+                          ("audio_format", "audio_formats")):
+            counts: dict[str, int] = {}
+            for s in self.shards:
+                for value, n in (s.get(key) or {}).items():
+                    counts[value] = counts.get(value, 0) + n
+            out[name] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        return out
+
+    def mixed(self) -> list[str]:
+        """One sentence per mixed property, e.g. ``2 sample rates: 16000 Hz 19, 8000 Hz 1``."""
+        unit = {"sample_rate": " Hz", "channels": " ch", "audio_format": ""}
+        words = {"sample_rate": "sample rates", "channels": "channel counts", "audio_format": "audio formats"}
+        return [f"{len(counts)} {words[name]}: " + ", ".join(f"{v}{unit[name]} {n}" for v, n in counts.items())
+                for name, counts in self.mix().items() if len(counts) > 1]
+
+    def mix_findings(self) -> list[dict]:
+        """With ``strict``: each mixed property is a finding of the whole corpus (``--sample-rate`` and
+        ``--channels`` name the utterances, and let quarantine set them apart)."""
+        if not self.options.strict:
+            return []
+        return [finding(CORPUS, None, None, MIXED_AUDIO, f"{text} (--strict: one of each expected)")
+                for text in self.mixed()]
 
     @property
     def warnings(self) -> list[dict]:
@@ -807,12 +842,15 @@ class ValidateReport:
                 "findings": len(self.findings),
                 "by_check": self.by_check(),
                 "warnings": len(self.warnings),
+                "mix": self.mix(),
+                "mixed": self.mixed(),
                 "elapsed_s": round(self.seconds, 3),
                 "utterances_per_s": round(utterances / self.seconds, 1) if self.seconds > 0 else None,
                 "audio_hours_per_s": round(audio_seconds / 3600 / self.seconds, 4) if self.seconds > 0 else None}
 
     def to_json(self) -> dict:
-        public = ("shard", "bytes", "codec", "utterances", "members", "seconds", "sample_rates", "elapsed_s")
+        public = ("shard", "bytes", "codec", "utterances", "members", "seconds", "sample_rates", "channel_counts",
+                  "audio_formats", "elapsed_s")
         # a slice report also carries what merge-reports needs to redo the cross-shard checks
         merge_fields = ("own_findings", "keys", "rejected") if self.slice else ()
         shards = [{**{k: s.get(k) for k in public}, "findings": len(s["findings"]),
@@ -826,7 +864,7 @@ class ValidateReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(s["findings"] for s in self.shards) else 0
+        return 1 if any(s["findings"] for s in self.shards) or self.mix_findings() else 0
 
 
 def _validate_task(args):

@@ -157,12 +157,26 @@ def detect_codec(head: bytes) -> str:
     return "none"
 
 
-def parse_codec_spec(spec: str) -> tuple[str, int | None]:
-    """``"zst:19"`` -> ``("zst", 19)``; ``"none"`` -> ``("none", None)``. Raises UsageError."""
-    name, _, level_text = spec.partition(":")
-    name = {"zstd": "zst", "gzip": "gz", "plain": "none", "tar": "none"}.get(name, name)
+# The one codec grammar of every command (convert, balance, make, bench): CODEC[:LEVEL], a codec of
+# the registry or one of these aliases; parse_codec_spec is the only parser.
+CODEC_ALIASES = {"zstd": "zst", "gzip": "gz", "plain": "none", "tar": "none"}
+CODEC_GRAMMAR = "none, zst[:LEVEL], bz2[:LEVEL], gz[:LEVEL] or xz[:LEVEL] (zstd = zst)"
+
+
+def parse_codec_spec(spec: str, level: int | None = None) -> tuple[str, int | None]:
+    """``"zst:19"`` -> ``("zst", 19)``; ``"none"`` -> ``("none", None)``; ``"zstd"`` -> ``("zst", 3)``.
+
+    ``level`` (a separate ``--level`` option) applies when ``spec`` names none; both is a UsageError,
+    as is an unknown codec or a level out of the codec's range.
+    """
+    name, colon, level_text = spec.strip().lower().partition(":")
+    name = CODEC_ALIASES.get(name, name)
     if name not in CODECS:
-        raise UsageError(f"unknown codec {spec!r}; choose from {', '.join(CODECS)}")
+        raise UsageError(f"unknown codec {spec!r}; give {CODEC_GRAMMAR}")
+    if level is not None:
+        if colon:
+            raise UsageError(f"codec {spec!r} names a level and --level gives another: give one")
+        level_text = str(level)
     codec = CODECS[name]
     if not level_text:
         return name, codec.default_level

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import secrets
+import sys
 from typing import Callable, Iterable
 
 from shardkit.errors import ShardkitError, UsageError
@@ -254,6 +255,42 @@ def atomic_write_json(path: str, obj) -> None:
 
 def atomic_write_lines(path: str, lines) -> None:
     atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode("utf-8"))
+
+
+def partial_list_path(path: str) -> str:
+    """``OUT/data.list`` -> ``OUT/data.partial.list`` (and ``data.slice-1-of-2.partial.list``): the name of a
+    list that lacks the shards a run failed, so that no one takes it for the finished list."""
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.partial.{ext}" if dot and "/" not in ext else f"{path}.partial"
+
+
+def publish_list(path: str, lines, *, complete: bool) -> str:
+    """Write a run's shard list; returns where it went.
+
+    Complete: ``path`` (and a ``.partial`` list of an earlier failed run goes). Incomplete (some shard
+    failed): the :func:`partial_list_path` name, and a ``path`` of an earlier run goes, since it would
+    look finished next to outputs this run did not make. Local or URL alike.
+    """
+    keep, drop = (path, partial_list_path(path)) if complete else (partial_list_path(path), path)
+    atomic_write_lines(keep, lines)
+    _remove_quietly(drop)
+    return keep
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        if _local(path):
+            os.unlink(path)
+        else:
+            from shardkit.io.remote import filesystem
+
+            fs, inner = filesystem(path, None)
+            if fs.exists(inner):
+                fs.rm(inner)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, UsageError) as err:  # the list just written says what is true; this one is stale
+        print(f"shardkit: note: could not remove the stale list {path}: {err}", file=sys.stderr)
 
 
 def load_json(path: str) -> dict | None:

@@ -23,6 +23,24 @@ def _g(x: float) -> str:
     return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
+PREFETCH_SECONDS = 2.0  # the batches ready in the workers cover this much of a GPU's consumption
+
+
+def prefetch_factor(target_hours_per_s: float, num_workers: int) -> tuple[int | None, str]:
+    """(``prefetch_factor``, why): the batches each worker keeps ready, so that all of them together cover
+    PREFETCH_SECONDS of one GPU's consumption (a slow shard open or a long utterance does not starve it);
+    at least 2, PyTorch's default. None with no workers (PyTorch refuses a factor then). Pure."""
+    if num_workers < 1:
+        return None, "no workers: the training process reads, and prefetch_factor does not apply"
+    batches_per_s = target_hours_per_s * 3600 / BATCH_SECONDS
+    factor = max(2, math.ceil(batches_per_s * PREFETCH_SECONDS / num_workers - 1e-9))
+    why = (f"prefetch_factor={factor}: each of the {num_workers} worker{'s' if num_workers != 1 else ''} keeps "
+           f"{factor} batches ready, so that together they hold {PREFETCH_SECONDS:g} s of one GPU's consumption "
+           f"({_g(target_hours_per_s)} h/s of audio = {_g(batches_per_s)} batches of {BATCH_SECONDS:g} s per "
+           f"second) and ride out a slow shard open; at least 2, PyTorch's default")
+    return factor, why
+
+
 def loader_advice(*, cores: int, gpus_per_node: int, decode_hours_per_s: float | None,
                   target_hours_per_s: float = TARGET_HOURS_PER_S,
                   fbank_hours_per_s: float = FBANK_HOURS_PER_S_PER_CORE,
@@ -50,8 +68,7 @@ def loader_advice(*, cores: int, gpus_per_node: int, decode_hours_per_s: float |
         num_workers = min(cores_per_gpu, max(1, math.ceil(needed - 1e-9)))
     feeds = cores_per_gpu >= 1 and needed <= cores_per_gpu + 1e-9
     supplied = (num_workers if cores_per_gpu else cores / gpus_per_node) * per_worker
-    batches_per_s = target_hours_per_s * 3600 / BATCH_SECONDS
-    prefetch = max(2, math.ceil(batches_per_s * 2.0 / num_workers)) if num_workers else None
+    prefetch, prefetch_why = prefetch_factor(target_hours_per_s, num_workers)
     rate = (f"read + decode {_g(decode_hours_per_s)} h/s per core measured on {measured_on}"
             if decode_hours_per_s else "no decode rate measured (fbank's cost alone counted)")
     text = (f"{gpus_per_node} GPU{'s' if gpus_per_node != 1 else ''} per node, {cores} cores "
@@ -77,6 +94,7 @@ def loader_advice(*, cores: int, gpus_per_node: int, decode_hours_per_s: float |
             "decode_hours_per_s": decode_hours_per_s, "fbank_hours_per_s": fbank_hours_per_s,
             "target_hours_per_s": target_hours_per_s, "hours_per_s_per_worker": round(per_worker, 4),
             "workers_needed": round(needed, 3), "num_workers": num_workers, "prefetch_factor": prefetch,
+            "prefetch_why": prefetch_why,
             "feeds": feeds, "num_workers_used": num_workers_used, "text": text}
 
 

@@ -345,6 +345,7 @@ def claimed_output_dir(out_dir: str, inputs: Iterable[str], command: str, split:
     if is_url(out_dir) and not urls:
         raise UsageError(f"{what} must be a local folder (this command does not write to URLs)", shard=out_dir)
     claim_output(out_dir, inputs, outputs, what=what)
+    created = not is_url(out_dir) and not os.path.exists(out_dir)
     if not is_url(out_dir):
         out_dir = journal_dir = prepare_out_dir(out_dir)
     else:
@@ -354,6 +355,11 @@ def claimed_output_dir(out_dir: str, inputs: Iterable[str], command: str, split:
     lock = OutputLock(journal_dir, command, split).acquire()
     try:
         yield out_dir, journal_dir
+    except BaseException:
+        lock.release()
+        if created:  # a run that failed before writing anything leaves no empty folder that looks made
+            _remove_if_empty(out_dir)
+        raise
     finally:
         lock.release()
         if journal_dir != out_dir:
@@ -361,6 +367,13 @@ def claimed_output_dir(out_dir: str, inputs: Iterable[str], command: str, split:
                 os.rmdir(journal_dir)
             except OSError:  # another slice's journal is still there
                 pass
+
+
+def _remove_if_empty(folder: str) -> None:
+    try:
+        os.rmdir(folder)
+    except OSError:  # something is in it (another run's lock, an earlier output): it stays
+        pass
 
 
 # --------------------------------------------------------------------------------- journal

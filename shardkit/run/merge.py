@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.run.lifecycle import OutputLock, atomic_write_json, atomic_write_lines
+from shardkit.run.lifecycle import OutputLock, atomic_write_json
 from shardkit.run.split import (
     ENTRIES_KEY,
     FAILED_STATUSES,
@@ -136,9 +136,14 @@ def concatenated(slices: Slices) -> dict:
 
 
 def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
-    """Join ``data.slice-I-of-N.list`` into ``data.list`` when every slice has one; (path, lines)."""
+    """Join ``data.slice-I-of-N.list`` into ``data.list`` when every slice has one; (path, lines). A slice
+    that failed a shard has ``data.slice-I-of-N.partial.list``: the joined list is then ``data.partial.list``."""
+    from shardkit.io.files import partial_list_path, publish_list
+
     out_dir, count = slices.out_dir, slices.count
-    list_paths = [slice_path(os.path.join(out_dir, "data.list"), i, count) for i in range(1, count + 1)]
+    full_paths = [slice_path(os.path.join(out_dir, "data.list"), i, count) for i in range(1, count + 1)]
+    list_paths = [p if os.path.exists(p) or not os.path.exists(partial_list_path(p)) else partial_list_path(p)
+                  for p in full_paths]
     have_lists = [os.path.exists(p) for p in list_paths]
     if any(have_lists) and not all(have_lists):
         absent = [str(i) for i, ok in enumerate(have_lists, start=1) if not ok]
@@ -151,8 +156,7 @@ def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
     for path in list_paths:
         with open(path, encoding="utf-8") as f:
             lines.extend(line.rstrip("\n") for line in f if line.strip())
-    data_list = os.path.join(out_dir, "data.list")
-    atomic_write_lines(data_list, lines)
+    data_list = publish_list(os.path.join(out_dir, "data.list"), lines, complete=list_paths == full_paths)
     return data_list, len(lines)
 
 

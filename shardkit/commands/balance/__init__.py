@@ -123,6 +123,7 @@ class BalanceReport:
     wenet_conf: dict | None = None  # with --wenet-conf: what the trainer's filter drops and how it batches
     warnings: list[str] = field(default_factory=list)
     dropped_keys: list[str] = field(default_factory=list)
+    data_list_path: str | None = None  # where the list went (data.partial.list after a failed shard)
 
     def _named(self, name: str) -> str | None:
         if self.dry_run:
@@ -133,7 +134,7 @@ class BalanceReport:
     def summary(self) -> dict:
         counts = {s: sum(1 for e in self.shards if e.get("status_this_run") == s) for s in ("ok", "skipped", "failed")}
         return {"command": "balance", "dry_run": self.dry_run, "out_dir": self.out_dir,
-                "data_list": self._named("data.list"), "manifest": self._named(MANIFEST),
+                "data_list": self.data_list_path or self._named("data.list"), "manifest": self._named(MANIFEST),
                 **({"slice": self.slice} if self.slice else {}),
                 **self.plan.summary(), "written": counts,
                 "this_run": {"done": counts["ok"], "skipped": counts["skipped"], "failed": counts["failed"]},
@@ -200,6 +201,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     _check_run_args(corpora, world_size, num_workers, remainder, split, dry_run)
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, dry_run, split)
+        if not dry_run and split is None:  # a failed run leaves no half-made OUT_DIR/.balance (Ctrl-C: a rerun resumes)
+            stack.push(_work_dir_remover(work_dir))
         mix, index_files = _load_mix(corpora, work_dir, event, **where)
         trainer = None
         if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
@@ -226,7 +229,22 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                                        "level": level, "remainder": remainder, "seed": seed})
         if not report.failures:
             _clean_up(layout, journal)
+        else:  # the spool and indexes are rebuilt by the rerun; the journal (beside them) keeps what was written
+            import shutil
+
+            shutil.rmtree(work_dir if split is None else layout.spool_dir, ignore_errors=True)
         return report
+
+
+def _work_dir_remover(work_dir: str) -> Callable[..., bool]:
+    """An exit callback that removes OUT_DIR/.balance (indexes, spool) when the run raised."""
+    def remove(exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            import shutil
+
+            shutil.rmtree(work_dir, ignore_errors=True)
+        return False
+    return remove
 
 
 # --- the steps of run_balance, in order ------------------------------------------------------
@@ -447,10 +465,13 @@ def _report(planned: _Planned, layout: _Layout, entries: dict[str, dict], starte
 def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None:
     """data.list (the shards that are there) and balance.json (or their slice-named files)."""
     from shardkit import __version__
-    from shardkit.run.lifecycle import atomic_write_json, atomic_write_lines
+    from shardkit.io.files import publish_list
+    from shardkit.run.lifecycle import atomic_write_json
 
     table = report.shards
-    atomic_write_lines(layout.data_list, [r["path"] for r in table if r["status"] == "ok"])
+    # a failed shard: data.partial.list, so that no list that looks finished lacks a shard
+    report.data_list_path = publish_list(layout.data_list, [r["path"] for r in table if r["status"] == "ok"],
+                                         complete=not report.failures)
     removed = not report.failures and layout.split is None  # then OUT_DIR/.balance goes, with the indexes built there
     recorded_sources = {name: recorded_index_files(entry, layout.work_dir, removed)
                         for name, entry in report.sources.items()}

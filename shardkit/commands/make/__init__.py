@@ -35,7 +35,7 @@ from shardkit.commands.make.kaldi import (
 from shardkit.errors import AudioError, ShardkitError, UsageError
 from shardkit.io.audio import EMPTY_AUDIO, HEADER_CHECKS
 from shardkit.io.codecs import CODECS, open_writer
-from shardkit.io.files import HashingFile, load_report, output_unchanged
+from shardkit.io.files import HashingFile, load_report, output_unchanged, publish_list
 from shardkit.io.remote import is_url
 from shardkit.io.tar import AUDIO_EXTENSIONS, TarWriter
 from shardkit.io.text import EMPTY_TEXT, key_control_problem, text_problems
@@ -44,7 +44,6 @@ from shardkit.run.lifecycle import (
     AtomicFile,
     Journal,
     atomic_write_json,
-    atomic_write_lines,
     claim_output,
     claimed_output_dir,
     os_reason,
@@ -741,7 +740,10 @@ def _write_records(plan: _ShardPlan, results: dict[int, dict], findings: list[di
     report = MakeReport(out_dir=out_dir, data_list=plan.data_list, manifest=plan.manifest_path,
                         shards=ordered, findings=findings, warnings=warnings,
                         seconds=time.perf_counter() - started, slice=plan.slice_info)
-    atomic_write_lines(report.data_list, [e["output"]["path"] for e in ordered if e["status"] in ("ok", "skipped")])
+    # a failed shard: data.partial.list, so that no list that looks finished lacks a shard
+    report.data_list = publish_list(report.data_list, [e["output"]["path"] for e in ordered
+                                                       if e["status"] in ("ok", "skipped")],
+                                    complete=not any(e["status"] == "failed" for e in ordered))
     recorded = [{**e, "status": "ok"} if e["status"] == "skipped" else e for e in ordered]
     atomic_write_json(plan.manifest_path, {
         "tool": "shardkit", "version": __version__, "command": "make",
