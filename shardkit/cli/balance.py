@@ -89,10 +89,8 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     """
     import os
 
-    from tqdm import tqdm
 
-    from shardkit.cli._outcome import failure_line, stopped, zstd_note
-    from shardkit.cli._outcome import shards as shards_text
+    from shardkit.cli._outcome import stopped, zstd_note
     from shardkit.cli.plan import format_figures
     from shardkit.commands.balance import parse_corpus_spec, run_balance
     from shardkit.errors import ShardkitError, UsageError
