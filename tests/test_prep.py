@@ -85,13 +85,13 @@ def _prep(folders, out, jobs=1, **settings) -> object:
                                                      **settings), CHECKS, jobs=jobs)
 
 
-def _chain(folders, root) -> tuple[str, set[tuple]]:
+def _chain(folders, root, audio="keep") -> tuple[str, set[tuple]]:
     """convert (plain tar) -> validate --quarantine -> balance, as stage 2 of the recipe ran them."""
     rejects = set()
     corpora = []
     for name, folder in folders.items():
         converted, quarantine = root / "conv" / name, root / "quar" / name
-        run_convert([folder], str(converted), ConvertSettings(codec="none", level=None), jobs=1)
+        run_convert([folder], str(converted), ConvertSettings(codec="none", level=None, audio=audio), jobs=1)
         run_validate([str(converted / "data.list")], CHECKS, jobs=1, quarantine_dir=str(quarantine))
         rejects |= _reject_rows(str(quarantine / "rejects.jsonl"))
         corpora.append(CorpusSource(name, (str(quarantine / "data.list"),)))
@@ -103,14 +103,16 @@ def _originals(members: dict[str, bytes]) -> dict[str, bytes]:
     return {n: d for n, d in members.items() if not re.search(r"-rep\d+\.[^./]+$", n)}
 
 
-def test_one_pass_equals_the_three_command_chain(faulty_mix, tmp_path):
+@pytest.mark.parametrize("audio", ["keep", "flac"])
+def test_one_pass_equals_the_three_command_chain(faulty_mix, tmp_path, audio):
     folders, bad = faulty_mix
-    report = _prep(folders, tmp_path / "prep")
-    chain_list, chain_rejects = _chain(folders, tmp_path)
+    report = _prep(folders, tmp_path / "prep", audio=audio)
+    chain_list, chain_rejects = _chain(folders, tmp_path, audio)
 
     mine, theirs = _members(str(tmp_path / "prep" / "data.list")), _members(chain_list)
     assert _originals(mine) == _originals(theirs)  # same utterances, same bytes per member
-    kept = [n.rsplit(".", 1)[0] for n in _originals(mine) if n.endswith(".wav")]
+    kept = [n.rsplit(".", 1)[0] for n in _originals(mine) if not n.endswith(".txt")]
+    assert all(n.endswith((".txt", "." + ("wav" if audio == "keep" else "flac"))) for n in mine)
     assert set(kept) & bad == {"accented/S0000-U000000"} and kept.count("accented/S0000-U000000") == 1
     assert len(mine) - len(_originals(mine)) == len(theirs) - len(_originals(theirs))  # as many repeats
     for name, data in mine.items():  # a repeat carries its original's bytes

@@ -50,6 +50,10 @@ Examples:
 @click.option("--codec", type=click.Choice(["zst", "none"]), default="zst", show_default=True,
               help="Output compression (none = plain .tar, which WeNet reads as is).")
 @click.option("--level", type=int, default=None, help="zstd level [default: 3].")
+@click.option("--audio", type=click.Choice(["keep", "flac", "wav"]), default="keep", show_default=True,
+              help="Audio members as convert --audio writes them: kept, or losslessly re-encoded (verified) "
+                   "before the checks.")
+@click.option("--flac-level", type=click.IntRange(0, 8), default=None, help="FLAC compression level (--audio flac).")
 @click.option("--remainder", type=click.Choice(["pad", "drop"]), default="pad", show_default=True,
               help="Keep counts equal by repeating utterances (pad) or leaving some out (drop).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the pad/drop choices.")
@@ -69,7 +73,7 @@ Examples:
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level,
-            remainder, seed, sample_rate, channels, min_duration, max_duration, backend, pool_mb, epochs, verify,
+            audio, flac_level, remainder, seed, sample_rate, channels, min_duration, max_duration, backend, pool_mb, epochs, verify,
             overwrite, jobs, as_json, quiet):
     """Turn raw source shards into balanced, validated training shards in one read.
 
@@ -93,7 +97,8 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
     settings = PrepSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                             num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,
-                            pool_bytes=pool_mb << 20, verify=verify, epochs=epochs)
+                            pool_bytes=pool_mb << 20, audio=audio, flac_level=flac_level, verify=verify,
+                            epochs=epochs)
     options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
                               max_duration=max_duration)
     progress = _Progress(quiet)

@@ -64,6 +64,8 @@ class PrepSettings:
     remainder: str = "pad"
     seed: int = 0
     pool_bytes: int = DEFAULT_POOL_BYTES
+    audio: str = "keep"
+    flac_level: int | None = None
     verify: bool = True
     epochs: int = 3
 
@@ -156,6 +158,8 @@ def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
                          f"{settings.num_workers})")
     if settings.shard_duration is not None and settings.num_shards is not None:
         raise UsageError("give --shard-duration or --num-shards, not both")
+    if settings.audio not in ("keep", "flac", "wav"):
+        raise UsageError(f"--audio must be keep, flac or wav (got {settings.audio!r})")
     sources: list[tuple[str, int]] = []
     owner: dict[str, str] = {}
     for c, corpus in enumerate(corpora):
@@ -194,6 +198,9 @@ def _finished(out_dir: str, spec: str) -> PrepReport | None:
         return None
     if not all(output_unchanged(e["path"], e["size"], e["sha256"]) for e in doc["shards"]):
         return None
+    from shardkit.run.lifecycle import atomic_write_lines
+
+    atomic_write_lines(os.path.join(out_dir, "data.list"), [e["path"] for e in doc["shards"]])  # removed since?
     return PrepReport(out_dir, doc["summary"], doc["shards"], doc["sources"], doc["plan_before"], doc["plan_after"],
                       doc.get("findings", []), this_run="skipped")
 
@@ -259,7 +266,8 @@ class _Run:
     def _stream(self, jobs: int | None) -> None:
         from shardkit.run.executor import run_tasks
 
-        tasks = [SourceTask(path, corpus, self.options) for path, corpus in self.sources]
+        tasks = [SourceTask(path, corpus, self.options, self.settings.audio, self.settings.flac_level)
+                 for path, corpus in self.sources]
         self.event("reading", len(tasks))
         duplicates = DuplicateKeys()
         for _, result in run_tasks(read_source, tasks, jobs=jobs, ordered=True, **_threads_per_task(tasks, jobs)):

@@ -14,6 +14,9 @@ import time
 from dataclasses import dataclass
 
 from shardkit.commands import validate as v
+from shardkit.errors import ShardkitError
+
+TRANSCODE = "transcode"  # --audio flac|wav: the re-encoded audio did not decode back to the same samples
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,8 @@ class SourceTask:
     path: str
     corpus: int
     options: v.ValidateOptions
+    audio: str = "keep"  # as convert --audio: keep, flac or wav (lossless), before the checks
+    flac_level: int | None = None
 
 
 def read_source(task: SourceTask) -> dict:
@@ -43,12 +48,13 @@ def read_source(task: SourceTask) -> dict:
     if problem is not None:
         result["findings"].append(v.finding(path, None, None, v.MISSING_FILE, problem))
     else:
-        _scan(path, options, result)
+        _scan(path, options, result, task.audio, task.flac_level)
     result["elapsed_s"] = round(time.perf_counter() - started, 4)
     return result
 
 
-def _scan(path: str, options: v.ValidateOptions, result: dict) -> None:
+def _scan(path: str, options: v.ValidateOptions, result: dict, audio: str = "keep",
+          flac_level: int | None = None) -> None:
     """validate's scan (``_scan_shard``), keeping each utterance that earned no rejection and its duration
     (the seconds ``_check_utterance`` adds for it: WeNet's audio member, decoded once)."""
     seen: dict[str, bool] = {}
@@ -56,14 +62,39 @@ def _scan(path: str, options: v.ValidateOptions, result: dict) -> None:
     accepted = result["accepted"]
     for key, members in v.iter_indexed_groups(path, options, v._unsafe_recorder(path, result), state):
         rejected_before, seconds_before = len(result["rejected"]), result["seconds"]
+        problem = None
+        if audio != "keep":
+            members, problem = _transcoded(members, audio, flac_level)
         result["seconds"] = 0.0
         v._check_utterance(path, key, members, options, seen, result)
         seconds = result["seconds"]
         result["seconds"] = seconds_before + seconds
+        if problem is not None and len(result["rejected"]) == rejected_before:  # convert would have failed here
+            result["findings"].append(v.finding(path, key, problem.member, TRANSCODE, problem.reason))
+            result["rejected"].extend([i, name, key, [TRANSCODE], [f"{TRANSCODE}: {problem.reason}"]]
+                                      for i, name, _, _ in members)
         if len(result["rejected"]) == rejected_before:
             accepted.append([key, seconds, [(name, data) for _, name, _, data in members]])
     v._report_scan_end(path, state, result)
     result["seconds"] = round(result["seconds"], 4)
+
+
+def _transcoded(members: list, audio: str, flac_level: int | None) -> tuple[list, ShardkitError | None]:
+    """The utterance's members as ``convert --audio`` writes them (verified lossless), and the error of a
+    member whose transcode did not verify (it stays as it was; the utterance is rejected)."""
+    from shardkit.io.tar import split_key
+    from shardkit.io.transcode import transcode_member
+
+    out, problem = [], None
+    for index, name, ext, data in members:
+        if data is not None:
+            try:
+                name, data, _ = transcode_member(name, data, audio, flac_level, True)
+                ext = split_key(name)[1]
+            except ShardkitError as err:
+                problem = problem or err.located(member=name)
+        out.append((index, name, ext, data))
+    return out, problem
 
 
 def reject_lines(result: dict) -> list[dict]:
