@@ -4,9 +4,11 @@ chain it replaced (convert, validate --quarantine, balance, then ``shardkit plan
 as stage 2 ran them).
 
 A three-corpus bz2 mix is written once into --work-dir (short, long and mixed utterances, five
-shards each). Each repeat runs the three configurations interleaved, each into a fresh work folder,
+shards each). Each repeat runs the configurations interleaved (floor, ``shardkit prep`` alone, the stage, the chain), each into a fresh work folder,
 sampling that folder's bytes (every file, hidden ones included) every 50 ms for its peak; the
 figure is the peak over the bytes of the training shards data/train/data.list lists at the end.
+CPU seconds (user + system of each configuration's processes) are
+recorded beside wall time: on a shared machine they move far less than wall time does.
 Correctness is checked on every run: the chain and the stage list the same utterances (keys, copies
 aside) and both are balanced.
 
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -100,7 +103,19 @@ def run_floor(corpora, cores):
 
 def run_stage(corpora, work, cores):
     args = ["bash", os.path.join(ROOT, "scripts", "run.sh"), "--workdir", work, "--stage", "2", "--stop_stage", "2",
-            "--world_size", str(W), "--num_workers", str(K), "--jobs", str(cores)]
+            "--world_size", str(W), "--num_workers", str(K), "--jobs", str(cores),
+            # the preamble would import torch to count GPUs (~2 s before any stage; the loader advice's only use)
+            "--gpus_per_node", "1"]
+    for name, paths in corpora.items():
+        args += ["--corpus", f"{name}={os.path.dirname(paths[0])}/data.list"]
+    subprocess.run(args, cwd=ROOT, env=_env(), check=True, capture_output=True)
+
+
+def run_prep(corpora, work, cores):
+    """``shardkit prep`` alone, as stage 2 calls it (without run.sh's start-up and report lines)."""
+    args = [sys.executable, "-m", "shardkit", "prep", "--world-size", str(W), "--num-workers", str(K), "--codec",
+            "none", "--sample-rate", "16000", "--channels", "1", "-o", os.path.join(work, "data", "train"), "-j",
+            str(cores), "-q", "--json"]
     for name, paths in corpora.items():
         args += ["--corpus", f"{name}={os.path.dirname(paths[0])}/data.list"]
     subprocess.run(args, cwd=ROOT, env=_env(), check=True, capture_output=True)
@@ -146,33 +161,44 @@ def main(args):
     os.makedirs(args.work_dir, exist_ok=True)
     corpora = make_corpus(os.path.join(args.work_dir, "src"), args.scale)
     src_bytes = sum(os.path.getsize(p) for paths in corpora.values() for p in paths)
-    rows = {"floor": [], "stage": [], "chain": []}
-    peaks = {"stage": [], "chain": []}
+    rows = {"floor": [], "prep": [], "stage": [], "chain": []}
+    cpu = {name: [] for name in rows}  # user + system CPU seconds of the configuration's processes
+    peaks = {"prep": [], "stage": [], "chain": []}
+    runners = {"floor": lambda w: run_floor(corpora, cores), "prep": lambda w: run_prep(corpora, w, cores),
+               "stage": lambda w: run_stage(corpora, w, cores), "chain": lambda w: run_chain(corpora, w, cores)}
     for r in range(args.repeats):
-        for name in ("floor", "stage", "chain"):
+        for name in rows:
             work = os.path.join(args.work_dir, f"work-{name}")
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(work)
             with PeakBytes(work) as peak:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
-                {"floor": lambda w: run_floor(corpora, cores), "stage": lambda w: run_stage(corpora, w, cores),
-                 "chain": lambda w: run_chain(corpora, w, cores)}[name](work)
+                runners[name](work)
                 rows[name].append(time.perf_counter() - t)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             if name != "floor":
                 final, keys = listed(work)
                 peaks[name].append(peak.peak / final)
-                if name == "stage":
+                if name == "prep":
                     stage_keys = keys
                 else:
                     assert keys == stage_keys, "the chain and the stage list different utterances"
             print(f"repeat {r}: {name} {rows[name][-1]:.2f} s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in rows.items()}
+    best = {k: min(v) for k, v in rows.items()}
     result = {"machine": machine_info(), "cores": cores, "source_bytes": src_bytes,
               "utterances": len(stage_keys), "world_size": W, "num_workers": K,
               "seconds": {k: [round(x, 2) for x in v] for k, v in rows.items()},
               "median_s": {k: round(v, 2) for k, v in med.items()},
-              "stage_over_floor": round(med["stage"] / med["floor"], 3),
-              "chain_over_floor": round(med["chain"] / med["floor"], 3),
+              "over_floor_median": {k: round(med[k] / med["floor"], 3) for k in ("prep", "stage", "chain")},
+              "over_floor_per_repeat": {k: [round(a / b, 3) for a, b in zip(rows[k], rows["floor"])]
+                                        for k in ("prep", "stage", "chain")},
+              "over_floor_best": {k: round(best[k] / best["floor"], 3) for k in ("prep", "stage", "chain")},
+              "cpu_s": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
+              "cpu_over_floor_median": {k: round(statistics.median(cpu[k]) / statistics.median(cpu["floor"]), 3)
+                                        for k in ("prep", "stage", "chain")},
               "peak_over_final": {k: round(max(v), 3) for k, v in peaks.items()}}
     print(json.dumps(result, indent=2))
 

@@ -6,7 +6,7 @@
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ORDER = ["convert", "transcode", "validate", "balance", "reader", "bench", "scaling", "executor", "make", "webdataset",
+ORDER = ["convert", "transcode", "validate", "balance", "prep", "reader", "bench", "scaling", "executor", "make", "webdataset",
          "tar_hardening"]
 
 SUMMARY = """# Benchmark results

@@ -379,7 +379,7 @@ class _Run:
                 "max_deviation_seconds": round(final.max_deviation, 3), "tolerance_seconds": round(final.tolerance, 3),
                 "balanced": final.balanced, "tar_bytes_out": tar_bytes, "bytes_out": sum(e["size"] for e in entries),
                 "elapsed_seconds": round(elapsed, 3),
-                "notes": [self.estimate_note] if self.estimate_note else []}
+                "notes": ([self.estimate_note] if self.estimate_note else []) + final.notes}
 
     def _save(self, report: PrepReport, spec: str, final: FinalPlan) -> None:
         """rejects.jsonl, data.list and prep.json (last: its presence says the run finished)."""
@@ -426,4 +426,6 @@ def _threads_per_task(tasks: list[SourceTask], jobs: int | None) -> dict:
         threads = task_threads(cores, jobs_n, len(tasks) - position[id(task)])
         return replace(task, options=replace(task.options, threads=threads))
 
-    return {"prepare": prepare, "max_in_flight": jobs_n}
+    # results come back in list order: a window of twice the jobs keeps every core busy while a slow source
+    # holds the ones after it (jobs alone would leave cores idle behind it)
+    return {"prepare": prepare, "max_in_flight": 2 * jobs_n}
