@@ -7,8 +7,6 @@ A three-corpus bz2 mix is written once into --work-dir (short, long and mixed ut
 shards each). Each repeat runs the configurations interleaved (floor, ``shardkit prep`` alone, the stage, the chain), each into a fresh work folder,
 sampling that folder's bytes (every file, hidden ones included) every 50 ms for its peak; the
 figure is the peak over the bytes of the training shards data/train/data.list lists at the end.
-CPU seconds (user + system of each configuration's processes) are
-recorded beside wall time: on a shared machine they move far less than wall time does.
 Correctness is checked on every run: the chain and the stage list the same utterances (keys, copies
 aside) and both are balanced.
 
@@ -21,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -162,7 +159,6 @@ def main(args):
     corpora = make_corpus(os.path.join(args.work_dir, "src"), args.scale)
     src_bytes = sum(os.path.getsize(p) for paths in corpora.values() for p in paths)
     rows = {"floor": [], "prep": [], "stage": [], "chain": []}
-    cpu = {name: [] for name in rows}  # user + system CPU seconds of the configuration's processes
     peaks = {"prep": [], "stage": [], "chain": []}
     runners = {"floor": lambda w: run_floor(corpora, cores), "prep": lambda w: run_prep(corpora, w, cores),
                "stage": lambda w: run_stage(corpora, w, cores), "chain": lambda w: run_chain(corpora, w, cores)}
@@ -172,12 +168,9 @@ def main(args):
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(work)
             with PeakBytes(work) as peak:
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 runners[name](work)
                 rows[name].append(time.perf_counter() - t)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             if name != "floor":
                 final, keys = listed(work)
                 peaks[name].append(peak.peak / final)
@@ -196,9 +189,6 @@ def main(args):
               "over_floor_per_repeat": {k: [round(a / b, 3) for a, b in zip(rows[k], rows["floor"])]
                                         for k in ("prep", "stage", "chain")},
               "over_floor_best": {k: round(best[k] / best["floor"], 3) for k in ("prep", "stage", "chain")},
-              "cpu_s": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
-              "cpu_over_floor_median": {k: round(statistics.median(cpu[k]) / statistics.median(cpu["floor"]), 3)
-                                        for k in ("prep", "stage", "chain")},
               "peak_over_final": {k: round(max(v), 3) for k, v in peaks.items()}}
     print(json.dumps(result, indent=2))
 

@@ -211,7 +211,9 @@ def _remove_previous(out_dir: str) -> None:
     from shardkit.io.files import load_json, remove_leftovers
 
     remove_leftovers(output_leftovers(out_dir))
-    doc = load_json(os.path.join(out_dir, MANIFEST)) or {}
+    doc = load_json(os.path.join(out_dir, MANIFEST))
+    if not doc or doc.get("command") != "prep":  # nothing of an earlier prep run: touch nothing else
+        return
     for entry in doc.get("shards", []):
         if os.path.dirname(entry.get("path", "")) == out_dir and os.path.isfile(entry["path"]):
             os.unlink(entry["path"])
