@@ -159,6 +159,24 @@ def test_same_bytes_for_any_jobs(faulty_mix, tmp_path):
     assert (tmp_path / "j1" / "rejects.jsonl").read_bytes() == (tmp_path / "j2" / "rejects.jsonl").read_bytes()
 
 
+def test_ray_executor_writes_the_same_bytes(faulty_mix, tmp_path):
+    ray = pytest.importorskip("ray")
+    import logging
+
+    _prep(folders := faulty_mix[0], tmp_path / "local", jobs=2)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=80 * 1024 * 1024, logging_level=logging.WARNING,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    try:
+        corpora = [CorpusSource(name, (folder,)) for name, folder in folders.items()]
+        run_prep(corpora, str(tmp_path / "ray"), PrepSettings(world_size=W, num_workers=K, codec="none", level=None),
+                 CHECKS, executor="ray")
+    finally:
+        ray.shutdown()
+    assert _shard_files(str(tmp_path / "ray" / "data.list")) == _shard_files(str(tmp_path / "local" / "data.list"))
+    assert (tmp_path / "ray" / "rejects.jsonl").read_bytes() == (tmp_path / "local" / "rejects.jsonl").read_bytes()
+
+
 def _cli_args(folders, out) -> list[str]:
     args = ["prep", "--world-size", str(W), "--num-workers", str(K), "--codec", "none", "--sample-rate", "16000",
             "--channels", "1", "-o", str(out), "-j", "1", "--pool-mb", "1", "-q"]
@@ -217,6 +235,9 @@ def test_cli_refuses_weights_and_index_sources(faulty_mix, tmp_path):
     index = runner.invoke(main, ["prep", "--corpus", "a=x.jsonl", "--world-size", "1", "--num-workers", "1",
                                  "-o", str(tmp_path / "o")])
     assert index.exit_code == 2 and "--index" in index.output
+    ray = runner.invoke(main, ["prep", "--corpus", f"a={folders['aishell']}", "--world-size", "1", "--num-workers",
+                               "1", "-o", str(tmp_path / "o"), "--ray-address", "auto"])
+    assert ray.exit_code == 2 and "Error: --ray-address needs --executor ray" in ray.output
 
 
 def test_index_fixes_the_shard_count_before_reading(faulty_mix, tmp_path):

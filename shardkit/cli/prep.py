@@ -70,11 +70,15 @@ Examples:
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
 @click.option("--overwrite", is_flag=True, help="Redo the run even if an identical finished one is there.")
 @jobs_option
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: processes here; ray: sources read and checked as Ray tasks (the cluster must see them "
+                   "at the same paths), planned and written here.")
+@click.option("--ray-address", default=None, help="Ray cluster [default: auto].")
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level,
-            audio, flac_level, remainder, seed, sample_rate, channels, min_duration, max_duration, backend, pool_mb, epochs, verify,
-            overwrite, jobs, as_json, quiet):
+            audio, flac_level, remainder, seed, sample_rate, channels, min_duration, max_duration, backend, pool_mb,
+            epochs, verify, overwrite, jobs, executor, ray_address, as_json, quiet):
     """Turn raw source shards into balanced, validated training shards in one read.
 
     Each source shard is decompressed once and each audio member decoded once for validate's checks;
@@ -91,7 +95,11 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     from shardkit.commands.balance import parse_corpus_spec
     from shardkit.commands.prep import PrepSettings, run_prep
     from shardkit.commands.validate import ValidateOptions
+    from shardkit.errors import UsageError
     from shardkit.io.codecs import parse_codec_spec
+
+    if ray_address and executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
 
     codec_name, level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
@@ -103,7 +111,7 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
                               max_duration=max_duration)
     progress = _Progress(quiet)
     report = run_prep(corpora, out_dir, settings, options, index_files=list(index_files), jobs=jobs or os.cpu_count(),
-                      overwrite=overwrite, on_event=progress.on_event)
+                      overwrite=overwrite, on_event=progress.on_event, executor=executor, ray_address=ray_address)
     progress.close()
     summary = report.summary()
     if as_json:

@@ -126,8 +126,13 @@ def index_totals(index_files: Sequence[str], shards: Sequence[str]) -> tuple[flo
 
 def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettings, options: ValidateOptions, *,
              index_files: Sequence[str] = (), jobs: int | None = None, overwrite: bool = False,
-             on_event: Callable[..., None] | None = None) -> PrepReport:
-    """Read, check, plan and write; see the module docstring. ``on_event(kind, *args)``: progress."""
+             on_event: Callable[..., None] | None = None, executor: str = "local",
+             ray_address: str | None = None) -> PrepReport:
+    """Read, check, plan and write; see the module docstring. ``on_event(kind, *args)``: progress.
+
+    ``executor="ray"``: the sources are read and checked as Ray tasks across a cluster (which must see
+    them at the same paths); this process plans and writes, so OUT_DIR is local to it.
+    """
     from shardkit.run.lifecycle import claimed_output_dir
 
     event = on_event or (lambda *a, **k: None)
@@ -142,7 +147,7 @@ def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettin
         _remove_previous(out_dir)
         totals = index_totals(index_files, [s for s, _ in sources]) if index_files else None
         run = _Run(out_dir, sources, settings, options, totals, event)
-        return run.execute(jobs, spec)
+        return run.execute({"jobs": jobs, "executor": executor, "ray_address": ray_address}, spec)
 
 
 def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
@@ -246,10 +251,10 @@ class _Run:
         self.seq = 0
         self.estimate_note: str | None = None
 
-    def execute(self, jobs: int | None, spec: str) -> PrepReport:
+    def execute(self, where: dict, spec: str) -> PrepReport:
         started = time.perf_counter()
         try:
-            self._stream(jobs)
+            self._stream(where)
             if self.planner.num_shards is None:
                 self._fix_shard_count(exact=True)
             final = self.planner.finish(remainder=self.settings.remainder, seed=self.settings.seed)
@@ -265,14 +270,15 @@ class _Run:
         return report
 
     # reading, in list order
-    def _stream(self, jobs: int | None) -> None:
+    def _stream(self, where: dict) -> None:
         from shardkit.run.executor import run_tasks
 
         tasks = [SourceTask(path, corpus, self.options, self.settings.audio, self.settings.flac_level)
                  for path, corpus in self.sources]
         self.event("reading", len(tasks))
         duplicates = DuplicateKeys()
-        for _, result in run_tasks(read_source, tasks, jobs=jobs, ordered=True, **_threads_per_task(tasks, jobs)):
+        extra = _threads_per_task(tasks, where["jobs"]) if where["executor"] == "local" else {}
+        for _, result in run_tasks(read_source, tasks, ordered=True, **where, **extra):
             apply_duplicates(result, duplicates)
             self._take(result)
             self.event("read", result)
