@@ -4,11 +4,11 @@ chain it replaced (convert, validate --quarantine, balance, then ``shardkit plan
 as stage 2 ran them).
 
 A three-corpus bz2 mix is written once into --work-dir (short, long and mixed utterances, five
-shards each). Each repeat runs the configurations interleaved (floor, ``shardkit prep`` alone, the stage, the chain), each into a fresh work folder,
-sampling that folder's bytes (every file, hidden ones included) every 50 ms for its peak; the
-figure is the peak over the bytes of the training shards data/train/data.list lists at the end.
-Correctness is checked on every run: the chain and the stage list the same utterances (keys, copies
-aside) and both are balanced.
+shards each). Each repeat runs the configurations interleaved (floor, ``shardkit prep`` alone, the
+stage, the chain), each into a fresh work folder, sampling that folder's bytes (every file, hidden
+ones included) every 50 ms for its peak; the figure is the peak over the bytes of the training
+shards data/train/data.list lists at the end. Correctness is checked on every run: prep, the stage
+and the chain list the same utterances (keys, repeats aside).
 
     flock /tmp/shardkit-bench.lock .venv/bin/python benchmarks/bench_prep.py --repeats 3
 """
