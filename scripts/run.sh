@@ -380,78 +380,70 @@ if run_stage 2; then
                 "$seed" "$(cat "$corpora_file")")
   for name in $(corpus_names); do stage_inputs+=("$(source_shards "$name")"); done
   stage_outputs=("$workdir/data/train/data.list" "$reports/plan_before.json" "$reports/plan_after.json")
-  for name in $(corpus_names); do stage_outputs+=("$(prepared_list "$name")" "$reports/validate_$name.json"); done
+  for name in $(corpus_names); do stage_outputs+=("$reports/validate_$name.json"); done
 fi
 if run_stage 2 && stage_done 2; then
-  skip_banner 2 "dataset prep (convert, validate, balance, plan)"
+  skip_banner 2 "dataset prep (shardkit prep: validate and balance in one read)"
 elif run_stage 2; then
-  stage_banner 2 "dataset prep: convert ($codec, audio $audio) -> validate (quarantine) ->" \
-    "balance (W=$world_size ranks x K=$num_workers workers) -> plan"
-  rejected=()
-  balance_args=()
-  before_lists=()
+  stage_banner 2 "dataset prep in one read (shardkit prep): validate (quarantine) and balance" \
+    "(W=$world_size ranks x K=$num_workers workers) -> $codec shards, audio $audio"
+  prep_args=()
   for name in $(corpus_names); do
-    src=$(source_shards "$name")
-    converted=$workdir/shards/$format_dir/$name/data.list
-    if is_kaldi_dir "$(corpus_path "$name")" && [ "$source_codec" = "$codec" ] && [ "$audio" = keep ]; then
-      echo "  $name: convert: stage 1 wrote $codec shards already" >&2
-      converted=$src
-    else
-      echo "  $name: convert $src -> $workdir/shards/$format_dir/$name" >&2
-      shardkit convert "$src" -o "$workdir/shards/$format_dir/$name" --codec "$codec" --audio "$audio" -j "$jobs" \
-        --json \
-        > "$reports/convert_$name.json" ||
-        die "stage 2: convert failed on shards of $name; see $reports/convert_$name.json"
-    fi
-    before_lists+=("$converted")
-    shardkit validate "$converted" --sample-rate "$sample_rate" --channels 1 \
-      --quarantine "$workdir/quarantine/$name" --report "$reports/validate_$name.json" -j "$jobs" && rc=0 || rc=$?
-    case $rc in
-      0) echo "  $name: validate: no findings" >&2 ;;
-      1) rejected+=("$name")
-         echo "  $name: validate: problems found, see $reports/validate_$name.json;" \
-              "bad utterances set apart in $workdir/quarantine/$name" >&2 ;;
-      *) echo "run.sh: stage 2: validate could not check $name (exit $rc)" >&2; exit "$rc" ;;
-    esac
-    balance_args+=(--corpus "$name=$(prepared_list "$name")")
+    prep_args+=(--corpus "$name=$(source_shards "$name")")
   done
+  duration=()
+  [ -n "$shard_duration" ] && duration=(--shard-duration "$shard_duration")
+  mkdir -p "$workdir/data/train"
+  echo "  prep $(corpus_names | paste -sd' ' -) -> $workdir/data/train" >&2
+  shardkit prep "${prep_args[@]}" --world-size "$world_size" --num-workers "$num_workers" --codec "$codec" \
+    --audio "$audio" --sample-rate "$sample_rate" --channels 1 --seed "$seed" ${duration[@]+"${duration[@]}"} \
+    -o "$workdir/data/train" -j "$jobs" --json > "$reports/prep.json" && rc=0 || rc=$?
+  [ "$rc" -le 1 ] || die "stage 2: prep failed (exit $rc); see $reports/prep.json"
+  # the per-corpus findings and the before/after rank figures, from the one pass's own report (no second read)
+  rejected=($("$python" - "$workdir/data/train/prep.json" "$reports" $(corpus_names) <<'PY'
+import json, os, sys
+doc, reports, names = json.load(open(sys.argv[1], encoding="utf-8")), sys.argv[2], sys.argv[3:]
+for which in ("before", "after"):
+    with open(os.path.join(reports, f"plan_{which}.json"), "w", encoding="utf-8") as f:
+        json.dump(doc[f"plan_{which}"], f, indent=2, sort_keys=True)
+corpus_of = {s["shard"]: names[s["corpus"]] for s in doc["sources"]}
+for c, name in enumerate(names):
+    sources = [s for s in doc["sources"] if s["corpus"] == c]
+    findings = [f for f in doc["findings"] if corpus_of.get(f["shard"]) == name]
+    by_check = {}
+    for f in findings:
+        by_check[f["check"]] = by_check.get(f["check"], 0) + 1
+    seconds = sum(s["accepted_seconds"] for s in sources)
+    totals = {"shards": len(sources), "utterances": sum(s["utterances"] for s in sources),
+              "audio_hours": round(seconds / 3600, 4), "findings": len(findings), "by_check": by_check}
+    with open(os.path.join(reports, f"validate_{name}.json"), "w", encoding="utf-8") as f:
+        json.dump({"command": "prep", "totals": totals, "findings": findings}, f, indent=2, sort_keys=True)
+    if findings:
+        print(name)
+PY
+  ))
   if [ ${#rejected[@]} -gt 0 ]; then
+    echo "  validate: problems found in ${rejected[*]}; rejected utterances are listed in" \
+         "$workdir/data/train/rejects.jsonl and are in no training shard" >&2
     show_findings "${rejected[@]}"
     if [ "$allow_rejects" != true ]; then
+      rm -f "$workdir/data/train/data.list"  # no training list until the findings are accepted (the shards stay)
       echo "run.sh: stage 2 stopped: validation found problems in ${rejected[*]} (reports in $reports);" \
            "fix the data, or train on the clean utterances only: $(rerun_with stage=2 allow_rejects=true)" >&2
       exit 1
     fi
     echo "  --allow_rejects true: going on with the clean utterances of ${rejected[*]}" >&2
   fi
-  mkdir -p "$workdir/data/train"
-  if has_command balance; then
-    duration=()
-    [ -n "$shard_duration" ] && duration=(--shard-duration "$shard_duration")
-    echo "  balance -> $workdir/data/train" >&2
-    shardkit balance "${balance_args[@]}" --world-size "$world_size" --num-workers "$num_workers" \
-      -o "$workdir/data/train" --codec "$codec" --seed "$seed" ${duration[@]+"${duration[@]}"} -j "$jobs" --json \
-      > "$reports/balance.json" || die "stage 2: balance failed; see $reports/balance.json"
-    json_field "$reports/balance.json" \
-      '"  balanced: %d shards of %d utterances, %.1f-%.1f s each" % (d["num_shards"], '\
-'d["utterances_per_shard"], d["min_shard_seconds"], d["max_shard_seconds"])' >&2
-  else
-    echo "  balance skipped: this shardkit has no 'balance' command; data/train/data.list is the clean," \
-         "unbalanced union of the corpora" >&2
-    for name in $(corpus_names); do cat "$(prepared_list "$name")"; done > "$workdir/data/train/data.list"
-  fi
-  if has_command plan; then
-    shardkit plan "${before_lists[@]}" --world-size "$world_size" --num-workers "$num_workers" --seed "$seed" \
-      -q --json > "$reports/plan_before.json"
-    shardkit plan "$workdir/data/train/data.list" --world-size "$world_size" --num-workers "$num_workers" \
-      --seed "$seed" -q --json > "$reports/plan_after.json"
-    echo "  rank balance (W=$world_size ranks x K=$num_workers loader workers per rank), seconds of audio per rank," \
-         "worst max/min ratio over $(json_field "$reports/plan_after.json" 'len(d["epochs"])') shuffled epochs:" \
-         "$(json_field "$reports/plan_before.json" '"%.3g" % d["worst_rank_spread"]') before balancing," \
-         "$(json_field "$reports/plan_after.json" '"%.3g" % d["worst_rank_spread"]') after (1 = equal)" >&2
-  else
-    echo "  plan skipped: this shardkit has no 'plan' command" >&2
-  fi
+  [ "$(json_field "$reports/prep.json" 'd["balanced"]')" = True ] ||
+    die "stage 2: the shards are not balanced within tolerance; see $reports/prep.json (more --pool-mb helps)"
+  json_field "$reports/prep.json" \
+    '"  balanced: %d shards of %d utterances, %.1f-%.1f s each; %d repeated, %d dropped; read in %.1f s" % '\
+'(d["num_shards"], d["utterances_per_shard"], d["min_shard_seconds"], d["max_shard_seconds"], d["repeated"], '\
+'d["dropped"], d["elapsed_seconds"])' >&2
+  echo "  rank balance (W=$world_size ranks x K=$num_workers loader workers per rank), seconds of audio per rank," \
+       "worst max/min ratio over $(json_field "$reports/plan_after.json" 'len(d["epochs"])') shuffled epochs:" \
+       "$(json_field "$reports/plan_before.json" '"%.3g" % d["worst_rank_spread"]') before balancing," \
+       "$(json_field "$reports/plan_after.json" '"%.3g" % d["worst_rank_spread"]') after (1 = equal)" >&2
   echo "  training list: $workdir/data/train/data.list" >&2
   stage_finished 2
 fi

@@ -56,7 +56,7 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
     assert "run.sh: stage 2 stopped: validation found problems in aishell" in stopped.stderr
     # the stop shows what failed: shard, key, check, and where every finding is
     table = stopped.stderr[stopped.stderr.index("  2 findings (shard, key, check):"):]
-    shard = work / "shards" / "none" / "aishell" / "shards_000000000.tar"
+    shard = work / "shards" / "source" / "aishell" / "shards_000000000.tar.bz2"  # prep reads the sources
     assert re.search(rf"aishell  {shard}  aishell/S0000-U000000  sample_rate  sample rate 8000 Hz", table)
     assert re.search(rf"aishell  {shard}  aishell/S0000-U000001  channels +2 channels, expected 1", table)
     assert f"every finding: {work / 'reports' / 'validate_aishell.json'}" in table
@@ -101,7 +101,7 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
         assert after["divides"]
         # a tiny demo balances within one median utterance, so "equal" is only approximately 1.0 here
         assert after["worst_rank_spread"] < before["worst_rank_spread"]
-        assert load(work / "data" / "train" / "balance.json")["summary"]["balanced"]
+        assert load(work / "data" / "train" / "prep.json")["summary"]["balanced"]
     check = load(work / "reports" / "loader_check.json")
     assert check["data_list"] == str(train)  # the loader check read the training list
     assert check["ok"] and check["equal_batches"] and len({r["utterances"] for r in check["ranks"]}) == 1
@@ -152,12 +152,10 @@ def test_one_corpus_of_several_folders_with_the_same_shard_names(tmp_path):
     work = tmp_path / "mix"
     result = recipe(work, *TINY, "--corpus", f"all={first}/shards/source/*/data.list", "--allow_rejects", "true")
     assert result.returncode == 0, result.stderr
-    converted = read_list(str(work / "shards" / "none" / "all" / "data.list"))
-    assert sorted(os.path.relpath(p, work / "shards" / "none" / "all") for p in converted) == sorted(
-        os.path.relpath(p, first / "shards" / "source")[:-len(".bz2")]
-        for p in glob.glob(str(first / "shards" / "source" / "*" / "*.tar.bz2")))
-    # the shard with findings is quarantined into its own corpus's folder
-    assert (work / "quarantine" / "all" / "aishell" / "shards_000000000.tar").exists()
+    assert not (work / "shards").exists() and not (work / "quarantine").exists()  # one read, one copy (prep)
+    # each rejected utterance is listed under its own corpus's source shard, though the names repeat
+    rejects = [json.loads(line) for line in open(work / "data" / "train" / "rejects.jsonl")]
+    assert {r["shard"] for r in rejects} == {str(first / "shards" / "source" / "aishell" / "shards_000000000.tar.bz2")}
     keys = keys_of(work / "data" / "train" / "data.list")
     made_utts = sum(load(first / "reports" / f"make_{n}.json")["utterances"]
                     for n in ("aishell", "librispeech", "accented"))

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import sys
+
+import click
+
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+
+
+def format_summary(summary: dict) -> str:
+    s = summary
+    checks = (": " + ", ".join(f"{k} {n}" for k, n in s["by_check"].items())) if s["by_check"] else ""
+    read = (f"{s['sources']} sources, {s['utterances_read']} utterances read, {s['accepted']} accepted, "
+            f"{s['rejected_utterances']} rejected ({s['findings']} findings{checks})")
+    plan = (f"{s['num_shards']} shards x {s['utterances_per_shard']} utterances (world_size {s['world_size']} x "
+            f"num_workers {s['num_workers']}); shard seconds {s['min_shard_seconds']:.2f}.."
+            f"{s['max_shard_seconds']:.2f}, mean {s['mean_shard_seconds']:.2f}, worst deviation "
+            f"{s['max_deviation_seconds']:.3f} s (tolerance {s['tolerance_seconds']:.3f} s): "
+            f"{'balanced' if s['balanced'] else 'NOT balanced'}; repeated {s['repeated']}, dropped {s['dropped']}")
+    lines = [read, plan]
+    before, after = s.get("plan_before"), s.get("plan_after")
+    if before and after:
+        lines.append(f"rank balance (max/min seconds per rank, worst of {after['epochs']} shuffled epochs): "
+                     f"{before['worst_rank_spread']} as the sources were, {after['worst_rank_spread']} after")
+    lines.extend(f"note: {n}" for n in s.get("notes", []))
+    return "\n".join(lines)
+
+
+@click.command("prep", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
+
+\b
+Examples:
+  shardkit prep --corpus aishell=raw/aishell/data.list --corpus libri=raw/libri/ \\
+      --world-size 8 --num-workers 4 --sample-rate 16000 --channels 1 -o data/train
+  shardkit prep --corpus zh=zh/ --index zh.index.jsonl --world-size 2 --num-workers 2 \\
+      --codec none -o data/train -j 16 --json""")
+@click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES",
+              help="A corpus: comma-separated shards (bz2, gz, xz, zst or plain tar), folders or data.list files. "
+                   "Repeat per corpus.")
+@click.option("--index", "index_files", multiple=True, metavar="INDEX.jsonl",
+              help="Index files (`shardkit index`) of the sources: the exact total fixes the shard count before "
+                   "reading [default: estimated while reading]. Repeatable.")
+@click.option("--world-size", required=True, type=int, help="Number of ranks (GPUs).")
+@click.option("--num-workers", required=True, type=int, help="Loader workers per rank.")
+@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--shard-duration", type=float, default=None,
+              help="Target seconds of audio per shard [default: 3600]; the count is the nearest multiple of "
+                   "world_size x num_workers.")
+@click.option("--num-shards", type=int, default=None, help="Shard count instead (rounded to a multiple of W x K).")
+@click.option("--codec", type=click.Choice(["zst", "none"]), default="zst", show_default=True,
+              help="Output compression (none = plain .tar, which WeNet reads as is).")
+@click.option("--level", type=int, default=None, help="zstd level [default: 3].")
+@click.option("--audio", type=click.Choice(["keep", "flac", "wav"]), default="keep", show_default=True,
+              help="Audio members as convert --audio writes them: kept, or losslessly re-encoded (verified) "
+                   "before the checks.")
+@click.option("--flac-level", type=click.IntRange(0, 8), default=None, help="FLAC compression level (--audio flac).")
+@click.option("--remainder", type=click.Choice(["pad", "drop"]), default="pad", show_default=True,
+              help="Keep counts equal by repeating utterances (pad) or leaving some out (drop).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the pad/drop choices.")
+@click.option("--sample-rate", type=int, default=None, help="Reject audio at another rate (Hz).")
+@click.option("--channels", type=int, default=None, help="Reject audio with another channel count.")
+@click.option("--min-duration", type=float, default=None, help="Reject utterances shorter than this (s).")
+@click.option("--max-duration", type=float, default=None, help="Reject utterances longer than this (s).")
+@click.option("--backend", type=click.Choice(["soundfile", "torchaudio"]), default="soundfile", show_default=True,
+              help="Audio decoder of the checks (as validate).")
+@click.option("--pool-mb", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Memory for utterances held back for the final balancing (at least one per shard is held).")
+@click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Shuffled epochs in the before/after rank figures.")
+@click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
+@click.option("--overwrite", is_flag=True, help="Redo the run even if an identical finished one is there.")
+@jobs_option
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: processes here; ray: sources read and checked as Ray tasks (the cluster must see them "
+                   "at the same paths), planned and written here.")
+@click.option("--ray-address", default=None, help="Ray cluster [default: auto].")
+@json_option
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
+def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level,
+            audio, flac_level, remainder, seed, sample_rate, channels, min_duration, max_duration, backend, pool_mb,
+            epochs, verify, overwrite, jobs, executor, ray_address, as_json, quiet):
+    """Turn raw source shards into balanced, validated training shards in one read.
+
+    Each source shard is decompressed once and each audio member decoded once for validate's checks;
+    an utterance with a finding is left out and listed in OUT_DIR/rejects.jsonl (shard, member, key,
+    checks, reasons); the others are copied byte for byte into N output shards (N a multiple of
+    world_size x num_workers), each with the same utterance count and seconds within max(0.5% of the
+    mean shard, one median utterance), as balance guarantees. Writes OUT_DIR/data.list and
+    OUT_DIR/prep.json (per shard: utterances, seconds, corpora; the repeats and drops; rank balance
+    figures of the sources as they were and of the new list). Same inputs and options give the same
+    bytes for any -j. A killed run restarts; a rerun of a finished one does nothing.
+    """
+    import os
+
+    from shardkit.commands.balance import parse_corpus_spec
+    from shardkit.commands.prep import PrepSettings, run_prep
+    from shardkit.commands.validate import ValidateOptions
+    from shardkit.errors import UsageError
+    from shardkit.io.codecs import parse_codec_spec
+
+    if ray_address and executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+
+    codec_name, level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
+    corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
+    settings = PrepSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
+                            num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,
+                            pool_bytes=pool_mb << 20, audio=audio, flac_level=flac_level, verify=verify,
+                            epochs=epochs)
+    options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
+                              max_duration=max_duration)
+    progress = _Progress(quiet)
+    report = run_prep(corpora, out_dir, settings, options, index_files=list(index_files), jobs=jobs or os.cpu_count(),
+                      overwrite=overwrite, on_event=progress.on_event, executor=executor, ray_address=ray_address)
+    progress.close()
+    summary = report.summary()
+    if as_json:
+        emit_json(summary)
+    if not quiet:
+        if summary["this_run"] == "skipped":
+            click.echo(f"nothing to do: {out_dir} holds a finished run of these sources and options", err=True)
+        click.echo(format_summary(summary), err=True)
+        click.echo(f"list: {summary['data_list']}; rejects: {summary['rejects']}", err=True)
+    sys.exit(report.exit_code)
+
+
+class _Progress:
+    """tqdm bars on stderr: sources read (MB/s of source bytes), then shards verified."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.bar = None
+
+    def on_event(self, kind: str, *args) -> None:
+        if self.quiet:
+            return
+        from tqdm import tqdm
+
+        if kind == "reading":
+            self.bar = tqdm(total=args[0], unit="shard", file=sys.stderr, dynamic_ncols=True, desc="read+check")
+        elif kind == "read" and self.bar is not None:
+            self.bar.update(1)
+            if args[0].get("scan_error") or any(f["check"] == "missing_file" for f in args[0]["findings"]):
+                self.bar.write(f"{args[0]['shard']}: {args[0]['findings'][-1]['message']}", file=sys.stderr)
+        elif kind == "verifying":
+            self.close()
+            click.echo(f"closing and verifying {args[0]} shards...", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

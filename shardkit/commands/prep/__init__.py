@@ -1,0 +1,439 @@
+"""prep: raw source shards in, balanced and validated training shards out, in one read.
+
+What ``convert`` + ``validate --quarantine`` + ``balance`` do in three passes and two copies, in one:
+
+* :mod:`.read` (worker processes, ``run.executor``): each source shard is decompressed once (all
+  codecs; bz2 through indexed_bzip2 with the cores the other tasks leave idle), each utterance is
+  checked by validate's own checks (its audio decoded once), and the utterances without a finding
+  come back with their member bytes; rejected ones are listed (``rejects.jsonl``: shard, member,
+  key, checks, reasons) and never reach a training shard.
+* :mod:`.plan` (pure): results are taken in list order, whatever finished first (``ordered``), so
+  every decision (duplicate keys, shard count, which utterance goes where, pad and drop) is a
+  function of the inputs and options alone, and the output bytes are the same for any ``-j``.
+* :mod:`.write`: every output shard is open under its temporary name and filled as utterances are
+  placed, so the work folder holds one copy (plus a bounded pool of utterances in memory); at the
+  end each is verified, fsynced and renamed.
+
+The shard count is fixed before the first utterance is written: exactly from ``--index`` files
+(``shardkit index`` JSONL; :func:`index_totals` is the one reader, so another index format plugs in
+there), else from the seconds seen while the pool fills, scaled by the source bytes still to come
+(compressed sizes: a header-only pass would have to decompress bz2 sources, which is the cost this
+command exists to avoid). An estimate moves only the shard *size*, never the guarantees.
+
+A rerun with the same sources and options finds prep.json and its shards unchanged and does
+nothing; a run killed at any point leaves only temporary files, and the rerun removes them and
+starts again (every output shard is open until the last source is read, so there is no finished
+part to resume from), giving the same bytes. ``--split`` is not offered: slices of the sources would
+each need every output shard open, and slices of the outputs would each have to read every source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from shardkit import __version__
+from shardkit.commands.balance.plan import repeat_key
+from shardkit.commands.balance.sources import CorpusSource, check_corpora, source_stamps
+from shardkit.commands.balance.write import output_paths
+from shardkit.commands.prep.plan import DEFAULT_POOL_BYTES, FinalPlan, StreamingPlanner, choose_num_shards
+from shardkit.commands.prep.read import SourceTask, apply_duplicates, check_source_path, read_source, reject_lines
+from shardkit.commands.prep.write import OutputShards, output_leftovers
+from shardkit.commands.validate import DuplicateKeys, ValidateOptions, check_options
+from shardkit.errors import ShardkitError, UsageError
+
+MANIFEST = "prep.json"
+REJECTS = "rejects.jsonl"
+
+
+@dataclass(frozen=True)
+class PrepSettings:
+    """Everything that decides the output bytes (part of the rerun check), and how they are written."""
+
+    world_size: int
+    num_workers: int
+    shard_duration: float | None = None
+    num_shards: int | None = None
+    codec: str = "zst"
+    level: int | None = 3
+    remainder: str = "pad"
+    seed: int = 0
+    pool_bytes: int = DEFAULT_POOL_BYTES
+    audio: str = "keep"
+    flac_level: int | None = None
+    verify: bool = True
+    epochs: int = 3
+
+
+@dataclass
+class PrepReport:
+    out_dir: str
+    summary_fields: dict
+    shards: list[dict]
+    sources: list[dict]
+    figures_before: dict | None
+    figures_after: dict | None
+    findings: list[dict] = field(default_factory=list)
+    this_run: str = "done"
+
+    def summary(self) -> dict:
+        return {"command": "prep", "out_dir": self.out_dir, "data_list": os.path.join(self.out_dir, "data.list"),
+                "manifest": os.path.join(self.out_dir, MANIFEST), "rejects": os.path.join(self.out_dir, REJECTS),
+                "this_run": self.this_run, **self.summary_fields,
+                "plan_before": _figures_brief(self.figures_before), "plan_after": _figures_brief(self.figures_after)}
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.summary_fields["findings"] or not self.summary_fields["balanced"] else 0
+
+
+def _figures_brief(figures: dict | None) -> dict | None:
+    if figures is None:
+        return None
+    return {"shards": figures["shards"], "divides": figures["divides"],
+            "worst_rank_spread": figures["worst_rank_spread"], "epochs": len(figures["epochs"])}
+
+
+def index_totals(index_files: Sequence[str], shards: Sequence[str]) -> tuple[float, int] | None:
+    """``(seconds, utterances)`` of ``shards`` from index files, or None if some shard is not indexed.
+
+    The one place that reads an index (JSONL as ``shardkit index`` writes it): another format only
+    has to answer this question.
+    """
+    from shardkit.commands.index import iter_index
+
+    wanted = set(shards)
+    seen: set[str] = set()
+    seconds, count = 0.0, 0
+    for path in index_files:
+        if not os.path.isfile(path):
+            raise UsageError("no such index file", shard=path)
+        for record in iter_index(path):
+            if record["shard"] in wanted:
+                seen.add(record["shard"])
+                seconds += float(record["duration"])
+                count += 1
+    return (seconds, count) if seen == wanted else None
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettings, options: ValidateOptions, *,
+             index_files: Sequence[str] = (), jobs: int | None = None, overwrite: bool = False,
+             on_event: Callable[..., None] | None = None, executor: str = "local",
+             ray_address: str | None = None) -> PrepReport:
+    """Read, check, plan and write; see the module docstring. ``on_event(kind, *args)``: progress.
+
+    ``executor="ray"``: the sources are read and checked as Ray tasks across a cluster (which must see
+    them at the same paths); this process plans and writes, so OUT_DIR is local to it.
+    """
+    from shardkit.run.lifecycle import claimed_output_dir
+
+    event = on_event or (lambda *a, **k: None)
+    sources = _check_args(corpora, settings, options)
+    inputs = [s for s, _ in sources] + [os.path.abspath(p) for p in index_files]
+    with claimed_output_dir(out_dir, inputs, "prep", urls=False) as (out_dir, _):
+        spec = _spec(sources, settings, options)
+        previous = None if overwrite else _finished(out_dir, spec)
+        if previous is not None:
+            event("skipped", previous)
+            return previous
+        _remove_previous(out_dir)
+        totals = index_totals(index_files, [s for s, _ in sources]) if index_files else None
+        run = _Run(out_dir, sources, settings, options, totals, event)
+        return run.execute({"jobs": jobs, "executor": executor, "ray_address": ray_address}, spec)
+
+
+def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
+                options: ValidateOptions) -> list[tuple[str, int]]:
+    """``(source path, corpus position)`` in list order; refuses what prep cannot do before any output."""
+    from shardkit.commands.index import is_index_file
+    from shardkit.io.inputs import expand_shards
+
+    check_corpora(corpora)
+    check_options(options)
+    if settings.world_size < 1 or settings.num_workers < 1:
+        raise UsageError(f"--world-size and --num-workers must be >= 1 (got {settings.world_size} and "
+                         f"{settings.num_workers})")
+    if settings.shard_duration is not None and settings.num_shards is not None:
+        raise UsageError("give --shard-duration or --num-shards, not both")
+    if settings.audio not in ("keep", "flac", "wav"):
+        raise UsageError(f"--audio must be keep, flac or wav (got {settings.audio!r})")
+    sources: list[tuple[str, int]] = []
+    owner: dict[str, str] = {}
+    for c, corpus in enumerate(corpora):
+        if corpus.weight != 1:
+            raise UsageError(f"corpus {corpus.name!r}: prep keeps every utterance once (weight 1); for weighted "
+                             f"mixes run validate and balance")
+        for arg in corpus.sources:
+            if is_index_file(arg):
+                raise UsageError(f"corpus {corpus.name!r}: {arg} is an index; give it with --index and the shards "
+                                 f"as sources")
+        for path in expand_shards(list(corpus.sources)):
+            check_source_path(path)
+            if path in owner:
+                raise UsageError(f"{path} is given to corpus {owner[path]!r} and to corpus {corpus.name!r}")
+            owner[path] = corpus.name
+            sources.append((path, c))
+    if not sources:
+        raise UsageError("no source shards given")
+    return sources
+
+
+def _spec(sources: list[tuple[str, int]], settings: PrepSettings, options: ValidateOptions) -> str:
+    """Digest of what decides the output: the sources (size, mtime), the corpus of each, every option."""
+    h = hashlib.sha256(repr((__version__, asdict(settings), asdict(options) | {"threads": 0})).encode())
+    for (path, corpus), stamp in zip(sources, source_stamps([p for p, _ in sources])):
+        h.update(repr((corpus, stamp)).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def _finished(out_dir: str, spec: str) -> PrepReport | None:
+    """The report of an earlier run of the same spec whose shards are all still there, unchanged."""
+    from shardkit.io.files import load_json, output_unchanged
+
+    doc = load_json(os.path.join(out_dir, MANIFEST))
+    if not doc or doc.get("spec") != spec:
+        return None
+    if not all(output_unchanged(e["path"], e["size"], e["sha256"]) for e in doc["shards"]):
+        return None
+    from shardkit.run.lifecycle import atomic_write_lines
+
+    atomic_write_lines(os.path.join(out_dir, "data.list"), [e["path"] for e in doc["shards"]])  # removed since?
+    return PrepReport(out_dir, doc["summary"], doc["shards"], doc["sources"], doc["plan_before"], doc["plan_after"],
+                      doc.get("findings", []), this_run="skipped")
+
+
+def _remove_previous(out_dir: str) -> None:
+    """Temporary files of a killed run, and the shards of an earlier run with other inputs or options
+    (they would be replaced anyway; removing them first keeps the folder at one copy)."""
+    from shardkit.io.files import load_json, remove_leftovers
+
+    remove_leftovers(output_leftovers(out_dir))
+    doc = load_json(os.path.join(out_dir, MANIFEST))
+    if not doc or doc.get("command") != "prep":  # nothing of an earlier prep run: touch nothing else
+        return
+    for entry in doc.get("shards", []):
+        if os.path.dirname(entry.get("path", "")) == out_dir and os.path.isfile(entry["path"]):
+            os.unlink(entry["path"])
+    for name in (MANIFEST, "data.list"):
+        try:
+            os.unlink(os.path.join(out_dir, name))
+        except FileNotFoundError:
+            pass
+
+
+class _Run:
+    """One run's state: the planner, the pool's bytes, the open outputs and what the report needs."""
+
+    def __init__(self, out_dir: str, sources: list[tuple[str, int]], settings: PrepSettings,
+                 options: ValidateOptions, totals: tuple[float, int] | None, event: Callable[..., None]):
+        self.out_dir, self.sources, self.settings, self.options, self.event = out_dir, sources, settings, options, event
+        self.planner = StreamingPlanner(world_size=settings.world_size, num_workers=settings.num_workers,
+                                        pool_bytes=settings.pool_bytes)
+        self.totals = totals
+        self.pool: dict[int, tuple[str, int, list[tuple[str, bytes]]]] = {}  # seq -> (key, corpus, members)
+        self.keys: set[str] = set()
+        self.outputs: OutputShards | None = None
+        self.shard_utts: np.ndarray = np.zeros(0, np.int64)
+        self.shard_corpus: np.ndarray = np.zeros((0, 0), np.int64)
+        self.source_rows: list[dict] = []
+        self.rejects: list[dict] = []
+        self.findings: list[dict] = []
+        self.seen_bytes = 0
+        self.seen_seconds = 0.0
+        self.seq = 0
+        self.estimate_note: str | None = None
+
+    def execute(self, where: dict, spec: str) -> PrepReport:
+        started = time.perf_counter()
+        try:
+            self._stream(where)
+            if self.planner.num_shards is None:
+                self._fix_shard_count(exact=True)
+            final = self.planner.finish(remainder=self.settings.remainder, seed=self.settings.seed)
+            self._write_final(final)
+            self.event("verifying", len(self.outputs.paths))
+            entries = self.outputs.finish(self.settings.verify)
+        except BaseException:
+            if self.outputs is not None:
+                self.outputs.abort()
+            raise
+        report = self._report(final, entries, time.perf_counter() - started)
+        self._save(report, spec, final)
+        return report
+
+    # reading, in list order
+    def _stream(self, where: dict) -> None:
+        from shardkit.run.executor import run_tasks
+
+        tasks = [SourceTask(path, corpus, self.options, self.settings.audio, self.settings.flac_level)
+                 for path, corpus in self.sources]
+        self.event("reading", len(tasks))
+        duplicates = DuplicateKeys()
+        extra = _threads_per_task(tasks, where["jobs"]) if where["executor"] == "local" else {}
+        for _, result in run_tasks(read_source, tasks, ordered=True, **where, **extra):
+            apply_duplicates(result, duplicates)
+            self._take(result)
+            self.event("read", result)
+            if self.planner.num_shards is None and self.planner.pool_held_bytes > self.settings.pool_bytes:
+                self._fix_shard_count(exact=False)
+            if self.planner.num_shards is not None:
+                self._place(self.planner.evict())
+
+    def _take(self, result: dict) -> None:
+        self.rejects.extend(reject_lines(result))
+        self.findings.extend(result["findings"])
+        seconds = 0.0
+        accepted = result.pop("accepted")
+        for key, secs, members in accepted:
+            self.planner.add(self.seq, secs, sum(len(d) for _, d in members))
+            self.pool[self.seq] = (key, result["corpus"], members)
+            self.keys.add(key)
+            self.seq += 1
+            seconds += secs
+        self.seen_bytes += result["bytes"] or 0
+        self.seen_seconds += seconds
+        self.source_rows.append({"shard": result["shard"], "corpus": result["corpus"], "bytes": result["bytes"],
+                                 "codec": result["codec"], "utterances": result["utterances"],
+                                 "accepted": len(accepted), "accepted_seconds": round(seconds, 4),
+                                 "findings": len(result["findings"])})
+
+    def _fix_shard_count(self, *, exact: bool) -> None:
+        """The shard count, once: from the index, from everything read (exact), or scaled from what was read."""
+        s = self.settings
+        if self.totals is not None:
+            seconds = self.totals[0]
+        elif exact:
+            seconds = self.seen_seconds
+        else:
+            total_bytes = sum(size or 0 for _, size in _sizes(self.sources))
+            seconds = self.seen_seconds * total_bytes / max(self.seen_bytes, 1)
+            self.estimate_note = (f"shard count from an estimate of {seconds:.0f} s of audio (the seconds of the first "
+                                  f"{len(self.source_rows)} sources, scaled by source bytes)")
+        count = choose_num_shards(seconds, world_size=s.world_size, num_workers=s.num_workers,
+                                  shard_duration=s.shard_duration, num_shards=s.num_shards)
+        self.planner.set_num_shards(count)
+        self.shard_utts = np.zeros(count, np.int64)
+        self.shard_corpus = np.zeros((count, max(c for _, c in self.sources) + 1), np.int64)
+        self.outputs = OutputShards(output_paths(self.out_dir, count, s.codec), s.codec, s.level)
+        self.event("writing", count)
+
+    # writing
+    def _place(self, placed: list[tuple[int, int]]) -> None:
+        for seq, shard in placed:
+            key, corpus, members = self.pool.pop(seq)
+            self._write(shard, key, corpus, members, 0)
+
+    def _write(self, shard: int, key: str, corpus: int, members: list[tuple[str, bytes]], copy: int) -> None:
+        new_key = repeat_key(key, copy)
+        if copy and new_key in self.keys:
+            raise ShardkitError(f"repeat of {key!r} would be named {new_key!r}, which is already a key in the mix")
+        for name, data in members:
+            self.outputs.add(shard, new_key + name[len(key):] if copy else name, data)
+        self.shard_utts[shard] += 1
+        self.shard_corpus[shard, corpus] += 1
+
+    def _write_final(self, final: FinalPlan) -> None:
+        self.repeats = []
+        for seq, copy, shard in final.placed:
+            key, corpus, members = self.pool[seq]
+            self._write(shard, key, corpus, members, copy)
+            if copy:
+                self.repeats.append([key, repeat_key(key, copy)])
+        self.dropped = [self.pool[seq][0] for seq in final.dropped]
+        self.pool.clear()
+
+    # reporting
+    def _report(self, final: FinalPlan, entries: list[dict], elapsed: float) -> PrepReport:
+        from shardkit.planning.partition import plan_figures
+
+        s = self.settings
+        secs = final.shard_seconds
+        for i, entry in enumerate(entries):
+            entry.update({"shard": i, "utterances": int(self.shard_utts[i]), "seconds": round(float(secs[i]), 3),
+                          "corpora": [int(x) for x in self.shard_corpus[i]]})
+        assert (self.shard_utts == final.utts_per_shard).all(), "an output shard has another count than planned"
+        figure_args = {"world_size": s.world_size, "num_workers": s.num_workers, "epochs": s.epochs, "seed": s.seed}
+        before = plan_figures([r["accepted"] for r in self.source_rows],
+                              [r["accepted_seconds"] for r in self.source_rows], **figure_args)
+        after = plan_figures(self.shard_utts, secs, **figure_args)
+        fields = self._summary_fields(final, entries, elapsed)
+        return PrepReport(self.out_dir, fields, entries, self.source_rows, before, after, self.findings)
+
+    def _summary_fields(self, final: FinalPlan, entries: list[dict], elapsed: float) -> dict:
+        secs = final.shard_seconds
+        by_check: dict[str, int] = {}
+        for f in self.findings:
+            by_check[f["check"]] = by_check.get(f["check"], 0) + 1
+        rejected_keys = {(r["shard"], r["key"]) for r in self.rejects if r["key"] is not None}
+        tar_bytes = sum(e["tar_bytes"] for e in entries)
+        return {"world_size": self.settings.world_size, "num_workers": self.settings.num_workers,
+                "num_shards": len(entries), "utterances_per_shard": final.utts_per_shard,
+                "divides": len(entries) % (self.settings.world_size * self.settings.num_workers) == 0,
+                "sources": len(self.sources), "source_bytes": sum(r["bytes"] or 0 for r in self.source_rows),
+                "utterances_read": sum(r["utterances"] for r in self.source_rows), "accepted": self.seq,
+                "rejected_utterances": len(rejected_keys), "rejected_members": len(self.rejects),
+                "findings": len(self.findings), "by_check": dict(sorted(by_check.items())),
+                "repeated": len(self.repeats), "dropped": len(self.dropped),
+                "seconds": round(float(secs.sum()), 3), "mean_shard_seconds": round(float(secs.mean()), 3),
+                "min_shard_seconds": round(float(secs.min()), 3), "max_shard_seconds": round(float(secs.max()), 3),
+                "max_deviation_seconds": round(final.max_deviation, 3), "tolerance_seconds": round(final.tolerance, 3),
+                "balanced": final.balanced, "tar_bytes_out": tar_bytes, "bytes_out": sum(e["size"] for e in entries),
+                "elapsed_seconds": round(elapsed, 3),
+                "notes": ([self.estimate_note] if self.estimate_note else []) + final.notes}
+
+    def _save(self, report: PrepReport, spec: str, final: FinalPlan) -> None:
+        """rejects.jsonl, data.list and prep.json (last: its presence says the run finished)."""
+        import json
+
+        from shardkit.errors import json_safe
+        from shardkit.run.lifecycle import atomic_write_json, atomic_write_lines
+
+        atomic_write_lines(os.path.join(self.out_dir, REJECTS),
+                           [json.dumps(json_safe(r), sort_keys=True, ensure_ascii=False) for r in self.rejects])
+        atomic_write_lines(os.path.join(self.out_dir, "data.list"), [e["path"] for e in report.shards])
+        atomic_write_json(os.path.join(self.out_dir, MANIFEST), json_safe({
+            "tool": "shardkit", "version": __version__, "command": "prep", "spec": spec,
+            "settings": asdict(self.settings), "options": asdict(self.options) | {"threads": None},
+            "summary": report.summary_fields, "shards": report.shards, "sources": report.sources,
+            "plan_before": report.figures_before, "plan_after": report.figures_after,
+            "findings": report.findings, "repeat_key_format": "{key}-rep{copy}", "repeats": self.repeats,
+            "dropped": self.dropped}))
+
+
+def _sizes(sources: list[tuple[str, int]]) -> list[tuple[str, int | None]]:
+    out = []
+    for path, _ in sources:
+        try:
+            out.append((path, os.stat(path).st_size))
+        except OSError:
+            out.append((path, None))
+    return out
+
+
+def _threads_per_task(tasks: list[SourceTask], jobs: int | None) -> dict:
+    """``run_tasks`` arguments giving each task its decompressor threads as it is submitted: the cores
+    shared among the tasks that can still run at once (convert's rule), so the last sources of a run
+    decode on the cores that finished jobs left idle. Threads never change what is read."""
+    from dataclasses import replace
+
+    from shardkit.commands.convert import task_threads
+
+    cores = os.cpu_count() or 1
+    jobs_n = max(1, min(jobs or cores, len(tasks) or 1))
+    position = {id(task): k for k, task in enumerate(tasks)}
+
+    def prepare(task: SourceTask) -> SourceTask:
+        threads = task_threads(cores, jobs_n, len(tasks) - position[id(task)])
+        return replace(task, options=replace(task.options, threads=threads))
+
+    # results come back in list order: a window of twice the jobs keeps every core busy while a slow source
+    # holds the ones after it (jobs alone would leave cores idle behind it)
+    return {"prepare": prepare, "max_in_flight": 2 * jobs_n}
