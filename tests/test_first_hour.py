@@ -323,7 +323,7 @@ def test_recipe_rerun_skips_finished_stages_and_keeps_the_demo_files(tmp_path):
     work = tmp_path / "exp"
     first = recipe("--workdir", str(work), *TINY, "--stop_stage", "2")
     assert first.returncode == 0, first.stderr
-    assert re.search(r"convert: 100%\|.*\| \d+/\d+", first.stderr)  # progress bars, not -q
+    assert re.search(r"read\+check: 100%\|.*\| \d+/\d+", first.stderr)  # progress bars, not -q
     demo = sorted(glob.glob(str(work / "kaldi" / "*" / "*")))
     stamps = {p: os.stat(p).st_mtime_ns for p in demo}
     again = recipe("--workdir", str(work), *TINY, "--stop_stage", "2")
