@@ -98,7 +98,8 @@ def main(argv=None):
     zst = os.path.join(args.workdir, "zst")
     for j in jobs:
         shutil.rmtree(zst, ignore_errors=True)
-        t, rep = timed(lambda: shardkit("convert", *paths, "-o", zst, "-q", "-j", str(j), "--threads", "1"))
+        t, rep = timed(lambda: shardkit("convert", *paths, "-o", zst, "-q", "-j", str(j), "--threads", "1",
+                                        "--codec", "zst:3"))
         assert rep["ok"] == len(paths), rep
         out["convert_bz2_to_zst"][j] = {"seconds": t, "tar_mb_s": rep["tar_bytes_converted"] / t / 1e6}
         print(f"convert -j{j}: {t:.1f} s", file=sys.stderr, flush=True)
@@ -128,9 +129,11 @@ def main(argv=None):
         one = {}
         for name, fn in (("pipeline lbzip2 -n1 | zstd -3 -T1", pipeline), ("indexed_bzip2 alone", decompress),
                          ("shardkit -j1 --threads 1", lambda: shardkit("convert", *paths, "-o", zst + "1", "-q",
-                                                                        "-j", "1", "--threads", "1", "--overwrite")),
+                                                                        "--codec", "zst:3", "-j", "1", "--threads",
+                                                                        "1", "--overwrite")),
                          ("shardkit -j1 (threads = cores)", lambda: shardkit("convert", *paths, "-o", zst + "1", "-q",
-                                                                              "-j", "1", "--overwrite"))):
+                                                                              "--codec", "zst:3", "-j", "1",
+                                                                              "--overwrite"))):
             one[name] = {"seconds": timed(fn)[0]}
             one[name]["tar_mb_s"] = tar_bytes / one[name]["seconds"] / 1e6
         base = one["pipeline lbzip2 -n1 | zstd -3 -T1"]["seconds"]
