@@ -10,6 +10,7 @@ from shardkit.cli import (
     ShardProgress,
     emit_json,
     executor_options,
+    io_options,
     jobs_option,
     json_option,
 )
@@ -56,6 +57,7 @@ Examples:
 @click.option("--flac-level", type=click.IntRange(0, 8), default=None,
               help="FLAC compression level 0-8 [default: libsndfile's].")
 @executor_options("Convert only slice I of N of the shard list (job arrays); join with `shardkit merge-reports`.")
+@io_options
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, stdin_name, overwrite, salvage,

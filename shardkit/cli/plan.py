@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, io_options, jobs_option, json_option
 
 
 def audio_length(seconds: float) -> str:
@@ -63,6 +63,7 @@ Examples:
               help="--reader webdataset, resampled: shards each worker draws per epoch "
                    "[default: shards / (world_size x num_workers), rounded up].")
 @jobs_option
+@io_options
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or table on stderr.")
 def command(shards, world_size, num_workers, epochs, seed, index_files, reader, draws, jobs, as_json, quiet):

@@ -71,7 +71,8 @@ class ShardDataset(_Base):
     def __init__(self, shards, *, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
                  seed: int = 0, epoch: int = 0, dtype: str = "float32", decoder: str = "shardkit",
                  on_error: Callable[[ShardkitError], None] | None = None, as_tensor: bool = True,
-                 threads: int = 1, sample_rate: int | None = None, channels: int | None = None):
+                 threads: int = 1, sample_rate: int | None = None, channels: int | None = None,
+                 allow_pipes: bool | None = None):
         try:
             import torch  # noqa: F401
         except ImportError as err:
@@ -96,6 +97,7 @@ class ShardDataset(_Base):
         self.threads = threads
         self.sample_rate = sample_rate
         self.channels = channels
+        self.allow_pipes = allow_pipes  # run pipe:CMD lines (as iter_samples; SHARDKIT_ALLOW_PIPES=1 too)
         self._iterations = 0  # since the last set_epoch, in this process's copy
 
     def set_epoch(self, epoch: int) -> None:
@@ -121,7 +123,8 @@ class ShardDataset(_Base):
         to_tensor = torch.from_numpy if self.as_tensor else None
         rate, channels = self.sample_rate, self.channels
         for sample in iter_samples(self.shards_for(worker, num_workers, epoch), dtype=self.dtype,
-                                   decoder=self.decoder, on_error=self.on_error, threads=self.threads):
+                                   decoder=self.decoder, on_error=self.on_error, threads=self.threads,
+                                   allow_pipes=getattr(self, "allow_pipes", None)):
             if channels is not None and sample["audio"].shape[1] != channels:
                 sample["audio"] = downmix(sample["audio"])
             if rate is not None and sample["sample_rate"] != rate:

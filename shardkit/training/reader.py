@@ -254,13 +254,15 @@ _FAST_TYPES = frozenset(b"0\x00")
 
 
 def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
-                 on_error: Callable[[ShardkitError], None] | None = None) -> Iterator[tuple[str, bytes]]:
+                 on_error: Callable[[ShardkitError], None] | None = None,
+                 allow_pipes: bool | None = None) -> Iterator[tuple[str, bytes]]:
     """``(name, data)`` for each member of one shard, any compression (detected by magic bytes).
 
     ``data`` is bytes-like (``bytes``, or ``bytearray`` for large zstd members). Unsafe or
     oversized members raise, or go to ``on_error`` and are skipped; a damaged container raises.
+    A ``pipe:CMD`` shard runs its command only with ``allow_pipes=True`` (or SHARDKIT_ALLOW_PIPES=1).
     """
-    with open_shard(path) as f:
+    with open_shard(path, allow_pipes=allow_pipes) as f:
         codec = detect_codec(f.peek(16)[:16])
         source = (_ZstdMemberSource(f, path) if codec == "zst"
                   else shard_reader(f, shard=path, codec=codec, threads=threads))
@@ -272,7 +274,7 @@ def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
             return
     # A zstd tar without its end-of-archive block: either a writer that omits it (tolerated, as
     # tarfile does) or a stream cut at a member boundary. The strict reader tells which.
-    with open_shard(path) as f:
+    with open_shard(path, allow_pipes=allow_pipes) as f:
         for _ in iter_decompressed(f, shard=path, codec="zst"):
             pass
 
@@ -544,14 +546,16 @@ def decode_utterances(utts: Iterable[dict], *, dtype: str = "float32", decoder: 
 
 
 def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
-                    on_error: Callable[[ShardkitError], None] | None = None) -> Iterator[dict]:
+                    on_error: Callable[[ShardkitError], None] | None = None,
+                    allow_pipes: bool | None = None) -> Iterator[dict]:
     """Read and group, no decode: ``{key, shard, txt, audio_format, audio_bytes, ...}`` per utterance.
 
     With ``on_error``, a shard that cannot be opened or whose container is damaged is reported
     and the reader moves to the next shard (the utterances before the damage were yielded).
     """
     for path in shards:
-        members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error)
+        members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
+                               allow_pipes=allow_pipes)
         try:
             yield from group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes)
         except ShardkitError as err:
@@ -563,7 +567,8 @@ def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MA
 def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str = "float32",
                  decoder: str = "shardkit", keep_bytes: bool = False,
                  max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
-                 on_error: Callable[[ShardkitError], None] | None = None) -> Iterator[dict]:
+                 on_error: Callable[[ShardkitError], None] | None = None,
+                 allow_pipes: bool | None = None) -> Iterator[dict]:
     """Every utterance of the shards, in order: ``{key, shard, txt, audio, sample_rate}``.
 
     ``shards``: shard paths, or one path (a shard or a data.list). ``audio`` has shape
@@ -574,7 +579,9 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
     extension. ``on_error``: None raises on the first problem; a callable (e.g.
     :func:`warn_and_skip`) receives each located error and the reader goes on. Decoded PCM
     arrays come from :data:`DEFAULT_POOL`: their memory is reused once they (and every view of
-    them) are gone, never while in use.
+    them) are gone, never while in use. ``allow_pipes``: run the commands of ``pipe:CMD`` lines
+    (refused otherwise, as a failure of that shard, unless SHARDKIT_ALLOW_PIPES=1: a list can name
+    any command).
     """
     if isinstance(shards, str):
         from shardkit.io.inputs import expand_shards
@@ -582,7 +589,8 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
         shards = expand_shards([shards])
     if decode:
         check_decode_settings(decoder, dtype)
-    utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error)
+    utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
+                           allow_pipes=allow_pipes)
     if not decode:
         return utts
     return decode_utterances(utts, dtype=dtype, decoder=decoder, keep_bytes=keep_bytes, on_error=on_error)
