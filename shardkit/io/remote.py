@@ -158,9 +158,8 @@ def _with_deadlines(protocol: str, options: dict) -> dict:
         client = dict(options.get("client_kwargs") or {})
         client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=s.connect_timeout,
                                                            sock_read=s.read_timeout))
-        client.setdefault("auto_decompress", False)
-        return {**options, "client_kwargs": client,
-                "headers": {"Accept-Encoding": "identity", **(options.get("headers") or {})}}
+        client.setdefault("auto_decompress", False)  # each request asks for identity (RemoteReader._open)
+        return {**options, "client_kwargs": client}
     if protocol in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", s.connect_timeout)
@@ -214,8 +213,10 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def classify_failure(err: BaseException, *, where: str, settings: IOSettings) -> tuple[bool, bool, str]:
-    """``(transient, missing, reason)`` of a failed remote open or read; ``where`` says how far it got.
+def classify_failure(err: BaseException, *, where: str, settings: IOSettings,
+                     body_start: int = 0) -> tuple[bool, bool, str]:
+    """``(transient, missing, reason)`` of a failed remote open or read; ``where`` says how far it got,
+    ``body_start`` where the failed response's body began in the file (a resumed range, else 0).
 
     Drivers raise their own families (aiohttp, botocore, OSError) and fsspec often hides the cause
     behind a FileNotFoundError: the whole chain is read, most specific cause first."""
@@ -243,6 +244,10 @@ def classify_failure(err: BaseException, *, where: str, settings: IOSettings) ->
                     "ResponseStreamingError"):
             if "encoding" in str(e).lower() and "content-length" not in str(e).lower():
                 return False, False, f"body does not decode as its Content-Encoding ({_first_line(e)})"
+            received = re.search(r"received (\d+) of (\d+) bytes", str(e))
+            if received:
+                got, total = body_start + int(received.group(1)), body_start + int(received.group(2))
+                return True, False, f"connection closed after {got} of {total} bytes"
             return True, False, f"connection closed {where} ({_first_line(e)})"
         if name in ("ServerDisconnectedError", "ClientOSError", "ClientConnectorError", "EndpointConnectionError",
                     "ConnectionClosedError") or isinstance(e, ConnectionError):
@@ -273,6 +278,7 @@ class RemoteReader(io.RawIOBase):
         self._fs = self._key = None
         self.pos = 0
         self.size: int | None = None
+        self._body_start = 0  # where the current response's body begins in the file
         self._attempt(self._open)
 
     @property
@@ -305,7 +311,8 @@ class RemoteReader(io.RawIOBase):
         raw = self._fs.open(self._key, "rb", block_size=0, size=self.size, headers=headers)
         self._raw = raw
         response = getattr(raw, "r", None)
-        if self.pos and getattr(response, "status", 206) != 206:  # the server ignored the range: skip ahead
+        self._body_start = self.pos if getattr(response, "status", 206) == 206 else 0
+        if self.pos and not self._body_start:  # the server ignored the range: skip ahead
             left = self.pos
             while left:
                 skipped = raw.read(min(left, _READ_BUFFER))
@@ -328,7 +335,8 @@ class RemoteReader(io.RawIOBase):
             try:
                 return step()
             except Exception as err:  # drivers raise their own families; each is classified
-                transient, missing, reason = classify_failure(err, where=self._where(), settings=self.settings)
+                transient, missing, reason = classify_failure(err, where=self._where(), settings=self.settings,
+                                                              body_start=self._body_start)
                 cause = err
             self._drop()
             attempts += 1
@@ -474,8 +482,9 @@ def input_info(path: str, *, storage_options: dict | None = None) -> dict:
     fs, key = filesystem(path, storage_options)
     try:
         info = fs.info(key)
-    except Exception as err:
-        raise ShardkitError(_describe(err), shard=path) from err
+    except Exception as err:  # in words (HTTP status, redirect loop, no such object), as open_input says it
+        _, missing, reason = classify_failure(err, where="before its first byte", settings=_SETTINGS)
+        raise (InputMissingError if missing else InputError)(reason, shard=path) from err
     modified = info.get("LastModified") or info.get("mtime") or info.get("updated")
     mtime_ns = None
     if hasattr(modified, "timestamp"):
