@@ -112,7 +112,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
             if args[2]:
                 b.write(f"failed: {args[2]}", file=sys.stderr)
         elif kind in ("spooling", "writing"):
-            bar({"spooling": "spool (remote or compressed)", "writing": "write"}[kind], args[0], "shard")
+            bar({"spooling": "decompress", "writing": "write"}[kind], args[0], "shard")
         elif kind in ("spooled", "written"):
             b = bars["decompress" if kind == "spooled" else "write"]
             b.update(1)

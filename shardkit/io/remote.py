@@ -360,6 +360,14 @@ class RemoteReader(io.RawIOBase):
         self.pos += len(data)
         return len(data)
 
+    def readall(self) -> bytes:
+        """The rest of the object in reads of 1 MiB (RawIOBase's would ask for 8 KiB at a time)."""
+        chunks = []
+        while data := self._attempt(lambda: self._read_some(_READ_BUFFER)):
+            self.pos += len(data)
+            chunks.append(data)
+        return b"".join(chunks)
+
     def close(self) -> None:
         if not self.closed:
             self._drop()
