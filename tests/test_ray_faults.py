@@ -30,8 +30,10 @@ def test_a_killed_ray_worker_leaves_one_json_document_and_no_temporary_file(make
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                          env.get("PYTHONPATH", "")])
+    # --ray-address local: a Ray instance of this test's own, whatever else runs on the machine
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(tmp_path / "in.list"), "-o", str(out),
-                           "--executor", "ray", "-j", "2", "--json", "-q", "--allow-pipes"],
+                           "--executor", "ray", "--ray-address", "local", "-j", "2", "--json", "-q",
+                           "--allow-pipes"],
                           capture_output=True, text=True, timeout=360, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(done.stdout)  # one document, nothing of Ray's before or after it
