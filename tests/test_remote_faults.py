@@ -258,3 +258,25 @@ def test_a_lost_cluster_is_exit_code_3_with_one_json_document_and_a_rerun_resume
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["this_run"]["skipped"] == 1 and report["ok"] == len(shards) - 1
+
+
+def test_a_head_that_stops_answering_is_a_cluster_error(monkeypatch):
+    """The watch that ends a run as ClusterError before Ray's own 60 s wait ends the process with status 1."""
+    import socket
+    import types
+
+    from shardkit.run import executor
+
+    with socket.socket() as s:  # a port that nobody listens on: the head is gone
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fake_ray = types.SimpleNamespace(
+        get_runtime_context=lambda: types.SimpleNamespace(gcs_address=f"127.0.0.1:{port}"),
+        wait=lambda refs, num_returns, timeout: ([], refs),
+        exceptions=types.SimpleNamespace(RaySystemError=RuntimeError))
+    monkeypatch.setattr(executor, "CLUSTER_LOST_SECONDS", 0.0)
+    watch = executor._ClusterWatch(fake_ray)
+    with pytest.raises(ClusterError) as err:
+        executor._wait_one(fake_ray, {"ref": 0}, watch)
+    assert err.value.exit_code == 3 and watch.lost
+    assert str(err.value).startswith(f"lost the Ray cluster: its head at 127.0.0.1:{port} has not answered for ")

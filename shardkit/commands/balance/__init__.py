@@ -373,7 +373,8 @@ def _spool_sources(planned: _Planned, layout: _Layout, event: Callable[..., None
         os.makedirs(layout.spool_dir, exist_ok=True)
         event("spooling", len(spool_tasks))
         for _, (src, error) in run_tasks(_spool_task, spool_tasks, jobs=jobs, executor=executor,
-                                         ray_address=ray_address):
+                                         ray_address=ray_address,  # any task error: that source's failure
+                                         on_error=lambda task, err: (task[0], str(err.located(shard=task[0])))):
             event("spooled", src, error)
     return read_paths
 
