@@ -53,12 +53,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 server.requests["GET " + self.path] = server.requests.get("GET " + self.path, 0) + 1
                 fault = "closed" if server.requests["GET " + self.path] == 1 else "good"
         if fault in ("good", "flaky", "droponce") and body and self.headers.get("Range"):
-            start = int(self.headers["Range"].split("=")[1].split("-")[0])
+            first, _, last = self.headers["Range"].split("=")[1].partition("-")
+            start, end = int(first), min(int(last) + 1 if last else len(data), len(data))
             self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-            self.send_header("Content-Length", str(len(data) - start))
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+            self.send_header("Content-Length", str(end - start))
             self.end_headers()
-            self.wfile.write(data[start:])
+            self.wfile.write(data[start:end])
             return
         declared = len(data) + (1000 if fault == "long" else 0)
         self.send_response(200)
