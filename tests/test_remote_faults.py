@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import shutil
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -182,6 +183,31 @@ def test_the_training_reader_refuses_pipes_unless_allowed(make_shards, tmp_path)
     assert marker.exists()
 
 
+def test_a_stalled_pipe_takes_its_whole_process_group_with_it(tmp_path):
+    from shardkit.io.remote import open_input
+
+    configure_io(read_timeout=1)
+    child = tmp_path / "child.pid"
+    # the command leaves a child of its own running; the stall must end it too
+    with pytest.raises(ShardkitError, match="command stalled: no output for 1 s after 0 bytes"):
+        with open_input(f"pipe:sleep 60 & echo $! > {shlex.quote(str(child))}; wait", allow_pipes=True) as f:
+            f.read()
+    pid = int(child.read_text())
+
+    def running() -> bool:  # a zombie (killed, not yet reaped by whoever adopted it) runs nothing
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    for _ in range(50):
+        if not running():
+            break
+        time.sleep(0.1)
+    assert not running()
+
+
 def test_io_timeout_option_is_checked():
     result = CliRunner().invoke(main, ["validate", "x.tar", "--io-timeout", "0"])
     assert result.exit_code == 2 and "--io-timeout takes READ or CONNECT:READ seconds" in result.output
@@ -252,7 +278,7 @@ def test_a_lost_cluster_is_exit_code_3_with_one_json_document_and_a_rerun_resume
     assert result.exit_code == 3
     doc = json.loads(result.stdout)
     assert doc["exit_code"] == 3 and "lost the Ray cluster" in doc["error"]
-    assert not [n for n in os.listdir(out) if n.endswith(".partial") or n.endswith(".lock")]
+    assert not [n for n in os.listdir(out) if n.endswith((".partial", ".lock"))]
     monkeypatch.setattr(convert, "run_tasks", real)
     result = CliRunner().invoke(main, ["convert", *shards, "-o", str(out), "-j", "1", "--json", "-q"])
     assert result.exit_code == 0, result.stderr

@@ -135,7 +135,7 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
     # every worker reads inputs with this process's deadlines and pipe permission (shardkit.io.remote)
     from shardkit.io.remote import settings_for_workers
 
-    initializer, initargs = _worker_setup, (settings_for_workers(), initializer, initargs)
+    initializer, initargs = _worker_setup, (os.getpid(), settings_for_workers(), initializer, initargs)
     if executor == "ray":
         quiet_stdout()
         ray = connect_ray(ray_address)
@@ -154,11 +154,13 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
     return _hand_back(completions, window, len(tasks), ordered, on_result, policy)
 
 
-def _worker_setup(io_settings, initializer, initargs) -> None:
-    """First thing in every worker (and inline): the parent's input settings, then the command's initializer."""
-    from shardkit.io.remote import configure_io
+def _worker_setup(parent_pid: int, io_settings, initializer, initargs) -> None:
+    """First thing in every worker (and inline): the parent's input settings (another process only: inline,
+    this process keeps its own), then the command's initializer."""
+    if os.getpid() != parent_pid:
+        from shardkit.io.remote import configure_io
 
-    configure_io(io_settings)
+        configure_io(io_settings)
     if initializer is not None:
         initializer(*initargs)
 
