@@ -20,7 +20,11 @@ command assembles the same report and manifest, so every executor writes the sam
 Both bound the tasks submitted but not yet handed back (``max_in_flight``), so a million-shard list
 never sits in a scheduler queue or in memory at once. Data problems are results (convert returns
 ``status: failed``); a task that raises is re-raised here as the same ``ShardkitError`` located at
-the task's shard, or as ``TaskFailedError`` naming the shard and the exception.
+the task's shard, or as ``TaskFailedError`` naming the shard and the exception, unless the command
+passes ``on_error``, which turns it into that shard's result (convert, validate, index: any error
+inside a task is a finding, never the run's end). Every worker gets this process's input settings
+(``shardkit.io.remote``: deadlines, retries, pipe permission). While Ray runs, stdout carries
+only the command's report (``quiet_stdout``); losing the cluster raises ``ClusterError`` (exit 3).
 """
 
 from __future__ import annotations
@@ -441,6 +445,7 @@ def _iter_ray(ray, fn, tasks, window: _Window, retries: int, initializer, initar
                     result = _failed(getattr(err, "cause", None) or err, tasks[index], index)
                     result.error.__cause__ = err
                 except ray.exceptions.RaySystemError as err:
+                    watch.lost = True
                     raise ClusterError(f"lost the Ray cluster ({_first_line(err)}); rerun to resume") from err
                 except ray.exceptions.RayError as err:
                     # the worker or node died on every attempt, an object was lost, out of memory
