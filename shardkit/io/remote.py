@@ -3,7 +3,12 @@
 - ``open_input(path)``: a local path, an fsspec URL, ``pipe:CMD`` (WebDataset's convention:
   the command's stdout is the shard, e.g. ``pipe:aws s3 cp s3://b/x.tar -``) or ``-`` (standard
   input). Returns a binary
-  file object with ``peek``; failures raise ``ShardkitError`` naming the path or command.
+  file object with ``peek``; failures raise ``ShardkitError`` naming the path or command. Every
+  remote read has a deadline and transient failures are retried (``IOSettings``, set by the CLI's
+  --io-timeout/--io-retries through ``configure_io``); a failure is an ``InputError`` saying what
+  happened (HTTP status, stalled N s, closed after X of Y bytes, redirect loop, exit status). A
+  ``pipe:`` command runs only when allowed (--allow-pipes, SHARDKIT_ALLOW_PIPES=1,
+  ``allow_pipes=True``), in its own process group, killed when its shard ends early or fails.
 - ``publish_output(local_tmp, dest)``: the last step of an atomic write. Local: ``os.replace``.
   URL: upload to a temporary key beside the destination, then move it onto the final key
   (rename where the store has one; copy + delete on object stores, where the copy appears whole),
