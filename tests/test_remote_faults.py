@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import shutil
+import tempfile
 import time
 
 import pytest
@@ -235,10 +236,26 @@ def test_s3_missing_key_fails_its_shard_only(make_shards, tmp_path, monkeypatch)
         code, report = run_cli(["validate", str(tmp_path / "s3.list"), "-j", "1"])
         assert code == 1 and [(f["shard"], f["check"]) for f in report["findings"]] == \
             [("s3://corpus/in/absent.tar", "missing_file")]
-        # an upload that fails (no such bucket) fails each shard cleanly, and leaves no key behind
-        code, report = run_cli(["convert", str(tmp_path / "s3.list"), "-o", "s3://no-such-bucket/out", "-j", "1"])
-        assert code != 0
-        assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]
+        # an upload that fails mid-way fails that shard cleanly: no object, no temporary key, no local file
+        import s3fs
+
+        put_file = s3fs.S3FileSystem._put_file
+
+        async def failing_put(self, lpath, rpath, *args, **kwargs):
+            if "shards_000000001" in rpath:
+                raise ConnectionResetError(104, "Connection reset by peer")
+            return await put_file(self, lpath, rpath, *args, **kwargs)
+
+        monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", failing_put)
+        s3fs.S3FileSystem.clear_instance_cache()  # instances bind their sync methods when made
+        code, report = run_cli(["convert", str(tmp_path / "s3.list"), "-o", "s3://corpus/out", "-j", "1"])
+        assert code == 1 and report["ok"] == 1
+        assert [f["shard"] for f in report["failures"]] == ["s3://corpus/in/absent.tar", shards[1]]
+        assert "cannot publish" in report["failures"][1]["error"]
+        fs.invalidate_cache()
+        assert sorted(os.path.basename(k) for k in fs.ls("corpus/out", detail=False)) == \
+            ["a.tar.zst", "convert.json", "data.list"]
+        assert not [n for n in os.listdir(tempfile.gettempdir()) if "shards_000000001" in n and "partial" in n]
 
 
 # --- every exception in a task is that shard's finding --------------------------------------------------
