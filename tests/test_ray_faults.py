@@ -49,7 +49,7 @@ def test_a_killed_ray_worker_leaves_one_json_document_and_no_temporary_file(make
 @pytest.mark.timeout(400)
 def test_losing_the_head_is_exit_code_3_one_json_error_and_a_rerun_resumes(make_shards, tmp_path):
     pytest.importorskip("ray")
-    psutil = pytest.importorskip("psutil")
+    psutil = pytest.importorskip("psutil")  # Ray puts its own copy on sys.path when imported
     shards = make_shards("none", utts_per_shard=4)
     started = tmp_path / "started"
     # a shard that takes its time, so the head is lost while the run waits for it
