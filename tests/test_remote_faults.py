@@ -323,3 +323,37 @@ def test_a_head_that_stops_answering_is_a_cluster_error(monkeypatch):
         executor._wait_one(fake_ray, {"ref": 0}, watch)
     assert err.value.exit_code == 3 and watch.lost
     assert str(err.value).startswith(f"lost the Ray cluster: its head at 127.0.0.1:{port} has not answered for ")
+
+
+@pytest.mark.parametrize("command", ["convert", "validate", "index"])
+def test_a_library_exception_inside_a_task_fails_that_shard_only(make_shards, tmp_path, monkeypatch, command):
+    import aiohttp
+
+    import shardkit.commands.convert as convert
+    import shardkit.commands.index as index
+    import shardkit.commands.validate as validate
+
+    shards = make_shards("none", utts_per_shard=4)
+    bad = shards[1]
+
+    def raising(real):
+        def task(*args, **kwargs):
+            if bad in (args[0] if isinstance(args[0], tuple) else args):
+                raise aiohttp.ClientPayloadError("Response payload is not completed")
+            return real(*args, **kwargs)
+        return task
+
+    where = {"convert": (convert, "_task"), "validate": (validate, "_validate_task"), "index": (index, "_index_task")}
+    module, name = where[command]
+    monkeypatch.setattr(module, name, raising(getattr(module, name)))
+    extra = {"convert": ["-o", str(tmp_path / "out")], "index": ["-o", str(tmp_path / "i.jsonl")], "validate": []}
+    result = CliRunner().invoke(main, [command, *shards, *extra[command], "-j", "1", "--json", "-q"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    message = f"{bad}: task raised ClientPayloadError: Response payload is not completed"
+    if command == "validate":
+        assert [(f["shard"], f["check"], f["message"]) for f in report["findings"]] == \
+            [(bad, "task", "task raised ClientPayloadError: Response payload is not completed")]
+    else:
+        assert report["failures"] == [{"shard": bad, "error": message}]
+        assert report["shards"] == len(shards)
