@@ -248,12 +248,12 @@ def test_s3_missing_key_fails_its_shard_only(make_shards, tmp_path, monkeypatch)
 
         monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", failing_put)
         s3fs.S3FileSystem.clear_instance_cache()  # instances bind their sync methods when made
-        code, report = run_cli(["convert", str(tmp_path / "s3.list"), "-o", "s3://corpus/out", "-j", "1"])
+        code, report = run_cli(["convert", str(tmp_path / "s3.list"), "-o", "s3://corpus/faults-out", "-j", "1"])
         assert code == 1 and report["ok"] == 1
         assert [f["shard"] for f in report["failures"]] == ["s3://corpus/in/absent.tar", shards[1]]
         assert "cannot publish" in report["failures"][1]["error"]
         fs.invalidate_cache()
-        assert sorted(os.path.basename(k) for k in fs.ls("corpus/out", detail=False)) == \
+        assert sorted(os.path.basename(k) for k in fs.ls("corpus/faults-out", detail=False)) == \
             ["a.tar.zst", "convert.json", "data.list"]
         assert not [n for n in os.listdir(tempfile.gettempdir()) if "shards_000000001" in n and "partial" in n]
 
