@@ -7,7 +7,8 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORDER = ["convert", "transcode", "validate", "balance", "reader", "bench", "scaling", "executor", "make", "webdataset",
-         "tar_hardening", "layout", "wenet_conf", "audio_headers", "resume", "equal_steps", "first_hour", "prep"]
+         "tar_hardening", "layout", "wenet_conf", "audio_headers", "resume", "equal_steps", "first_hour", "prep",
+         "remote_inputs"]
 
 SUMMARY = """# Benchmark results
 

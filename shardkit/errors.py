@@ -43,6 +43,26 @@ class UsageError(ShardkitError):
     check = "usage"
 
 
+class InputError(ShardkitError):
+    """An input that could not be read: a URL (HTTP status, stalled, closed early, redirect loop), a
+    ``pipe:`` command (exit status, stalled, refused without --allow-pipes). Fails that shard only."""
+
+    check = "input"
+
+
+class InputMissingError(InputError):
+    """An input that is not there (HTTP 404, no such key or file)."""
+
+    check = "missing_file"
+
+
+class ClusterError(ShardkitError):
+    """The Ray cluster (its head, or the connection to it) was lost: not a data problem (exit code 3)."""
+
+    check = "cluster"
+    exit_code = 3
+
+
 class CorruptStreamError(ShardkitError):
     """The compressed stream is truncated or damaged."""
 

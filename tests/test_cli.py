@@ -49,6 +49,7 @@ def test_unknown_option_is_a_usage_error(path):
 
 def test_top_level_help_and_version():
     result = CliRunner().invoke(main, ["--help"])
-    assert result.exit_code == 0 and "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors." in result.output
+    assert result.exit_code == 0 and "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors, 3 the" \
+        in result.output and "cluster was lost (rerun to resume)." in result.output
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("shardkit, version ")

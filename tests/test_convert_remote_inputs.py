@@ -31,7 +31,7 @@ def test_convert_reads_s3_urls_and_pipes_like_local_files(make_shards, s3, tmp_p
     runner = CliRunner()
     assert runner.invoke(main, ["convert", *sources, "-o", str(tmp_path / "local"), "-j", "1", "-q"]).exit_code == 0
     result = runner.invoke(main, ["convert", str(tmp_path / "remote.list"), "-o", str(tmp_path / "remote"),
-                                  "-j", "1", "-q"])
+                                  "-j", "1", "-q", "--allow-pipes"])
     assert result.exit_code == 0, result.output
     local = sorted(os.listdir(tmp_path / "local"))
     assert sorted(os.listdir(tmp_path / "remote")) == local

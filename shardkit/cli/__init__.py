@@ -18,7 +18,8 @@ from shardkit.errors import ShardkitError, UsageError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-EXIT_CODES_HELP = "Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors. Ctrl-C: 130 (a rerun resumes)."
+EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors, 3 the Ray cluster was lost "
+                   "(rerun to resume). Ctrl-C: 130 (a rerun resumes).")
 EXIT_INTERRUPTED = 130
 
 
@@ -53,7 +54,7 @@ class _Commands(click.Group):
         except UsageError as err:
             self._fail(ctx, args, err, 2)
         except ShardkitError as err:
-            self._fail(ctx, args, err, 1)
+            self._fail(ctx, args, err, getattr(err, "exit_code", 1))  # ClusterError: 3
         except click.UsageError as err:  # click's own (a bad option value): --json still gets its document
             if "--json" in args and not _json_emitted:
                 emit_json({"command": args[0] if args else None, "error": err.format_message(), "exit_code": 2})
@@ -82,6 +83,14 @@ class _Commands(click.Group):
         if "--json" in args and not _json_emitted:  # --json promises one document on stdout, failures included
             emit_json({"command": args[0], "error": str(err), "exit_code": code})
         click.echo(f"Error: {err}", err=True)
+        ray = sys.modules.get("ray")
+        if code == 3 and ray is not None and ray.is_initialized():
+            # a lost cluster: Ray's exit handlers would wait for it, then end the process with status 1
+            import os
+
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         ctx.exit(code)
 
 
@@ -105,10 +114,13 @@ def emit_json(obj) -> None:
     from shardkit.errors import json_safe
 
     # a non-UTF-8 shard path or name is escaped (\xNN): the document is valid UTF-8 JSON, whatever the input holds
+    from shardkit.run.executor import report_stdout
+
     global _json_emitted
     _json_emitted = True
-    sys.stdout.write(json.dumps(json_safe(obj), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    out = report_stdout()  # stdout, also while Ray has sent everything else there to stderr
+    out.write(json.dumps(json_safe(obj), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    out.flush()
 
 
 def jobs_option(f):
@@ -134,6 +146,51 @@ def executor_options(split_help: str, executor_help: str = "local: processes on 
                             help=executor_help)(f)
 
     return decorate
+
+
+def io_options(f=None, *, pipes: bool = True):
+    """--io-timeout, --io-retries and --allow-pipes: how a command reads URL and ``pipe:`` inputs.
+
+    They set ``shardkit.io.remote``'s settings as the command line is parsed (no parameter reaches
+    the command), and the executor hands them to every worker process and Ray task. ``pipes=False``
+    leaves --allow-pipes out, for a command that declares its own (make).
+    """
+    from shardkit.io.remote import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_RETRIES
+
+    def set_timeout(ctx, param, value):
+        from shardkit.io.remote import configure_io, parse_io_timeout
+
+        try:
+            connect, read = parse_io_timeout(value)
+        except UsageError as err:
+            raise click.BadParameter(err.reason) from None
+        configure_io(connect_timeout=connect, read_timeout=read)
+
+    def set_retries(ctx, param, value):
+        from shardkit.io.remote import configure_io
+
+        configure_io(retries=value)
+
+    def set_pipes(ctx, param, value):
+        from shardkit.io.remote import configure_io
+
+        configure_io(allow_pipes=value)
+
+    def decorate(f):
+        if pipes:
+            f = click.option("--allow-pipes", is_flag=True, expose_value=False, callback=set_pipes,
+                             help="Run the commands of `pipe:CMD` inputs (refused otherwise: a list can name any "
+                                  "command); or set SHARDKIT_ALLOW_PIPES=1.")(f)
+        f = click.option("--io-retries", type=click.IntRange(min=0), default=DEFAULT_RETRIES, show_default=True,
+                         expose_value=False, callback=set_retries,
+                         help="Further attempts at a URL after a transient failure (5xx, reset, short body, "
+                              "stall), 0.5 s apart and doubling.")(f)
+        return click.option("--io-timeout", default=f"{DEFAULT_CONNECT_TIMEOUT:g}:{DEFAULT_READ_TIMEOUT:g}",
+                            show_default=True, metavar="[CONNECT:]READ", expose_value=False, callback=set_timeout,
+                            help="Seconds to connect to a URL, and that a read of a URL or pipe: command may "
+                                 "wait for data before the input fails as stalled.")(f)
+
+    return decorate(f) if f is not None else decorate
 
 
 class ShardProgress:

@@ -5,6 +5,7 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
+from shardkit.cli import io_options
 from shardkit.cli._outcome import codec_option
 from shardkit.cli.plan import trainer_spec, wenet_conf_options
 
@@ -62,6 +63,7 @@ Examples:
 @wenet_conf_options
 @jobs_option
 @executor_options("Plan every shard, write only slice I of N of them (job arrays); join with " "`shardkit merge-reports OUT_DIR --command balance`.")
+@io_options
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level, remainder,

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, io_options, jobs_option, json_option
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -62,6 +62,7 @@ Examples:
               help="WebDataset loader rows (soundfile / torchaudio / shardkit handler, shardkit.training.wds.WebDataset) "
                    "next to shardkit's reader, on plain WAV, zstd WAV and FLAC (needs webdataset).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or table on stderr.")
+@io_options
 @json_option
 def command(shards, out_dir, formats, audio, decoders, reference, workers, mp_contexts, loader_format,
             loader_batch_size, min_seconds,

@@ -10,6 +10,7 @@ from shardkit.cli import (
     ShardProgress,
     emit_json,
     executor_options,
+    io_options,
     jobs_option,
     json_option,
 )
@@ -60,6 +61,7 @@ Examples:
               metavar="S", help="With --audio, keep a member that decodes to more than S seconds as it is "
                                 "(problem decoded_too_long): a tiny member can decode to hours.")
 @executor_options("Convert only slice I of N of the shard list (job arrays); join with `shardkit merge-reports`.")
+@io_options
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, stdin_name, overwrite, salvage,

@@ -5,6 +5,7 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
+from shardkit.cli import io_options
 
 
 @click.command("index", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -21,6 +22,7 @@ Examples:
 @click.option("--corpus", default=None, help="Corpus name for every utterance [default: each shard's folder name].")
 @jobs_option
 @executor_options("Index only slice I of N of the shard list (job arrays) into OUTPUT's slice, " "<stem>.slice-I-of-N.jsonl; the slices concatenated in order are the whole index.")
+@io_options
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, output, corpus, jobs, executor, ray_address, split, as_json, quiet):

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, emit_json, json_option
+from shardkit.cli import CONTEXT_SETTINGS, emit_json, io_options, json_option
 
 
 @click.command("loader-check", context_settings=CONTEXT_SETTINGS, epilog="""Exit codes: 0 every rank reads the same \
@@ -25,6 +25,7 @@ Example:
 @click.option("--engine", type=click.Choice(["auto", "torch", "shardkit"]), default="auto", show_default=True,
               help="torch: a DataLoader over shardkit's dataset; shardkit: shardkit's reader in worker processes "
                    "(no torch needed); auto: torch when it is installed.")
+@io_options
 @json_option
 def command(data_list, world_size, num_workers, batch_size, seed, epoch, engine, as_json):
     """Read DATA_LIST once per rank, as the W x K consumers of training would.

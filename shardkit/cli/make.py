@@ -12,6 +12,7 @@ from shardkit.cli import (
     ShardProgress,
     emit_json,
     executor_options,
+    io_options,
     jobs_option,
     json_option,
 )
@@ -21,6 +22,13 @@ if TYPE_CHECKING:  # the library imports numpy: loaded only when make runs
     from shardkit.commands.make import MakeReport, MakeSettings
 
 FROM_CHOICES = ["kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds"]
+
+
+def _allow_pipe_inputs(value: bool) -> bool:
+    from shardkit.io.remote import configure_io
+
+    configure_io(allow_pipes=value)  # pipe:CMD inputs (wds tars) follow make's one --allow-pipes
+    return value
 
 
 @click.command("make", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -74,12 +82,14 @@ Examples:
               help="Convert every utterance to this sample rate (soxr, high quality).")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every written shard back (names, sizes and the sha256 of its tar stream) before naming it.")
-@click.option("--allow-pipes", is_flag=True,
-              help="Run 'command |' entries of wav.scp (and Lhotse command sources) with sh and read their output.")
+@click.option("--allow-pipes", is_flag=True, callback=lambda ctx, param, value: _allow_pipe_inputs(value),
+              help="Run 'command |' entries of wav.scp (and Lhotse command sources) with sh and read their output; "
+                   "also `pipe:CMD` inputs (or SHARDKIT_ALLOW_PIPES=1).")
 @jobs_option
 @executor_options("Write only slice I of N of the planned shards (job arrays; every slice plans the same shards); "
                   "writes make.slice-I-of-N.json and data.slice-I-of-N.list; join with `shardkit merge-reports`.")
 @click.option("--overwrite", is_flag=True, help="Redo every shard, even those a previous run finished.")
+@io_options(pipes=False)
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(source, source_format, wav_scp, text, segments, key_field, text_field, audio_field, channel, out_dir,

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, io_options, jobs_option, json_option
 
 
 def wenet_conf_options(f):
@@ -93,6 +93,7 @@ Examples:
                    "[default: shards / (world_size x num_workers), rounded up].")
 @wenet_conf_options
 @jobs_option
+@io_options
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or table on stderr.")
 def command(shards, world_size, num_workers, epochs, seed, index_files, reader, draws, wenet_conf, tokenizer,

@@ -10,6 +10,7 @@ from shardkit.cli import (
     ShardProgress,
     emit_json,
     executor_options,
+    io_options,
     jobs_option,
     json_option,
 )
@@ -45,6 +46,7 @@ Examples:
               help="Report audio longer than S seconds.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write the JSON report to FILE.")
+@io_options
 @json_option
 @click.option("--quarantine", "quarantine_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="For each shard with findings write DIR/<stem>.tar[.ext] (good utterances) and "

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, io_options, json_option
 
 
 @click.command("verify", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -15,6 +15,7 @@ Examples:
   shardkit verify data/flac --against old/bz2/   # sources moved: match them by shard name""")
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--against", "against", multiple=True, help="Source shards, folders or lists (repeatable).")
+@io_options
 @json_option
 def command(out_dir, against, as_json):
     """Prove that a convert OUT_DIR still holds exactly what its sources hold.

@@ -257,6 +257,14 @@ def _task(args):
     return entry
 
 
+def _task_failed(task, error: ShardkitError) -> dict:
+    """The entry of a task that raised (any library's exception) or whose worker died: that shard failed."""
+    src, _, settings = task
+    return {"source": {"path": src}, "output": None, "status": "failed", "error": str(error.located(shard=src)),
+            "members": 0, "samples": 0, "tar_bytes": 0, "members_digest": None, "lost": None, "transcoded": None,
+            "seconds": 0.0, "settings": settings.output_affecting()}
+
+
 def task_threads(cores: int, jobs: int, not_started: int) -> int:
     """Decoder threads for a task submitted while ``not_started`` tasks (itself included) wait:
     the cores shared among the tasks that can still run at once, so that while fewer shards remain
@@ -432,10 +440,12 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
     extra = threads_per_task(tasks, jobs, executor) if settings.threads is None else {}
     try:
         for k, entry in run_tasks(_task, tasks, jobs=jobs, executor=executor,
-                                  ray_address=ray_address, **extra):
+                                  ray_address=ray_address, on_error=_task_failed, **extra):
             finish(todo[k][0], entry)
     finally:
         journal.close(remove=False)
+        # a task lost with its worker or node left its temporary file: none stays once the run ends
+        remove_leftovers(outputs)
 
     ordered = [results[i] for i in range(len(shards))]
     report = ConvertReport(out_dir=out_dir, data_list=data_list, manifest=manifest_path,

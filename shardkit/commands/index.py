@@ -268,6 +268,11 @@ def _index_task(args) -> tuple[list[dict] | None, str | None]:
         return None, f"{shard}: {err.strerror or err}"
 
 
+def _index_failed(task, error: ShardkitError) -> tuple[None, str]:
+    """A task that raised (any library's exception) or whose worker died: that shard failed."""
+    return None, str(error.located(shard=task[0]))
+
+
 def iter_indexed_shards(shards: list[str], corpus: str | None = None, *, jobs: int = 1,
                         max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, executor: str = "local",
                         ray_address: str | None = None) -> Iterator[tuple[str, list[dict] | None, str | None]]:
@@ -277,7 +282,7 @@ def iter_indexed_shards(shards: list[str], corpus: str | None = None, *, jobs: i
     tasks = [(s, corpus, max_member_bytes) for s in shards]
     # results are handed back in list order and at most a window of them wait: memory stays a few shards
     for i, (records, error) in run_tasks(_index_task, tasks, jobs=jobs, executor=executor, ray_address=ray_address,
-                                         ordered=True):
+                                         ordered=True, on_error=_index_failed):
         yield tasks[i][0], records, error
 
 

@@ -92,6 +92,8 @@ UNSAFE_MEMBER = "unsafe_member"  # '..', absolute, link, device, directory
 MEMBER_TOO_LARGE = "member_too_large"
 EMPTY_SHARD = "empty_shard"
 MISSING_FILE = "missing_file"  # a shard (e.g. a data.list line) that names no readable file
+INPUT = "input"  # a URL or pipe: command that could not be read (HTTP status, stalled, closed early, exit status)
+TASK = "task"  # the shard's task raised or its worker died: nothing of it was checked
 # Grouping (WeNet's rule: prefix before the last '.', members of one utterance adjacent):
 MISSING_TXT = "missing_txt"
 MISSING_AUDIO = "missing_audio"
@@ -127,7 +129,7 @@ WARNINGS = (KEY_DOT,)
 # decode FLAC_MD5 (a set MD5 signature the samples do not match), DECODED_TOO_LONG (above --max-decoded-seconds).
 
 CHECKS = (STREAM, TAR, TAR_CHECKSUM, TAR_NUMBER_FIELD, TAR_PAX, TAR_ZERO_BLOCK, TAR_NAME_CHAIN, TAR_NAME_ENCODING,
-          UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, MISSING_TXT, MISSING_AUDIO,
+          UNSAFE_MEMBER, MEMBER_TOO_LARGE, EMPTY_SHARD, MISSING_FILE, INPUT, TASK, MISSING_TXT, MISSING_AUDIO,
           MULTIPLE_AUDIO, MULTIPLE_TXT, SPLIT_KEY, DUPLICATE_KEY, TEXT_ENCODING, EMPTY_TEXT, TEXT_CONTROL, KEY_CONTROL,
           DECODE, TRUNCATED, EMPTY_AUDIO, NAN, SAMPLE_RATE, CHANNELS, DURATION, FORMAT_MISMATCH, AUDIO_FORMAT,
           AUDIO_HEADER, AUDIO_CHANNELS, FLAC_METADATA, FLAC_STREAMINFO, IMPLAUSIBLE_LENGTH, FLAC_MD5, DECODED_TOO_LONG,
@@ -410,6 +412,8 @@ def iter_indexed_groups(path: str, options: ValidateOptions, on_unsafe: Callable
     held = 0  # bytes of the group's members held
     try:
         with open_shard(path) as f:
+            state["codec"] = detect_codec(f.peek(16)[:16])  # a stream (URL, pipe:) is known only once open
+            state["size"] = getattr(getattr(f, "raw", None), "size", None)
             members = iter_tar_members(shard_reader(f, shard=path, threads=options.threads), shard=path,
                                        max_member_bytes=options.max_member_bytes, on_error=on_error)
             for name, data in members:
@@ -430,7 +434,12 @@ def iter_indexed_groups(path: str, options: ValidateOptions, on_unsafe: Callable
 
 
 def _file_facts(path: str) -> tuple[int | None, str | None, str | None]:
-    """``(size, codec, problem)`` of a shard file, without reading more than its head."""
+    """``(size, codec, problem)`` of a shard file, without reading more than its head. A URL or ``pipe:``
+    input is opened once, by the scan, through the input layer: (None, None, None) here."""
+    from shardkit.io.remote import is_local
+
+    if not is_local(path):
+        return None, None, None
     try:
         size = os.stat(path).st_size
         if not os.path.isfile(path):
@@ -484,6 +493,8 @@ def _scan_shard(path: str, options: ValidateOptions, result: dict) -> None:
     state: dict = {}
     for key, members in iter_indexed_groups(path, options, _unsafe_recorder(path, result), state):
         _check_utterance(path, key, members, options, seen, result)
+    result["codec"] = result["codec"] or state.get("codec")
+    result["bytes"] = result["bytes"] if result["bytes"] is not None else state.get("size")
     _report_scan_end(path, state, result)
     result["seconds"] = round(result["seconds"], 4)
 
@@ -872,6 +883,22 @@ def _validate_task(args):
     return validate_shard(path, options)
 
 
+def _validate_failed(task, error: ShardkitError) -> dict:
+    """The result of a shard whose task raised (any library's exception) or whose worker died: one finding."""
+    path = task[0]
+    return {"shard": path, "bytes": None, "codec": None, "utterances": 0, "members": 0, "seconds": 0.0,
+            "sample_rates": {}, "keys": [], "rejected": [], "warnings": [], "elapsed_s": 0.0,
+            "findings": [finding(path, None, None, error.check if error.check in CHECKS else TASK, error.reason)]}
+
+
+def _quarantine_failed(task, error: ShardkitError) -> dict:
+    src = task[0]
+    return {"shard": src, "cleaned": None, "rejects": None, "kept_members": 0, "rejected_members": 0,
+            "lines": [{"shard": src, "member": None, "key": None, "checks": [TASK],
+                       "reasons": [f"{TASK}: {error.reason}; nothing of this shard was quarantined"],
+                       "rejects_shard": None}]}
+
+
 def _quarantine_task(args):
     return quarantine_shard(*args)
 
@@ -980,7 +1007,7 @@ def _validate_claimed(shards, options, stems, slice_info, *, jobs, quarantine_di
             next_in_order += 1
 
     for i, result in run_tasks(_validate_task, [(s, options) for s in shards], jobs=jobs, executor=executor,
-                               ray_address=ray_address):
+                               ray_address=ray_address, on_error=_validate_failed):
         on_done(i, result)
     report = ValidateReport(options=options, shards=results, slice=slice_info)
 
@@ -988,8 +1015,11 @@ def _validate_claimed(shards, options, stems, slice_info, *, jobs, quarantine_di
         todo = [i for i, r in enumerate(results) if r["findings"] and r["codec"] is not None]
         tasks = [(shards[i], quarantine_dir, stems[i], results[i]["rejected"], reject_keys.get(i, []), options,
                   results[i].get("stamp")) for i in todo]
-        outcome = {todo[j]: r for j, r in run_tasks(_quarantine_task, tasks, jobs=jobs, executor=executor,
-                                                     ray_address=ray_address)}
+        try:
+            outcome = {todo[j]: r for j, r in run_tasks(_quarantine_task, tasks, jobs=jobs, executor=executor,
+                                                         ray_address=ray_address, on_error=_quarantine_failed)}
+        finally:  # a task lost with its worker or node left its temporary files
+            remove_leftovers(quarantine_outputs(quarantine_dir, stems))
         report.quarantine = write_quarantine_lists(quarantine_dir, shards, results, [outcome[i] for i in todo],
                                                    split=split, keep_tree=keep_tree)
     for r in results:

@@ -137,14 +137,16 @@ def plan_output_paths(shards: list[str], out_dir: str, suffix: str, *, keep_tree
 
 
 def _outputs(shards: list[str], out_dir: str, suffix: str, stdin: str, *, tree: bool) -> list[str]:
-    named = [s for s in shards if s != STDIN]  # standard input lies in no folder: it is not mirrored
+    # standard input and pipe: commands lie in no folder: they are not mirrored
+    named = [s for s in shards if s != STDIN and not s.startswith("pipe:")]
+    mirrored = set(named)
     tree = tree and bool(named)
     if "://" in out_dir:  # a URL: no abspath, and '/' joins on every platform
         base = out_dir.rstrip("/")
         common = _common_folder(named) if tree else None
         outputs = []
         for s in shards:
-            rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if tree and s != STDIN else "."
+            rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if tree and s in mirrored else "."
             name = (stdin if s == STDIN else shard_stem(s)) + suffix
             outputs.append(posixpath.join(base, name) if rel == "." else posixpath.join(base, rel, name))
         return outputs
@@ -152,6 +154,7 @@ def _outputs(shards: list[str], out_dir: str, suffix: str, stdin: str, *, tree: 
     if tree:
         common = _common_folder(named)
         return [os.path.join(out_dir, stdin + suffix) if s == STDIN else
+                os.path.join(out_dir, shard_stem(s) + suffix) if s not in mirrored else
                 os.path.normpath(os.path.join(out_dir, os.path.relpath(os.path.dirname(s), common),
                                               shard_stem(s) + suffix)) for s in shards]
     return [os.path.join(out_dir, (stdin if s == STDIN else shard_stem(s)) + suffix) for s in shards]

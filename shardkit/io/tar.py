@@ -536,15 +536,16 @@ def open_regular(path: str) -> int:
     return fd
 
 
-def open_shard(path: str) -> BinaryIO:
+def open_shard(path: str, *, allow_pipes: bool | None = None) -> BinaryIO:
     """Open a shard for reading (a regular file, an fsspec URL or ``pipe:CMD``); failures raise a located error.
 
     A local path must name a regular file: a FIFO, device or directory fails at once (never blocks).
+    A ``pipe:`` command runs only when allowed (``shardkit.io.remote.pipes_allowed``).
     """
     from shardkit.io.remote import is_local, open_input
 
     if not is_local(path):
-        return open_input(path)
+        return open_input(path, allow_pipes=allow_pipes)
     return os.fdopen(open_regular(path), "rb", buffering=1 << 20)
 
 

@@ -20,18 +20,23 @@ command assembles the same report and manifest, so every executor writes the sam
 Both bound the tasks submitted but not yet handed back (``max_in_flight``), so a million-shard list
 never sits in a scheduler queue or in memory at once. Data problems are results (convert returns
 ``status: failed``); a task that raises is re-raised here as the same ``ShardkitError`` located at
-the task's shard, or as ``TaskFailedError`` naming the shard and the exception.
+the task's shard, or as ``TaskFailedError`` naming the shard and the exception, unless the command
+passes ``on_error``, which turns it into that shard's result (convert, validate, index: any error
+inside a task is a finding, never the run's end). Every worker gets this process's input settings
+(``shardkit.io.remote``: deadlines, retries, pipe permission). While Ray runs, stdout carries
+only the command's report (``quiet_stdout``); losing the cluster raises ``ClusterError`` (exit 3).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from contextlib import closing
 from typing import Any, Callable, Iterable, Iterator
 
-from shardkit.errors import ShardkitError, UsageError
+from shardkit.errors import ClusterError, ShardkitError, UsageError
 from shardkit.run.lifecycle import pid_alive
 
 EXECUTORS = ("local", "ray")
@@ -107,7 +112,8 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
               executor: str = "local", ray_address: str | None = None, max_in_flight: int | None = None,
               retries: int = 3, ordered: bool = False, on_result: Callable[[int, Any], None] | None = None,
               initializer: Callable[..., None] | None = None, initargs: tuple = (),
-              prepare: Callable[[Any], Any] | None = None) -> Iterator[tuple[int, Any]]:
+              prepare: Callable[[Any], Any] | None = None,
+              on_error: Callable[[Any, ShardkitError], Any] | None = None) -> Iterator[tuple[int, Any]]:
     """Run ``fn(task)`` for every task; an iterator of ``(index, result)``. See the module docstring.
 
     ``jobs``: local processes [default: all cores]; with Ray, the most tasks running at once
@@ -117,13 +123,25 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
     the argument ``fn`` receives just before it is submitted, here, so that only the tasks in
     flight are held in full (make builds a shard's utterance list this way). Arguments are checked, and Ray is connected, when
     this is called; tasks run as the iterator is consumed.
+
+    ``on_error(task, error)``: the error policy. Given, a task that raised anything (an fsspec,
+    aiohttp or botocore error, a subprocess failure) or whose worker died more often than retried
+    becomes the result ``on_error`` returns for it (the command's finding for that shard), and the
+    other tasks run on; without it, that error is raised here. Losing the Ray cluster is never a
+    task's error: it raises ``ClusterError``.
     """
-    tasks = list(tasks) if prepare is None else _Prepared(list(tasks), prepare)
+    items = list(tasks)
+    tasks = items if prepare is None else _Prepared(items, prepare)
     if executor not in EXECUTORS:
         raise UsageError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if retries < 0:
         raise UsageError("retries must be 0 or more")
+    # every worker reads inputs with this process's deadlines and pipe permission (shardkit.io.remote)
+    from shardkit.io.remote import settings_for_workers
+
+    initializer, initargs = _worker_setup, (os.getpid(), settings_for_workers(), initializer, initargs)
     if executor == "ray":
+        quiet_stdout()
         ray = connect_ray(ray_address)
         cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
         window = _Window(max_in_flight or jobs or 2 * cpus)
@@ -136,10 +154,23 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
         else:
             window = _Window(max_in_flight or 2 * jobs)
             completions = _iter_pool(fn, tasks, jobs, window, retries, initializer, initargs)
-    return _hand_back(completions, window, len(tasks), ordered, on_result)
+    policy = None if on_error is None else (lambda index, error: on_error(items[index], error))
+    return _hand_back(completions, window, len(tasks), ordered, on_result, policy)
 
 
-def _hand_back(completions, window: _Window, total: int, ordered: bool, on_result) -> Iterator[tuple[int, Any]]:
+def _worker_setup(parent_pid: int, io_settings, initializer, initargs) -> None:
+    """First thing in every worker (and inline): the parent's input settings (another process only: inline,
+    this process keeps its own), then the command's initializer."""
+    if os.getpid() != parent_pid:
+        from shardkit.io.remote import configure_io
+
+        configure_io(io_settings)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _hand_back(completions, window: _Window, total: int, ordered: bool, on_result,
+               policy=None) -> Iterator[tuple[int, Any]]:
     # In ordered mode, results that finish early wait here; the window counts them, so at most
     # ``limit`` results are ever held, and the lowest unreturned index is always still in flight.
     held: dict[int, Any] = {}
@@ -157,7 +188,9 @@ def _hand_back(completions, window: _Window, total: int, ordered: bool, on_resul
             for done_index, done in ready:
                 window.outstanding -= 1
                 if isinstance(done, _Raised):
-                    raise done.error
+                    if policy is None or isinstance(done.error, ClusterError):
+                        raise done.error
+                    done = policy(done_index, done.error)
                 if on_result:
                     on_result(done_index, done)
                 yield done_index, done
@@ -224,9 +257,10 @@ def _iter_pool(fn, tasks, jobs: int, window: _Window, retries: int, initializer,
                 attempts[alone] = attempts.get(alone, 0) + 1
                 if attempts[alone] > retries:
                     times = "once" if retries == 0 else f"each of the {retries + 1} times it ran"
-                    raise TaskFailedError(f"its worker process died (killed, out of memory or crashed) {times}",
-                                          shard=task_name(tasks[alone], alone))
-                suspects.insert(0, alone)
+                    yield alone, _Raised(TaskFailedError(f"its worker process died (killed, out of memory or "
+                                                         f"crashed) {times}", shard=task_name(tasks[alone], alone)))
+                else:
+                    suspects.insert(0, alone)
                 alone = None
             else:
                 suspects.extend(sorted(pending.values()))
@@ -360,6 +394,8 @@ def connect_ray(address: str | None = None):
         return ray
     import logging
 
+    quiet_stdout()  # before Ray starts any process: they inherit this process's stdout
+
     options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     if address:
         _check_reachable(address)
@@ -392,13 +428,14 @@ def _iter_ray(ray, fn, tasks, window: _Window, retries: int, initializer, initar
     init = (uuid.uuid4().hex, [ray.put((initializer, initargs))]) if initializer is not None else None
     pending: dict = {}  # ObjectRef -> task index
     next_index = 0
+    watch = _ClusterWatch(ray)
     try:
         while next_index < len(tasks) or pending:
             while next_index < len(tasks) and window.open:
                 pending[remote.remote(fn, tasks[next_index], init)] = next_index
                 window.outstanding += 1
                 next_index += 1
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done = _wait_one(ray, pending, watch)
             for ref in done:
                 index = pending.pop(ref)
                 try:
@@ -407,6 +444,9 @@ def _iter_ray(ray, fn, tasks, window: _Window, retries: int, initializer, initar
                     # err.cause is the task's own exception; err itself carries the remote traceback
                     result = _failed(getattr(err, "cause", None) or err, tasks[index], index)
                     result.error.__cause__ = err
+                except ray.exceptions.RaySystemError as err:
+                    watch.lost = True
+                    raise ClusterError(f"lost the Ray cluster ({_first_line(err)}); rerun to resume") from err
                 except ray.exceptions.RayError as err:
                     # the worker or node died on every attempt, an object was lost, out of memory
                     first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -417,5 +457,99 @@ def _iter_ray(ray, fn, tasks, window: _Window, retries: int, initializer, initar
                     result = _Raised(error)
                 yield index, result
     finally:
-        for ref in pending:
-            ray.cancel(ref)
+        if not watch.lost:  # a lost cluster cannot be asked to cancel anything
+            for ref in pending:
+                ray.cancel(ref)
+
+
+CLUSTER_LOST_SECONDS = 20.0  # below Ray's own 60 s wait for its GCS, after which Ray ends the process itself
+_WAIT_SECONDS = 2.0
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+class _ClusterWatch:
+    """Whether the cluster's head (its GCS) still answers, checked while no task finishes.
+
+    When the head or the connection to it is lost, Ray waits 60 s and then ends this process from its
+    C++ core with exit status 1, with no Python exception: shardkit must notice first, so that the
+    run ends as a ``ClusterError`` (exit code 3, a JSON error document, the output folder's lock
+    released, its temporary files removed) and a rerun resumes."""
+
+    def __init__(self, ray):
+        self.lost = False
+        self._since: float | None = None
+        self._address = None
+        try:
+            host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
+            self._address = (host, int(port))
+        except Exception:  # an older Ray, or a client connection: only Ray's own errors tell then
+            pass
+
+    def check(self) -> None:
+        if self._address is None:
+            return
+        import socket
+
+        try:
+            socket.create_connection(self._address, timeout=_WAIT_SECONDS).close()
+            self._since = None
+            return
+        except OSError as err:
+            reason = err.strerror or str(err)
+        now = time.monotonic()
+        self._since = self._since or now
+        if now - self._since >= CLUSTER_LOST_SECONDS:
+            self.lost = True
+            raise ClusterError(f"lost the Ray cluster: its head at {self._address[0]}:{self._address[1]} has not "
+                               f"answered for {now - self._since:.0f} s ({reason}); rerun to resume")
+
+
+def _wait_one(ray, pending: dict, watch: _ClusterWatch) -> list:
+    """Refs of finished tasks (at least one), watching the cluster while none finishes."""
+    while True:
+        try:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SECONDS)
+        except ray.exceptions.RaySystemError as err:
+            watch.lost = True
+            raise ClusterError(f"lost the Ray cluster ({_first_line(err)}); rerun to resume") from err
+        if done:
+            return done
+        watch.check()
+
+
+# --- stdout while Ray runs ------------------------------------------------------------------------
+
+_REPORT_STREAM = None
+
+
+def quiet_stdout() -> None:
+    """Send everything but shardkit's report to stderr while Ray runs.
+
+    Ray prints its own lines (task retries, worker deaths, ``(raylet)`` messages) from Python and from
+    the processes it starts: ``--json`` must still put exactly one document on stdout. File
+    descriptor 1 and ``sys.stdout`` become stderr; the report goes through :func:`report_stdout`.
+    """
+    global _REPORT_STREAM
+    if _REPORT_STREAM is not None and sys.stdout is sys.stderr:
+        return
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    if fd == 1:
+        _REPORT_STREAM = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        sys.stderr.flush()
+        os.dup2(2, 1)
+    else:  # already captured (a test runner): the report goes where stdout went
+        _REPORT_STREAM = sys.stdout
+    sys.stdout = sys.stderr
+
+
+def report_stdout():
+    """Where a command's report goes: stdout, or where it went before Ray took it (:func:`quiet_stdout`)."""
+    return _REPORT_STREAM if _REPORT_STREAM is not None and sys.stdout is sys.stderr else sys.stdout

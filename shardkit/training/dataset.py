@@ -77,7 +77,8 @@ class ShardDataset(_Base):
     def __init__(self, shards, *, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
                  seed: int = 0, epoch: int = 0, dtype: str = "float32", decoder: str = "shardkit",
                  on_error: Callable[[ShardkitError], None] | None = None, as_tensor: bool = True,
-                 threads: int = 1, sample_rate: int | None = None, channels: int | None = None):
+                 threads: int = 1, sample_rate: int | None = None, channels: int | None = None,
+                 allow_pipes: bool | None = None):
         try:
             import torch  # noqa: F401
         except ImportError as err:
@@ -102,6 +103,7 @@ class ShardDataset(_Base):
         self.threads = threads
         self.sample_rate = sample_rate
         self.channels = channels
+        self.allow_pipes = allow_pipes  # run pipe:CMD lines (as iter_samples; SHARDKIT_ALLOW_PIPES=1 too)
         self._iterations = 0  # since the last set_epoch, in this process's copy
         from shardkit.training.state import shard_set_digest
 
@@ -193,7 +195,9 @@ class ShardDataset(_Base):
         """Samples from the state's position on, keeping ``reading`` (index, offset) up to date."""
         todo = self._reading_list(reading)
         position = ReadPosition()
-        kwargs = {"dtype": self.dtype, "decoder": self.decoder, "on_error": self.on_error, "threads": self.threads}
+        kwargs = {"dtype": self.dtype, "decoder": self.decoder, "on_error": self.on_error, "threads": self.threads,
+                  "allow_pipes": getattr(self, "allow_pipes", None)}
+
         def at_next_shard(i: int) -> None:
             reading["index"] = i + 1
             reading["shard"], reading["offset"] = todo[i + 1] if i + 1 < len(todo) else (None, 0)

@@ -337,15 +337,17 @@ def _zstd_seekable_at(f, path: str, start: int):
 
 def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
                  on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
-                 position: ReadPosition | None = None) -> Iterator[tuple[str, bytes]]:
+                 position: ReadPosition | None = None,
+                 allow_pipes: bool | None = None) -> Iterator[tuple[str, bytes]]:
     """``(name, data)`` for each member of one shard, any compression (detected by magic bytes).
 
     ``data`` is bytes-like (``bytes``, or ``bytearray`` for large zstd members). Unsafe or
     oversized members raise, or go to ``on_error`` and are skipped; a damaged container raises.
     ``start``: a tar-stream offset where a member's headers begin (a ``ReadPosition.utt_end`` saved
     earlier): the members before it are skipped unread. ``position``: kept up to date (see ReadPosition).
+    A ``pipe:CMD`` shard runs its command only with ``allow_pipes=True`` (or SHARDKIT_ALLOW_PIPES=1).
     """
-    with open_shard(path) as f:
+    with open_shard(path, allow_pipes=allow_pipes) as f:
         codec = detect_codec(f.peek(16)[:16])
         source = _open_at(f, path, codec, start, threads)
         ended = yield from iter_members_fast(source, shard=path, max_member_bytes=max_member_bytes,
@@ -356,7 +358,7 @@ def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
             return
     # A zstd tar without its end-of-archive block: either a writer that omits it (tolerated, as
     # tarfile does) or a stream cut at a member boundary. The strict reader tells which.
-    with open_shard(path) as f:
+    with open_shard(path, allow_pipes=allow_pipes) as f:
         for _ in iter_decompressed(f, shard=path, codec="zst"):
             pass
 
@@ -637,7 +639,8 @@ def decode_utterances(utts: Iterable[dict], *, dtype: str = "float32", decoder: 
 
 def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
                     on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
-                    position: ReadPosition | None = None) -> Iterator[dict]:
+                    position: ReadPosition | None = None,
+                    allow_pipes: bool | None = None) -> Iterator[dict]:
     """Read and group, no decode: ``{key, shard, txt, audio_format, audio_bytes, ...}`` per utterance.
 
     With ``on_error``, a shard that cannot be opened or whose container is damaged is reported
@@ -649,7 +652,8 @@ def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MA
         if position is not None:
             position.index, position.end = i, (start if i == 0 else 0)
         members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
-                               start=start if i == 0 else 0, position=position)
+                               start=start if i == 0 else 0, position=position,
+                               allow_pipes=allow_pipes)
         try:
             yield from group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes,
                                         position=position)
@@ -663,7 +667,8 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
                  decoder: str = "shardkit", keep_bytes: bool = False,
                  max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
                  on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
-                 position: ReadPosition | None = None) -> Iterator[dict]:
+                 position: ReadPosition | None = None,
+                 allow_pipes: bool | None = None) -> Iterator[dict]:
     """Every utterance of the shards, in order: ``{key, shard, txt, audio, sample_rate}``.
 
     ``shards``: shard paths, or one path (a shard or a data.list). ``audio`` has shape
@@ -675,7 +680,9 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
     :func:`warn_and_skip`) receives each located error and the reader goes on. Decoded PCM
     arrays come from :data:`DEFAULT_POOL`: their memory is reused once they (and every view of
     them) are gone, never while in use. ``start`` and ``position``: resuming a read (as
-    :func:`iter_utterances`; ``ShardDataset`` keeps its state with them).
+    :func:`iter_utterances`; ``ShardDataset`` keeps its state with them). ``allow_pipes``: run the
+    commands of ``pipe:CMD`` lines (refused otherwise, as a failure of that shard, unless
+    SHARDKIT_ALLOW_PIPES=1: a list can name any command).
     """
     if isinstance(shards, str):
         from shardkit.io.inputs import expand_shards
@@ -684,7 +691,7 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
     if decode:
         check_decode_settings(decoder, dtype)
     utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
-                           start=start, position=position)
+                           start=start, position=position, allow_pipes=allow_pipes)
     if not decode:
         return utts
     return decode_utterances(utts, dtype=dtype, decoder=decoder, keep_bytes=keep_bytes, on_error=on_error)

@@ -371,7 +371,10 @@ def _write(planned: _Planned, layout: _Layout, settings: WriteSettings, event: C
     entries: dict[str, dict] = {}
     try:
         for _, entry in run_tasks(_write_task, tasks, jobs=jobs, executor=executor, ray_address=ray_address,
-                                  initializer=_init_worker, initargs=(planned.mix.index_files, read_paths)):
+                                  initializer=_init_worker, initargs=(planned.mix.index_files, read_paths),
+                                  on_error=lambda task, err: {"path": task[0], "spec": None, "status": "failed",
+                                                              "error": str(err.located(shard=task[0])),
+                                                              "seconds_taken": 0.0}):
             entries[entry["path"]] = entry
             if entry["status"] == "ok":
                 journal.append(entry)
@@ -406,7 +409,8 @@ def _spool_sources(planned: _Planned, layout: _Layout, event: Callable[..., None
         os.makedirs(layout.spool_dir, exist_ok=True)
         event("spooling", len(spool_tasks))
         for _, (src, error) in run_tasks(_spool_task, spool_tasks, jobs=jobs, executor=executor,
-                                         ray_address=ray_address):
+                                         ray_address=ray_address,  # any task error: that source's failure
+                                         on_error=lambda task, err: (task[0], str(err.located(shard=task[0])))):
             event("spooled", src, error)
     return read_paths
 

@@ -74,9 +74,15 @@ def spool_dir_name(split: tuple[int, int] | None) -> str:
 
 
 def _is_compressed(path: str) -> bool:
+    """Whether a source must be spooled: compressed, or a URL or ``pipe:`` input (a stream has no
+    positioned reads: it is copied, decompressed, to a local spool file in bounded memory, and
+    balance shows it as a "decompress" step on stderr)."""
     from shardkit.io.codecs import detect_codec
+    from shardkit.io.remote import is_local
     from shardkit.io.tar import open_shard
 
+    if not is_local(path):
+        return True
     try:
         with open_shard(path) as f:
             return detect_codec(f.read(16)) != "none"

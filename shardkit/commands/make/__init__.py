@@ -454,6 +454,13 @@ def _shard_task(args):
     return entry
 
 
+def _shard_failed(task, error: ShardkitError) -> dict:
+    """The entry of a shard task that raised (any library's exception) or whose worker died: that shard failed."""
+    dst, _, _, fingerprint = task
+    return {"output": None, "status": "failed", "error": str(error.located(shard=dst)), "utterances": 0,
+            "seconds": 0.0, "tar_bytes": 0, "skipped": [], "fingerprint": fingerprint, "keys": []}
+
+
 def _still_valid(entry: dict | None, fingerprint: str) -> bool:
     if not entry or entry.get("status") != "ok" or entry.get("fingerprint") != fingerprint:
         return False
@@ -719,7 +726,7 @@ def _write_todo(todo: list[tuple[int, tuple]], shard_utterances: Callable[[int],
 
     try:
         for k, entry in run_tasks(_shard_task, [task for _, task in todo], jobs=jobs, executor=executor,
-                                  ray_address=ray_address, prepare=with_members):
+                                  ray_address=ray_address, prepare=with_members, on_error=_shard_failed):
             i, task = todo[k]
             entry["planned_path"] = task[0]
             entry["this_run"] = this_run(entry["status"])
