@@ -189,15 +189,19 @@ def records_to_batch(records: list[dict]):
     return pa.RecordBatch.from_arrays(arrays, schema=schema())
 
 
+def open_parquet_writer(file):
+    """A pyarrow ParquetWriter of the index schema with the index's encodings, over an open binary file."""
+    pq = require_pyarrow()
+    return pq.ParquetWriter(file, schema(), compression="zstd", compression_level=6,
+                            use_dictionary=["corpus", "shard", "audio", "format", "sample_rate", "channels",
+                                            "members.list.element.name"], write_statistics=["duration"])
+
+
 class ParquetIndexWriter:
     """Rows appended in order into an open binary file, ``ROW_GROUP_ROWS`` to a row group."""
 
     def __init__(self, file):
-        pq = require_pyarrow()
-        self._writer = pq.ParquetWriter(file, schema(), compression="zstd", compression_level=6,
-                                        use_dictionary=["corpus", "shard", "audio", "format", "sample_rate",
-                                                        "channels", "members.list.element.name"],
-                                        write_statistics=["duration"])
+        self._writer = open_parquet_writer(file)
         self._pending: list[dict] = []
 
     def write(self, records: Iterable[dict]) -> None:
@@ -217,6 +221,14 @@ class ParquetIndexWriter:
         self._flush(self._pending)
         self._pending = []
         self._writer.close()
+
+    def abandon(self) -> None:
+        """Close without the pending rows (the file is being discarded), so nothing writes to it later."""
+        self._pending = []
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - the file is thrown away; its error is not the one to report
+            pass
 
 
 class IndexWriter:
@@ -340,6 +352,14 @@ def convert_index(src: str, file, *, on_rows=None) -> int:
     types checked; memory stays at one row group.
     """
     writer = ParquetIndexWriter(file)
+    try:
+        return _convert_lines(src, writer, on_rows)
+    except BaseException:
+        writer.abandon()
+        raise
+
+
+def _convert_lines(src: str, writer: "ParquetIndexWriter", on_rows) -> int:
     batch: list[dict] = []
     rows = 0
     with open_index(src) as f:
@@ -411,8 +431,9 @@ def _hash_buffer(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     last = len(windows) - 1
     for j in range(0, int(lengths.max()) if len(lengths) else 0, 8):
         word = windows[np.minimum(starts + j, last)] & _MASKS[np.clip(lengths - j, 0, 8)]
-        h = (h ^ word) * _K1
-        h ^= h >> np.uint64(29)
+        mixed = (h ^ word) * _K1
+        mixed ^= mixed >> np.uint64(29)
+        h = np.where(lengths > j, mixed, h)  # a key's hash must not depend on the longest key beside it
     return h
 
 
@@ -455,3 +476,126 @@ def write_index_file(path: str, records: Iterable[list[dict]]) -> str:
         writer.close()
         out.commit()
     return path
+
+
+# --- the index as a by-product of writing shards (convert, make) --------------------------------
+
+SIDE_DIR = ".index"  # beside the written shards: one JSON lines part per shard, assembled at the end
+BY_PRODUCT = "index.parquet"
+
+
+class ShardRecords:
+    """Index records of a shard as it is written: each member added in order with its data offset.
+
+    ``data`` is the member's bytes (None for one streamed through without being held). The first
+    utterance that cannot be indexed (no audio or transcript, unreadable audio header, a streamed
+    audio member) sets ``error`` and stops the collection: no part is better than a wrong one.
+    """
+
+    def __init__(self, shard: str, corpus: str):
+        self.shard, self.corpus = shard, corpus
+        self.records: list[dict] = []
+        self.error: str | None = None
+        self._key: str | None = None
+        self._members: list[tuple[str, int, int, bytes | None]] = []
+
+    def add(self, name: str, offset: int, data: bytes | None, size: int) -> None:
+        from shardkit.io.tar import split_key
+
+        if self.error is not None:
+            return
+        key = split_key(name)[0]
+        if key != self._key:
+            self._close_utterance()
+            self._key = key
+        self._members.append((name, offset, size, data))
+
+    def finish(self) -> list[dict] | None:
+        self._close_utterance()
+        return None if self.error is not None else self.records
+
+    def _close_utterance(self) -> None:
+        if self._key is None or self.error is not None:
+            return
+        try:
+            self.records.append(self._record(self._key, self._members))
+        except (ShardkitError, UnicodeDecodeError, ValueError) as err:
+            self.error = f"{self.shard}: utterance {self._key!r} not indexed ({err})"
+        self._key, self._members = None, []
+
+    def _record(self, key: str, members: list) -> dict:
+        from shardkit.io.audio import probe
+        from shardkit.io.tar import AUDIO_EXTENSIONS
+
+        by_ext = {name[len(key) + 1:]: (name, data, size) for name, _, size, data in members}
+        audio_ext = next((e for e in by_ext if e.lower() in AUDIO_EXTENSIONS), None)
+        if audio_ext is None or "txt" not in by_ext:
+            raise ValueError("no audio member" if audio_ext is None else "no .txt transcript")
+        audio_name, audio, audio_size = by_ext[audio_ext]
+        text = by_ext["txt"][1]
+        if audio is None or text is None:
+            raise ValueError("a member streamed through without being held")
+        info = probe(audio)
+        return {"shard": self.shard, "key": key, "corpus": self.corpus, "audio": audio_name, "format": info["format"],
+                "bytes": sum(m[2] for m in members), "sample_rate": info["sample_rate"], "channels": info["channels"],
+                "frames": info["frames"], "duration": round(info["duration"], 6),
+                "text_chars": len(text.decode("utf-8")), "members": [[n, o, z] for n, o, z, _ in members]}
+
+
+def side_part(shard: str) -> str:
+    """Where the index part of a written shard goes: ``<folder>/.index/<shard name>.jsonl``."""
+    folder, name = os.path.split(shard)
+    return os.path.join(folder, SIDE_DIR, name + JSONL_SUFFIX)
+
+
+def write_side_part(shard: str, records: list[dict] | None) -> None:
+    """Write (or, when the shard could not be indexed, remove) a shard's index part, atomically."""
+    from shardkit.io.files import atomic_write_bytes
+
+    path = side_part(shard)
+    if records is None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write_bytes(path, b"".join(dumps_line(r) for r in records))
+
+
+def assemble_index(out_path: str, shards: list[str]) -> tuple[str | None, str | None]:
+    """The index of ``shards`` (in order) from their parts, as ``out_path``: (path, None) or (None, why not).
+
+    Streams part by part into the Parquet writer (one row group in memory). Without pyarrow, or
+    when a shard has no part (it could not be indexed while written, or an older run wrote it),
+    no index is written and the reason says how to build one.
+    """
+    try:
+        require_pyarrow("the index written beside data.list")
+    except UsageError as err:
+        return None, str(err)
+    missing = next((s for s in shards if not os.path.exists(side_part(s))), None)
+    if missing is not None:
+        return None, (f"no index part for {missing} (see its entry, or run `shardkit index` on data.list)")
+    from shardkit.io.files import AtomicFile
+
+    with AtomicFile(out_path, buffering=1 << 20) as out:
+        writer = ParquetIndexWriter(out.file)
+        for shard in shards:
+            writer.write(list(iter_jsonl(side_part(shard))))
+        writer.close()
+        out.commit()
+    return out_path, None
+
+
+def index_beside(data_list: str, listed: list[str]) -> tuple[str | None, str | None]:
+    """``index.parquet`` beside ``data.list`` (``index.slice-I-of-N.parquet`` beside a slice's list) of
+    the listed shards, from the parts written with them: (path, None) or (None, why not). Never
+    raises: the shards are written whatever becomes of their index."""
+    folder, name = os.path.split(data_list)
+    stem = name[:-len(".list")] if name.endswith(".list") else name
+    path = os.path.join(folder, "index" + stem[len("data"):] + PARQUET_SUFFIX)
+    try:
+        return assemble_index(path, listed)
+    except (ShardkitError, OSError) as err:
+        return None, f"index not written ({err})"

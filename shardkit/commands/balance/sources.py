@@ -446,10 +446,12 @@ def repeated_keys(plan: BalancePlan, mix: MixColumns) -> list[list[str]]:
     pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[positions])]
     if pairs:
         new = hash_strings([p[1] for p in pairs])
+        wanted = np.unique(new)  # the few repeat names, sorted; each corpus' hashes are looked up in them
         for c, corpus in enumerate(mix.corpora):
-            existing = np.sort(_hashes(corpus))
-            hit = np.flatnonzero(np.isin(new, existing))
-            for i in hit:  # equal hashes: compare the strings
+            existing = _hashes(corpus)
+            found = np.searchsorted(wanted, existing).clip(0, len(wanted) - 1)
+            hit_hashes = set(wanted[found[wanted[found] == existing]].tolist())
+            for i in (i for i, h in enumerate(new.tolist()) if h in hit_hashes):  # equal hashes: compare strings
                 utts = np.flatnonzero(corpus.key_hash == new[i])
                 if pairs[i][1] in take_keys(corpus, utts):
                     raise ShardkitError(f"repeat of {pairs[i][0]!r} would be named {pairs[i][1]!r}, which is already "

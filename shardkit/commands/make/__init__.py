@@ -36,6 +36,8 @@ from shardkit.errors import AudioError, ShardkitError, UsageError
 from shardkit.io.codecs import CODECS, open_writer
 from shardkit.io.files import HashingFile, load_report, output_unchanged
 from shardkit.io.remote import is_url
+from shardkit.io.indexfile import ShardRecords, index_beside, write_side_part
+from shardkit.io.remote import is_local
 from shardkit.io.tar import AUDIO_EXTENSIONS, TarWriter
 from shardkit.run.executor import run_tasks
 from shardkit.run.lifecycle import (
@@ -403,6 +405,9 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             stream = hashing if settings.codec == "none" else HashingFile(out)
             tar = TarWriter(stream)
             written: list[tuple[str, int]] = []
+            # the index of what is written, as a by-product (offsets from the writer, facts from the header)
+            indexed = ShardRecords(dst, os.path.basename(os.path.dirname(dst)) or "corpus") if is_local(dst) \
+                else None
             for utt, got in read_ahead(utterances, settings):
                 if isinstance(got, AudioError):
                     result["skipped"].append(finding(utt["key"], "unreadable_audio", got.reason))
@@ -416,6 +421,8 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
                 for name, data in ((f"{utt['key']}.txt", text), (f"{utt['key']}.{ext}", audio)):
                     tar.add(name, data)
                     written.append((name, len(data)))
+                    if indexed is not None:
+                        indexed.add(name, tar.offset - len(data) - (-len(data) % 512), data, len(data))
                 result["utterances"] += 1
                 result["seconds"] += utt["seconds"]
             result["tar_bytes"] = tar.close()
@@ -426,6 +433,9 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             else:
                 readback = verify_stream(written, stream.sha256.digest(), stream.size, shard=dst)
                 target.commit(readback if settings.verify else None, sync_while_verifying=True)
+                if indexed is not None:
+                    write_side_part(dst, indexed.finish())
+                    result["index_error"] = indexed.error
                 result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
                 result["status"] = "ok"
     except ShardkitError as err:
@@ -462,6 +472,8 @@ class MakeReport:
     warnings: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     slice: dict | None = None  # with --split: the slice of the planned shards this run wrote
+    index: str | None = None  # index.parquet beside data.list (None: see index_note)
+    index_note: str | None = None
 
     @property
     def skipped_utterances(self) -> list[dict]:
@@ -491,11 +503,12 @@ class MakeReport:
             "failures": [{"shard": e["planned_path"], "error": e["error"]} for e in self.shards
                          if e["status"] == "failed"],
             "seconds": round(self.seconds, 3),
+            "index": self.index, **({"index_note": self.index_note} if self.index_note else {}),
         }
 
     def recorded_summary(self) -> dict:
         """The summary make.json keeps (findings are listed beside it)."""
-        return {k: v for k, v in self.summary().items() if k not in ("findings", "slice")}
+        return {k: v for k, v in self.summary().items() if k not in ("findings", "slice", "index", "index_note")}
 
     @property
     def exit_code(self) -> int:
@@ -730,7 +743,10 @@ def _write_records(plan: _ShardPlan, results: dict[int, dict], findings: list[di
     report = MakeReport(out_dir=out_dir, data_list=plan.data_list, manifest=plan.manifest_path,
                         shards=ordered, findings=findings, warnings=warnings,
                         seconds=time.perf_counter() - started, slice=plan.slice_info)
-    atomic_write_lines(report.data_list, [e["output"]["path"] for e in ordered if e["status"] in ("ok", "skipped")])
+    listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "skipped")]
+    atomic_write_lines(report.data_list, listed)
+    if is_local(out_dir):
+        report.index, report.index_note = index_beside(report.data_list, listed)
     recorded = [{**e, "status": "ok"} if e["status"] == "skipped" else e for e in ordered]
     atomic_write_json(plan.manifest_path, {
         "tool": "shardkit", "version": __version__, "command": "make",
