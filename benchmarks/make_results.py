@@ -7,7 +7,7 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORDER = ["convert", "transcode", "validate", "balance", "reader", "bench", "scaling", "executor", "make", "webdataset",
-         "tar_hardening"]
+         "tar_hardening", "plan_scale"]
 
 SUMMARY = """# Benchmark results
 

@@ -295,7 +295,14 @@ if run_stage 2; then
               "bad utterances set apart in $workdir/quarantine/$name" >&2 ;;
       *) echo "run.sh: stage 2: validate could not check $name (exit $rc)" >&2; exit "$rc" ;;
     esac
-    balance_args+=(--corpus "$name=$(prepared_list "$name")")
+    # convert and make leave index.parquet beside data.list: with no findings the clean list is those
+    # shards as they are, so balance plans from that index instead of reading every shard again
+    by_product=$(dirname "$converted")/index.parquet
+    if [ "$rc" = 0 ] && [ -f "$by_product" ]; then
+      balance_args+=(--corpus "$name=$by_product")
+    else
+      balance_args+=(--corpus "$name=$(prepared_list "$name")")
+    fi
   done
   if [ ${#rejected[@]} -gt 0 ]; then
     show_findings "${rejected[@]}"

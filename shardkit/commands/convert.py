@@ -26,7 +26,7 @@ from shardkit.io.files import (  # noqa: F401
     output_unchanged,
     remove_temporary_keys,
 )
-from shardkit.io.indexfile import ShardRecords, index_beside, write_side_part
+from shardkit.io.indexfile import ShardRecords, index_beside
 from shardkit.io.inputs import STDIN, expand_shards, plan_output_paths
 from shardkit.io.tar import (
     DEFAULT_MAX_MEMBER_BYTES,
@@ -150,15 +150,13 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
             out = open_writer(hashing, settings.codec, settings.level)
             tar = TarWriter(out)
             # the index of what is written, as a by-product: each member's data offset and the audio header
-            indexed = ShardRecords(dst, os.path.basename(os.path.dirname(dst)) or "corpus") if is_local(dst) \
-                else None
+            indexed = ShardRecords.for_shard(dst)
 
             def flush_pending():
                 for name, data in pending:
                     tar.add(name, data)
                     written.append((name, member_digest(name, data)))
-                    if indexed is not None:
-                        indexed.add(name, tar.offset - len(data) - (-len(data) % 512), data, len(data))
+                    indexed.add_written(tar.offset, name, data, len(data))
                 pending.clear()
 
             # the key of an utterance written before it was complete (a member too large to hold, or
@@ -177,8 +175,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                         flush_pending()
                         early[:] = [key]
                         written.append((name, copy_member(tar, name, data)))
-                        if indexed is not None:
-                            indexed.add(name, tar.offset - data.size - (-data.size % 512), None, data.size)
+                        indexed.add_written(tar.offset, name, None, data.size)
                         continue
                     if transform is not None:
                         name, data, info = transform(src, name, data)
@@ -208,9 +205,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
             # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
             readback = verify_members(written, shard=dst, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
             target.commit(readback if settings.verify else None)
-        if indexed is not None:
-            write_side_part(dst, indexed.finish())
-            result["index_error"] = indexed.error
+        result["index_error"] = indexed.save()
         result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
         result["status"] = "salvaged" if result["lost"] else "ok"
     except ShardkitError as err:
@@ -443,8 +438,7 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
         e.pop("previous_status", None)
     listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "salvaged", "skipped")]
     write_report_file(report.data_list, atomic_write_lines, listed)
-    if not is_url(out_dir):
-        report.index, report.index_note = index_beside(report.data_list, listed)
+    report.index, report.index_note = index_beside(report.data_list, listed)
     libraries = {}
     if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
         from shardkit.io.transcode import libsndfile_version

@@ -492,17 +492,36 @@ class ShardRecords:
     audio member) sets ``error`` and stops the collection: no part is better than a wrong one.
     """
 
-    def __init__(self, shard: str, corpus: str):
+    def __init__(self, shard: str, corpus: str, *, enabled: bool = True):
         self.shard, self.corpus = shard, corpus
         self.records: list[dict] = []
         self.error: str | None = None
+        self.enabled = enabled
         self._key: str | None = None
         self._members: list[tuple[str, int, int, bytes | None]] = []
+
+    @classmethod
+    def for_shard(cls, dst: str) -> "ShardRecords":
+        """The records of a shard being written to ``dst``; corpus = its folder's name, as ``index`` names it.
+        A shard written to a URL gets no part (the part folder is local)."""
+        from shardkit.io.remote import is_local
+
+        return cls(dst, os.path.basename(os.path.dirname(dst)) or "corpus", enabled=is_local(dst))
+
+    def add_written(self, offset_after: int, name: str, data: bytes | None, size: int) -> None:
+        """A member just added to a TarWriter now at ``offset_after`` (its data ends, padded, there)."""
+        self.add(name, offset_after - size - (-size % 512), data, size)
+
+    def save(self) -> str | None:
+        """Write the shard's part (or remove a stale one if it could not be indexed); the reason if not."""
+        if self.enabled:
+            write_side_part(self.shard, self.finish())
+        return self.error
 
     def add(self, name: str, offset: int, data: bytes | None, size: int) -> None:
         from shardkit.io.tar import split_key
 
-        if self.error is not None:
+        if self.error is not None or not self.enabled:
             return
         key = split_key(name)[0]
         if key != self._key:
@@ -592,6 +611,10 @@ def index_beside(data_list: str, listed: list[str]) -> tuple[str | None, str | N
     """``index.parquet`` beside ``data.list`` (``index.slice-I-of-N.parquet`` beside a slice's list) of
     the listed shards, from the parts written with them: (path, None) or (None, why not). Never
     raises: the shards are written whatever becomes of their index."""
+    from shardkit.io.remote import is_local
+
+    if not is_local(data_list):
+        return None, None  # the parts of shards written to a URL are not kept
     folder, name = os.path.split(data_list)
     stem = name[:-len(".list")] if name.endswith(".list") else name
     path = os.path.join(folder, "index" + stem[len("data"):] + PARQUET_SUFFIX)

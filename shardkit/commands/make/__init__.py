@@ -36,8 +36,7 @@ from shardkit.errors import AudioError, ShardkitError, UsageError
 from shardkit.io.codecs import CODECS, open_writer
 from shardkit.io.files import HashingFile, load_report, output_unchanged
 from shardkit.io.remote import is_url
-from shardkit.io.indexfile import ShardRecords, index_beside, write_side_part
-from shardkit.io.remote import is_local
+from shardkit.io.indexfile import ShardRecords, index_beside
 from shardkit.io.tar import AUDIO_EXTENSIONS, TarWriter
 from shardkit.run.executor import run_tasks
 from shardkit.run.lifecycle import (
@@ -406,8 +405,7 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             tar = TarWriter(stream)
             written: list[tuple[str, int]] = []
             # the index of what is written, as a by-product (offsets from the writer, facts from the header)
-            indexed = ShardRecords(dst, os.path.basename(os.path.dirname(dst)) or "corpus") if is_local(dst) \
-                else None
+            indexed = ShardRecords.for_shard(dst)
             for utt, got in read_ahead(utterances, settings):
                 if isinstance(got, AudioError):
                     result["skipped"].append(finding(utt["key"], "unreadable_audio", got.reason))
@@ -421,8 +419,7 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
                 for name, data in ((f"{utt['key']}.txt", text), (f"{utt['key']}.{ext}", audio)):
                     tar.add(name, data)
                     written.append((name, len(data)))
-                    if indexed is not None:
-                        indexed.add(name, tar.offset - len(data) - (-len(data) % 512), data, len(data))
+                    indexed.add_written(tar.offset, name, data, len(data))
                 result["utterances"] += 1
                 result["seconds"] += utt["seconds"]
             result["tar_bytes"] = tar.close()
@@ -433,9 +430,7 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             else:
                 readback = verify_stream(written, stream.sha256.digest(), stream.size, shard=dst)
                 target.commit(readback if settings.verify else None, sync_while_verifying=True)
-                if indexed is not None:
-                    write_side_part(dst, indexed.finish())
-                    result["index_error"] = indexed.error
+                result["index_error"] = indexed.save()
                 result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
                 result["status"] = "ok"
     except ShardkitError as err:
@@ -745,8 +740,7 @@ def _write_records(plan: _ShardPlan, results: dict[int, dict], findings: list[di
                         seconds=time.perf_counter() - started, slice=plan.slice_info)
     listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "skipped")]
     atomic_write_lines(report.data_list, listed)
-    if is_local(out_dir):
-        report.index, report.index_note = index_beside(report.data_list, listed)
+    report.index, report.index_note = index_beside(report.data_list, listed)
     recorded = [{**e, "status": "ok"} if e["status"] == "skipped" else e for e in ordered]
     atomic_write_json(plan.manifest_path, {
         "tool": "shardkit", "version": __version__, "command": "make",
