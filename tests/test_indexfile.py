@@ -56,8 +56,8 @@ def _to_parquet(src, dst):
     return str(dst)
 
 
-def _planned(files_per_corpus, **plan_args):
-    corpora = [CorpusSource(name, tuple(files)) for name, files in files_per_corpus.items()]
+def _planned(files_per_corpus, weight=1.0, **plan_args):
+    corpora = [CorpusSource(name, tuple(files), weight) for name, files in files_per_corpus.items()]
     mix, index_files = _load_mix(corpora, "/nonexistent-work-dir", lambda *a: None, jobs=1, executor="local",
                                  ray_address=None)
     args = {"world_size": 4, "num_workers": 2, "shard_duration": 600.0, "num_shards": None, "remainder": "pad",
@@ -272,3 +272,36 @@ def test_convert_leaves_the_index_beside_data_list_and_balance_uses_it(make_shar
     assert {repeats.get(s["__key__"], s["__key__"]) for s in written} == set(truth)
     for s in written:
         assert (s["txt"], s["wav"]) == truth[repeats.get(s["__key__"], s["__key__"])]
+
+
+def test_make_leaves_the_index_beside_data_list(tmp_path):
+    from shardkit.io.synth import encode, speech_like
+
+    root = tmp_path / "d"
+    (root / "wav").mkdir(parents=True)
+    with open(root / "wav.scp", "w") as scp, open(root / "text", "w") as text:
+        for i in range(9):
+            key = f"spk{i % 3}-utt{i:03d}"
+            path = root / "wav" / f"{key}.wav"
+            path.write_bytes(encode(speech_like(0.5 + 0.1 * i, 16000, seed=i), 16000, "wav"))
+            scp.write(f"{key} {path}\n")
+            text.write(f"{key} HELLO {i}\n")
+    out = tmp_path / "made"
+    result = CliRunner().invoke(main, ["make", "--wav-scp", str(root / "wav.scp"), "--text", str(root / "text"),
+                                       "--utts-per-shard", "4", "-o", str(out), "-j", "1", "-q", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["index"] == str(out / "index.parquet")
+    listed = open(out / "data.list").read().split()
+    assert CliRunner().invoke(main, ["index", *listed, "-o", str(tmp_path / "fresh.parquet"), "--corpus", "made",
+                                     "-q", "-j", "1"]).exit_code == 0
+    by_product = list(indexfile.iter_index(str(out / "index.parquet")))
+    assert len(by_product) == 9 and by_product == list(indexfile.iter_index(str(tmp_path / "fresh.parquet")))
+
+
+def test_a_repeat_named_like_a_real_key_is_refused_from_parquet(tmp_path):
+    records = _records("zh", 20, 0)
+    records[7]["key"] = records[3]["key"] + "-rep1"
+    path = indexfile.write_index_file(str(tmp_path / "r.parquet"), [records])
+    with pytest.raises(ShardkitError, match=f"repeat of '{records[3]['key']}' would be named "
+                                            f"'{records[3]['key']}-rep1', which is already a key in the mix"):
+        _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
