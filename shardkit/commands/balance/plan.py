@@ -358,10 +358,16 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, w
     _refine(rows, seconds, corpus_of, goal=goal)
     rows = np.random.default_rng([seed, _ORDER]).permuted(rows, axis=1, out=rows)
     flat = rows.reshape(-1)
+    del rows
+    # into output order one column at a time, each input freed as soon as it is gathered (peak memory)
+    columns = {"corpus": corpus_of, "utt": utt_of, "copy": copy_of, "seconds": seconds}
+    del corpus_of, utt_of, copy_of, seconds
+    for name in list(columns):
+        columns[name] = columns[name][flat]
+    del flat
     return BalancePlan(names=names, world_size=world_size, num_workers=num_workers, num_shards=count,
-                       utts_per_shard=per_shard, seed=seed, remainder=remainder, corpus=corpus_of[flat],
-                       utt=utt_of[flat], copy=copy_of[flat], seconds=seconds[flat], corpora=stats,
-                       tolerance=tolerance, notes=notes)
+                       utts_per_shard=per_shard, seed=seed, remainder=remainder, corpora=stats,
+                       tolerance=tolerance, notes=notes, **columns)
 
 
 def plan_digest(plan: BalancePlan) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -264,6 +265,8 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> 
         corpora.append(CorpusColumns(durations, IndexKeys(segments), shard, key_hash=np.concatenate(
             [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments))
         del parts
+    if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
     return MixColumns(list(names), corpora, state.shards, state.files)
 
 
