@@ -35,7 +35,7 @@ Examples:
       -o /shared/balanced --split $SLURM_ARRAY_TASK_ID/4   # job array; then:
   shardkit merge-reports /shared/balanced --command balance""")
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
-              help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl); "
+              help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl, .parquet); "
                    "WEIGHT 1 keeps each utterance once, 2 twice, 0.5 a seeded half. Repeat per corpus.")
 @click.option("--world-size", required=True, type=int, help="Number of ranks (GPUs).")
 @click.option("--num-workers", required=True, type=int, help="Loader workers per rank.")
