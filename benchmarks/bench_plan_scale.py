@@ -39,6 +39,8 @@ def parse_args():
     p.add_argument("--num-workers", type=int, default=4)
     p.add_argument("--shard-duration", type=float, default=3600.0)
     p.add_argument("--commands", default="dry_run,plan", help="dry_run and/or plan.")
+    p.add_argument("--baseline", default=None, metavar="CHECKOUT",
+                   help="Also run the JSON lines dry run with the shardkit of this checkout (e.g. main's).")
     return p.parse_args()
 
 
@@ -128,9 +130,9 @@ def ensure_indexes(work: str, millions: float, jsonl: bool) -> dict[str, dict[st
     return out
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MB, stdout) of one process under /usr/bin/time."""
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+def timed(cmd: list[str], checkout: str | None = None) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MB, stdout) of one process under /usr/bin/time (shardkit from ``checkout``)."""
+    env = {**os.environ, "PYTHONPATH": checkout or os.getcwd()}
     proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, env=env)
     last = proc.stderr.strip().splitlines()[-1].split()
     if proc.returncode not in (0, 1):
@@ -175,28 +177,28 @@ def main(args) -> None:
         disk = sum(os.path.getsize(p) for p in indexes["parquet"].values()) / (millions * 1e6)
         results: dict[tuple[str, str], list[tuple[float, float]]] = {}
         digests = {}
+        configs = [(kind, command, None) for kind in ("parquet", "jsonl") if indexes[kind] for command in commands]
+        if args.baseline and indexes["jsonl"]:
+            configs.append(("jsonl", "dry_run_baseline", args.baseline))
         for _ in range(args.repeats):
-            for kind in ("parquet", "jsonl"):
-                if not indexes[kind]:
-                    continue
-                for command in commands:
-                    cmd = (dry_run_cmd(indexes[kind], args, os.path.join(args.work_dir, "out"))
-                           if command == "dry_run" else plan_cmd(indexes[kind], args, args.work_dir))
-                    wall, rss, stdout = timed(cmd)
-                    summary = json.loads(stdout)
-                    if command == "dry_run":
-                        assert summary["balanced"], summary["max_deviation_seconds"]
-                        assert summary["utterances"] >= millions * 1e6 - 1
-                        digests.setdefault(kind, (summary["max_deviation_seconds"], summary["num_shards"]))
-                    results.setdefault((kind, command), []).append((wall, rss))
-        if len(digests) == 2:
-            assert digests["parquet"] == digests["jsonl"], digests
+            for kind, command, checkout in configs:
+                cmd = (dry_run_cmd(indexes[kind], args, os.path.join(args.work_dir, "out"))
+                       if command.startswith("dry_run") else plan_cmd(indexes[kind], args, args.work_dir))
+                wall, rss, stdout = timed(cmd, checkout)
+                summary = json.loads(stdout)
+                if command.startswith("dry_run"):
+                    assert summary["balanced"], summary["max_deviation_seconds"]
+                    assert summary["utterances"] >= millions * 1e6 - 1
+                    digests.setdefault(command + kind, (summary["max_deviation_seconds"], summary["num_shards"],
+                                                        summary["seconds"], summary["mean_shard_seconds"]))
+                results.setdefault((kind, command), []).append((wall, rss))
+        assert len(set(digests.values())) <= 1, digests  # the same plan from every index kind and checkout
         for (kind, command), runs in results.items():
             rows.append({"utterances_M": millions, "index": kind, "command": command,
                          "seconds": round(statistics.median(r[0] for r in runs), 2),
                          "peak_rss_MB": round(statistics.median(r[1] for r in runs)),
                          "parquet_bytes_per_utt": round(disk, 1),
-                         "max_deviation_seconds": digests.get(kind, (None,))[0]})
+                         "max_deviation_seconds": next(iter(digests.values()))[0] if digests else None})
             print(json.dumps(rows[-1]), flush=True)
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}", file=sys.stderr)
