@@ -437,9 +437,9 @@ def _hash_buffer(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return h
 
 
-def duplicate_hashes(hashes: np.ndarray) -> np.ndarray:
+def duplicate_hashes(hashes: np.ndarray, *, is_sorted: bool = False) -> np.ndarray:
     """Hash values that occur more than once (sorted)."""
-    ordered = np.sort(hashes)
+    ordered = hashes if is_sorted else np.sort(hashes)
     return np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
 
 

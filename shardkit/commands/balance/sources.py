@@ -88,6 +88,7 @@ class MixColumns:
     corpora: list[CorpusColumns]
     shards: list[str]
     index_files: list[str]
+    sorted_hashes: np.ndarray | None = None  # every key's hash, sorted (check_unique_keys keeps it)
 
 
 @dataclass
@@ -112,6 +113,21 @@ class IndexKeys:
 
     def __getitem__(self, u: int) -> str:
         return self.take(np.array([u]))[0]
+
+    def hashes(self) -> np.ndarray:
+        """Every key's hash again, read back from the files (only a suspected repeat-name clash needs it)."""
+        from shardkit.io.indexfile import hash_strings, key_hashes, open_parquet_index, read_row_group
+
+        parts = []
+        for seg in self.segments:
+            if seg.offsets is None:
+                pf = open_parquet_index(seg.path)
+                parts += [key_hashes(read_row_group(pf, seg.path, g, ["key"]).column("key"))
+                          for g in range(pf.num_row_groups)]
+            else:
+                start = int(self.starts[self.segments.index(seg)])
+                parts.append(hash_strings(self.take(np.arange(start, start + seg.count))))
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
     def take(self, utts: np.ndarray) -> list[str]:
         """Keys of the utterances ``utts`` (any order, repeats allowed), in that order."""
@@ -397,7 +413,8 @@ def _hashes(corpus: CorpusColumns) -> np.ndarray:
     from shardkit.io.indexfile import hash_strings
 
     if corpus.key_hash is None:
-        corpus.key_hash = hash_strings(list(corpus.keys))
+        corpus.key_hash = corpus.keys.hashes() if isinstance(corpus.keys, IndexKeys) else \
+            hash_strings(list(corpus.keys))
     return corpus.key_hash
 
 
@@ -411,9 +428,16 @@ def check_unique_keys(mix: MixColumns) -> None:
 
     hashes = [_hashes(corpus) for corpus in mix.corpora]
     every = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-    dups = duplicate_hashes(every)
+    every.sort()
+    dups = duplicate_hashes(every, is_sorted=True)
     if not len(dups):
+        # kept sorted for the repeat-name check; the per-corpus hashes of index files can be read again
+        mix.sorted_hashes = every
+        for corpus in mix.corpora:
+            if isinstance(corpus.keys, IndexKeys):
+                corpus.key_hash = None
         return
+    every = np.concatenate(hashes)
     where = np.flatnonzero(np.isin(every, dups))
     del every
     starts = np.cumsum([0] + [len(h) for h in hashes])
@@ -449,13 +473,15 @@ def repeated_keys(plan: BalancePlan, mix: MixColumns) -> list[list[str]]:
     pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[positions])]
     if pairs:
         new = hash_strings([p[1] for p in pairs])
-        wanted = np.unique(new)  # the few repeat names, sorted; each corpus' hashes are looked up in them
-        for c, corpus in enumerate(mix.corpora):
+        every = mix.sorted_hashes
+        if every is None:
+            every = np.sort(np.concatenate([_hashes(corpus) for corpus in mix.corpora]))
+        found = np.searchsorted(every, new).clip(0, max(len(every) - 1, 0))
+        hit_hashes = set(new[every[found] == new].tolist()) if len(every) else set()
+        for c, corpus in enumerate(mix.corpora if hit_hashes else ()):
             existing = _hashes(corpus)
-            found = np.searchsorted(wanted, existing).clip(0, len(wanted) - 1)
-            hit_hashes = set(wanted[found[wanted[found] == existing]].tolist())
             for i in (i for i, h in enumerate(new.tolist()) if h in hit_hashes):  # equal hashes: compare strings
-                utts = np.flatnonzero(corpus.key_hash == new[i])
+                utts = np.flatnonzero(existing == new[i])
                 if pairs[i][1] in take_keys(corpus, utts):
                     raise ShardkitError(f"repeat of {pairs[i][0]!r} would be named {pairs[i][1]!r}, which is already "
                                         f"a key in the mix")
