@@ -31,6 +31,7 @@ commands to record it are in "Scaling".
 | transcode | WAV tar -> FLAC-in-tar >= 1 h/s per core | 0.36-0.40 h/s verified, 0.58-0.67 unverified (libsndfile encodes 1.04-1.07 h/s) | not met |
 | validate | soundfile on plain WAV >= 10x WeNet-way checks | 42.6x | met |
 | balance | plan 1.3 M utterances < 10 s, < 1 GB | 5.0 s, 441 MB (dry run from index) | met |
+| plan (25) | 20 M utterances from a Parquet index, 64 x 4, 3,600-s shards: <= 10 s, <= 1.5 GB; index <= ~40 B/utt | 20.1 s, 1.39 GB (same plan as before, byte for byte); 16.8 B/utt | memory and size met, time not |
 | reader | plain WAV read + decode >= 2 GB/s per core | 2.86 GB/s (8.4x tarfile + soundfile) | met |
 | reader | zst:3 read + decode >= 0.8x zstd alone | 0.85x | met |
 | reader | zst:3 shardkit >= 50x WeNet-style bz2 + torchaudio | 53x | met |
