@@ -7,8 +7,8 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORDER = ["convert", "transcode", "validate", "balance", "reader", "bench", "scaling", "executor", "make", "webdataset",
-         "tar_hardening", "layout", "wenet_conf", "audio_headers", "resume", "equal_steps", "first_hour", "prep",
-         "remote_inputs"]
+         "tar_hardening", "layout", "wenet_conf", "audio_headers", "resume", "equal_steps", "first_hour", "prep", "remote_inputs",
+         "plan_scale"]
 
 SUMMARY = """# Benchmark results
 
@@ -33,6 +33,7 @@ marked as such; everything else is the 2-vCPU VM.
 | validate | soundfile on plain WAV >= 10x WeNet-way checks | 42.6x | met |
 | balance | plan 1.3 M utterances < 10 s, < 1 GB | 5.0 s, 441 MB (dry run from index) | met |
 | prep (26) | recipe stage 2 <= 1.3x `lbzip2 -dc -n2`; work folder <= 1.3x the training shards | stage 1.49x (prep alone 1.38x; the chain it replaces 3.01x); peak work folder 1.00x (chain 2.00x) | disk met; time not met |
+| plan (25) | 20 M utterances from a Parquet index, 64 x 4, 3,600-s shards: <= 10 s, <= 1.5 GB; index <= ~40 B/utt | 20.1 s, 1.39 GB (same plan as before, byte for byte); 16.8 B/utt | memory and size met, time not |
 | reader | plain WAV read + decode >= 2 GB/s per core | 2.86 GB/s (8.4x tarfile + soundfile) | met |
 | reader | zst:3 read + decode >= 0.8x zstd alone | 0.85x | met |
 | reader | zst:3 shardkit >= 50x WeNet-style bz2 + torchaudio | 53x | met |

@@ -61,9 +61,11 @@ def partials(folder):
 
 
 def shard_outputs(folder):
-    """Shards and lists a run wrote (reports carry timings, so they are compared apart)."""
+    """Shards and lists a run wrote (reports carry timings, and the by-product index names its folder, so
+    they are compared apart; its parts live in the hidden .index folder)."""
     return {k: v.replace(str(folder).encode(), b"OUT") if k.endswith(".list") else v
-            for k, v in snapshot(folder).items() if not os.path.basename(k).startswith(".") and not k.endswith(".json")}
+            for k, v in snapshot(folder).items() if not any(p.startswith(".") for p in k.split(os.sep))
+            and not k.endswith(".json") and not os.path.basename(k).startswith("index")}
 
 
 # --------------------------------------------------------------------------------------- claims

@@ -278,7 +278,8 @@ def test_a_shard_piped_through_standard_input(make_shards, tmp_path):
                            "--stdin-name", "piped")
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(tmp_path / "mixed")) == sorted(["convert.json", "data.list", "piped.tar",
-                                                             os.path.basename(sources[1])[:-len(".bz2")]])
+                                                             os.path.basename(sources[1])[:-len(".bz2")],
+                                                             ".index", "index.parquet"])  # the by-product index
 
 
 def test_stdin_name_misuse_and_a_terminal_are_usage_errors(make_shards, tmp_path):

@@ -121,7 +121,9 @@ def test_three_slices_merged_equal_a_single_run(sliced_run):
     assert {p: read(p) for p in single["shards"]} == single["shards"]
     assert sorted(os.listdir(out)) == sorted(
         [os.path.basename(p) for p in single["shards"]] + ["convert.json", "data.list"]
-        + [f"convert.slice-{i}-of-3.json" for i in (1, 2, 3)] + [f"data.slice-{i}-of-3.list" for i in (1, 2, 3)])
+        + [f"convert.slice-{i}-of-3.json" for i in (1, 2, 3)] + [f"data.slice-{i}-of-3.list" for i in (1, 2, 3)]
+        # the by-product index (each simulated slice is a whole run over its part) and its parts in .index
+        + ["index.parquet", ".index"])
 
 
 def test_merge_reports_cli_reports_and_exits_0(sliced_run):

@@ -40,7 +40,7 @@ Examples:
   shardkit balance --corpus zh=zh.index.jsonl --corpus en=en.index.jsonl --world-size 8 --num-workers 4 \\
       --wenet-conf conf/train.yaml --dropped-keys dropped.txt -o balanced --dry-run""")
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
-              help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl); "
+              help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl, .parquet); "
                    "WEIGHT 1 keeps each utterance once, 2 twice, 0.5 a seeded half. Repeat per corpus.")
 @click.option("--world-size", required=True, type=int, help="Number of ranks (GPUs).")
 @click.option("--num-workers", required=True, type=int, help="Loader workers per rank.")

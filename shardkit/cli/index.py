@@ -16,9 +16,11 @@ Examples:
   shardkit balance --corpus aishell=aishell.index.jsonl ... # later steps reuse the index
   shardkit index data.list -o all.jsonl --executor ray        # one Ray task per shard
   shardkit index data.list -o all.jsonl --split 2/3           # writes all.slice-2-of-3.jsonl
-  cat all.slice-{{1,2,3}}-of-3.jsonl > all.jsonl                # = the index of one run""")
+  cat all.slice-{{1,2,3}}-of-3.jsonl > all.jsonl                # = the index of one run
+  shardkit index data/aishell/data.list -o aishell.parquet    # columnar: ~30 bytes an utterance
+  shardkit index old.index.jsonl -o old.index.parquet         # rewrite a JSON lines index, no shard opened""")
 @click.argument("shards", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Index file to write (.jsonl).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Index file to write: .parquet (columnar, needs pyarrow) or .jsonl (JSON lines).")
 @click.option("--corpus", default=None, help="Corpus name for every utterance [default: each shard's folder name].")
 @jobs_option
 @executor_options("Index only slice I of N of the shard list (job arrays) into OUTPUT's slice, " "<stem>.slice-I-of-N.jsonl; the slices concatenated in order are the whole index.")
@@ -26,9 +28,14 @@ Examples:
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, output, corpus, jobs, executor, ray_address, split, as_json, quiet):
-    """Index the utterances of SHARDS: one JSON line per utterance, from audio headers only.
+    """Index the utterances of SHARDS: one row per utterance, from audio headers only.
 
-    SHARDS are shard files, folders, globs or data.list files. Each line holds the shard, key,
+    OUTPUT's suffix chooses the format: .parquet (typed columns, corpus and shard
+    dictionary-encoded; what balance and plan read fastest) or .jsonl (one JSON line per
+    utterance). Given one .jsonl index as SHARDS and a .parquet OUTPUT, the index is rewritten
+    as Parquet, streaming, without opening a shard.
+
+    SHARDS are shard files, folders, globs or data.list files. Each row holds the shard, key,
     corpus, audio member name and format, bytes, sample_rate, channels, frames, duration, the
     transcript's length in characters and each member's [name, offset, size] (offset in the
     decompressed tar), so `plan` and `balance` need not read the shards again. Memory stays at one
@@ -46,6 +53,8 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
 
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
+    if len(shards) == 1 and shards[0].endswith(".jsonl") and output.endswith(".parquet"):
+        _convert(shards[0], output, as_json, quiet)
     split_slice = parse_split(split) if split else None
     from shardkit.run.lifecycle import claim_output_file
     from shardkit.run.split import slice_path
@@ -89,3 +98,19 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
             click.echo(f"indexed {report.utterances} utterances ({audio_length(report.seconds)}) from "
                        f"{report.shards} shards into {report.path}", err=True)
     sys.exit(report.exit_code)
+
+
+def _convert(src: str, output: str, as_json: bool, quiet: bool) -> None:
+    """index IN.jsonl -o OUT.parquet: rewrite an index, no shard opened."""
+    from tqdm import tqdm
+
+    from shardkit.commands.index import convert_index_file
+
+    bar = tqdm(unit="utt", unit_scale=True, file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="convert")
+    report = convert_index_file(src, output, on_rows=bar.update)
+    bar.close()
+    if as_json:
+        emit_json({**report.summary(), "converted_from": src})
+    if not quiet:
+        click.echo(f"rewrote {report.utterances} utterances of {src} into {report.path}", err=True)
+    sys.exit(0)

@@ -74,7 +74,7 @@ _READER_TITLES = {
 \b
 Examples:
   shardkit plan data/data.list --world-size 8 --num-workers 4 --epochs 3
-  shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.jsonl --json
+  shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.parquet --json
   shardkit plan data/data.list --world-size 8 --num-workers 4 --reader webdataset
   shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.jsonl \\
       --wenet-conf conf/train_conformer.yaml --tokenizer data/dict/lang_char.txt""")
@@ -84,7 +84,8 @@ Examples:
 @click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True, help="Shuffled epochs to show.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Shuffle seed.")
 @click.option("--index", "index_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Take utterances and seconds from these index files instead of reading the shards.")
+              help="Take utterances and seconds from these index files (.jsonl or .parquet) instead of reading "
+                   "the shards.")
 @click.option("--reader", type=click.Choice(["wenet", "webdataset"]), default="wenet", show_default=True,
               help="Whose split to show: WeNet's, or WebDataset's (split_by_node + split_by_worker, and "
                    "resampled) alongside WeNet's.")

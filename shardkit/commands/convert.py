@@ -27,6 +27,7 @@ from shardkit.io.files import (  # noqa: F401
     publish_list,
     remove_temporary_keys,
 )
+from shardkit.io.indexfile import ShardRecords, index_beside
 from shardkit.io.inputs import STDIN, expand_shards, plan_output_paths
 from shardkit.io.tar import (
     DEFAULT_MAX_MEMBER_BYTES,
@@ -150,11 +151,14 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
             hashing = HashingFile(target.file)
             out = open_writer(hashing, settings.codec, settings.level)
             tar = TarWriter(out)
+            # the index of what is written, as a by-product: each member's data offset and the audio header
+            indexed = ShardRecords.for_shard(dst)
 
             def flush_pending():
                 for name, data in pending:
                     tar.add(name, data)
                     written.append((name, member_digest(name, data)))
+                    indexed.add_written(tar.offset, name, data, len(data))
                 pending.clear()
 
             # the key of an utterance written before it was complete (a member too large to hold, or
@@ -173,6 +177,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
                         flush_pending()
                         early[:] = [key]
                         written.append((name, copy_member(tar, name, data)))
+                        indexed.add_written(tar.offset, name, None, data.size)
                         continue
                     if transform is not None:
                         name, data, info = _transformed(transform, src, name, data)
@@ -202,6 +207,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
             # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
             readback = verify_members(written, shard=dst, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
             target.commit(readback if settings.verify else None)
+        result["index_error"] = indexed.save()
         result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
         result["status"] = "salvaged" if result["lost"] else "ok"
     except ShardkitError as err:
@@ -300,6 +306,8 @@ class ConvertReport:
     shards: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     audio: str = "keep"
+    index: str | None = None  # index.parquet beside data.list (None: see index_note)
+    index_note: str | None = None
 
     def summary(self) -> dict:
         counts = {s: sum(1 for e in self.shards if e["status"] == s) for s in ("ok", "skipped", "salvaged", "failed")}
@@ -325,6 +333,7 @@ class ConvertReport:
             "salvaged_shards": [{"shard": e["source"]["path"], **e["lost"]} for e in self.shards
                                 if e["status"] == "salvaged"],
             **({"audio": self._audio_summary()} if self.audio != "keep" else {}),
+            "index": self.index, **({"index_note": self.index_note} if self.index_note else {}),
         }
 
     def _audio_summary(self) -> dict:
@@ -454,7 +463,9 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
                 for e in ordered]
     for e in recorded:
         e.pop("previous_status", None)
+    listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "salvaged", "skipped")]
     report.data_list = _publish_data_list(report.data_list, ordered)
+    report.index, report.index_note = index_beside(report.data_list, listed)
     libraries = {}
     if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
         from shardkit.io.transcode import libsndfile_version

@@ -648,6 +648,11 @@ class TarWriter:
         self._offset = 0
         self.members = 0
 
+    @property
+    def offset(self) -> int:
+        """Bytes written so far: a member's data starts at ``offset - size - padding`` once it is added."""
+        return self._offset
+
     def add(self, name: str, data: bytes) -> None:
         header = tar_header(name, len(data))
         pad = -len(data) % BLOCK

@@ -53,15 +53,18 @@ from shardkit.commands.balance.plan import (
 from shardkit.commands.balance.sources import (
     CorpusColumns,
     CorpusSource,
+    IndexKeys,
     MixColumns,
     check_corpora,
     check_index_slices,
     check_unique_keys,
+    line_refs,
     load_columns,
     parse_corpus_spec,
     repeated_keys,
     resolve_index_files,
     source_stamps,
+    take_keys,
 )
 from shardkit.commands.balance.write import (
     MAX_OPEN_SOURCES,
@@ -85,10 +88,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SHARD_DURATION", "JOURNAL", "MANIFEST", "MAX_OPEN_SOURCES", "REFINE_FRACTION", "REMAINDER_POLICIES",
     "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns",
-    "CorpusSource", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
-    "check_unique_keys", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
+    "CorpusSource", "IndexKeys", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
+    "check_unique_keys", "line_refs", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
     "plan_digest", "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance",
-    "shard_table", "source_stamps", "spool_dir_name", "spool_path", "write_output_shard",
+    "shard_table", "source_stamps", "take_keys", "spool_dir_name", "spool_path", "write_output_shard",
 ]
 
 MANIFEST = "balance.json"
@@ -363,6 +366,7 @@ def _write(planned: _Planned, layout: _Layout, settings: WriteSettings, event: C
     from shardkit.run.lifecycle import Journal, remove_leftovers
 
     read_paths = _spool_sources(planned, layout, event, jobs=jobs, executor=executor, ray_address=ray_address)
+    record_files = line_refs(planned.mix, os.path.join(layout.spool_dir, "records"))
     journal = Journal(layout.journal_path)
     previous = {} if overwrite else _previous_entries(layout, journal)
     remove_leftovers(layout.paths[s] for s in layout.chosen)  # temporary files of a killed run (its lock died with it)
@@ -371,7 +375,7 @@ def _write(planned: _Planned, layout: _Layout, settings: WriteSettings, event: C
     entries: dict[str, dict] = {}
     try:
         for _, entry in run_tasks(_write_task, tasks, jobs=jobs, executor=executor, ray_address=ray_address,
-                                  initializer=_init_worker, initargs=(planned.mix.index_files, read_paths),
+                                  initializer=_init_worker, initargs=(record_files, read_paths),
                                   on_error=lambda task, err: {"path": task[0], "spec": None, "status": "failed",
                                                               "error": str(err.located(shard=task[0])),
                                                               "seconds_taken": 0.0}):

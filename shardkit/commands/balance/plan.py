@@ -138,10 +138,17 @@ def _apply_weight(n: int, weight: float, seed: int, c: int) -> tuple[np.ndarray,
     """(utterance index, copy number) of each kept copy: floor(weight) copies of all, plus a seeded fraction."""
     whole = int(math.floor(weight))
     extra = int(round((weight - whole) * n))
-    chosen = np.sort(np.random.default_rng([seed, _WEIGHT, c]).permutation(n)[:extra])
-    utt = np.concatenate([np.tile(np.arange(n), whole), chosen])
-    copy = np.concatenate([np.repeat(np.arange(whole), n), np.full(extra, whole)])
-    return utt.astype(np.int64), copy.astype(np.int64)
+    index = _index_dtype(n)
+    # the draw is skipped when nothing is drawn (weight 1, 2, ...): the same result, without a permutation of n
+    chosen = np.sort(np.random.default_rng([seed, _WEIGHT, c]).permutation(n)[:extra]) if extra else np.zeros(0)
+    utt = np.concatenate([np.tile(np.arange(n, dtype=index), whole), chosen.astype(index)])
+    copy = np.concatenate([np.repeat(np.arange(whole, dtype=np.int32), n), np.full(extra, whole, np.int32)])
+    return utt, copy
+
+
+def _index_dtype(n: int):
+    """int32 indexes below 2**31 items (half the memory of int64 at 20 M utterances), else int64."""
+    return np.int32 if n < 2**31 - 1 else np.int64
 
 
 def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: int):
@@ -156,7 +163,7 @@ def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: in
     occurrence = np.empty(count, np.int64)
     occurrence[order] = np.arange(count) - first
     extra_copy = have[extra_utt] + occurrence
-    return np.concatenate([utt, extra_utt]), np.concatenate([copy, extra_copy])
+    return np.concatenate([utt, extra_utt]), np.concatenate([copy, extra_copy.astype(copy.dtype)])
 
 
 def _drop(utt: np.ndarray, copy: np.ndarray, count: int, seed: int, c: int):
@@ -199,7 +206,7 @@ def _deal(corpus_of, seconds, counts, order_of_corpora, seed) -> np.ndarray:
     """Shard of each copy: per corpus, sorted longest first, dealt in rounds to the lightest shards."""
     num_shards = counts.shape[0]
     totals = np.zeros(num_shards)
-    shard_of = np.empty(len(seconds), np.int64)
+    shard_of = np.empty(len(seconds), _index_dtype(num_shards))
     for c in order_of_corpora:
         ids = np.flatnonzero(corpus_of == c)
         if not len(ids):
@@ -317,10 +324,15 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, w
         stats[c].update({"padded": max(delta, 0), "remainder_dropped": max(-delta, 0),
                          "copies_out": int(target), "unique_out": _distinct(utts[c], len(durations[c]))})
 
-    corpus_of = np.concatenate([np.full(len(u), c, np.int64) for c, u in enumerate(utts)])
-    utt_of = np.concatenate(utts)
-    copy_of = np.concatenate(copies)
+    # compact columns (int8 corpus, int32 utterance and copy where they fit): at 20 M utterances each
+    # int64 column is 160 MB; the values, and so the plan and its digest, are the same
+    corpus_of = np.concatenate([np.full(len(u), c, np.int8 if len(names) < 128 else np.int32)
+                                for c, u in enumerate(utts)])
     seconds = np.concatenate([durations[c][u] for c, u in enumerate(utts)])
+    utt_of = np.concatenate(utts)
+    del utts
+    copy_of = np.concatenate(copies)
+    del copies
 
     # each shard gets floor(share) of every corpus; the leftover copies go round-robin, so every
     # shard gets the same number of them and no shard two of one corpus
@@ -334,19 +346,28 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, w
 
     means = [float(seconds[corpus_of == c].mean()) if (corpus_of == c).any() else 0.0 for c in range(len(names))]
     shard_of = _deal(corpus_of, seconds, counts, np.argsort(-np.array(means), kind="stable"), seed)
-    rows = np.argsort(shard_of, kind="stable").reshape(count, per_shard)
+    # a stable sort of shard numbers below 2**16 is numpy's radix sort (linear): the same order, ~10x faster
+    rows = np.argsort(shard_of.astype(np.uint16) if count <= 1 << 16 else shard_of, kind="stable")
+    del shard_of
+    rows = rows.reshape(count, per_shard)
     mean_shard = float(seconds.sum()) / count
     tolerance = max(TOLERANCE_FRACTION * mean_shard, float(np.median(seconds)))
     # aim inside the tolerance, tight enough that a consumer's sum of count / groups shards (whose
     # errors partly cancel, ~sqrt) stays within REFINE_FRACTION of the others
     goal = min(tolerance / 2, REFINE_FRACTION * mean_shard * math.sqrt(count / groups))
     _refine(rows, seconds, corpus_of, goal=goal)
-    rows = np.random.default_rng([seed, _ORDER]).permuted(rows, axis=1)
+    rows = np.random.default_rng([seed, _ORDER]).permuted(rows, axis=1, out=rows)
     flat = rows.reshape(-1)
+    del rows
+    # into output order one column at a time, each input freed as soon as it is gathered (peak memory)
+    columns = {"corpus": corpus_of, "utt": utt_of, "copy": copy_of, "seconds": seconds}
+    del corpus_of, utt_of, copy_of, seconds
+    for name in list(columns):
+        columns[name] = columns[name][flat]
+    del flat
     return BalancePlan(names=names, world_size=world_size, num_workers=num_workers, num_shards=count,
-                       utts_per_shard=per_shard, seed=seed, remainder=remainder, corpus=corpus_of[flat],
-                       utt=utt_of[flat], copy=copy_of[flat], seconds=seconds[flat], corpora=stats,
-                       tolerance=tolerance, notes=notes)
+                       utts_per_shard=per_shard, seed=seed, remainder=remainder, corpora=stats,
+                       tolerance=tolerance, notes=notes, **columns)
 
 
 def plan_digest(plan: BalancePlan) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -65,13 +66,21 @@ def check_corpora(corpora: Sequence[CorpusSource]) -> None:
 
 @dataclass
 class CorpusColumns:
-    """What planning and writing need of a corpus' utterances, as arrays (no per-utterance dicts)."""
+    """What planning and writing need of a corpus' utterances, as arrays (no per-utterance dicts).
+
+    ``keys`` is a sequence of the keys or an :class:`IndexKeys` that reads them back from the index
+    files on demand (only repeats and error messages need key strings; duplicates are found by
+    ``key_hash``). ``line_file``/``line_offset`` say where each record is (a JSON line's byte offset,
+    a Parquet row's number); a writing run fills them (:func:`line_refs`), a plan does not need them.
+    """
 
     durations: np.ndarray
-    keys: list[str]
+    keys: Sequence[str] | "IndexKeys"
     shard: np.ndarray  # index into MixColumns.shards
-    line_file: np.ndarray  # index into MixColumns.index_files
-    line_offset: np.ndarray  # byte offset of the utterance's line in that index file
+    line_file: np.ndarray | None = None  # index into MixColumns.index_files
+    line_offset: np.ndarray | None = None  # byte offset of the utterance's line (JSON lines) or row (Parquet)
+    key_hash: np.ndarray | None = None  # shardkit.io.indexfile.key_hashes of the keys
+    segments: list["_Segment"] | None = None  # the index files the rows came from (load_columns)
 
 
 @dataclass
@@ -80,6 +89,91 @@ class MixColumns:
     corpora: list[CorpusColumns]
     shards: list[str]
     index_files: list[str]
+    sorted_hashes: np.ndarray | None = None  # every key's hash, sorted (check_unique_keys keeps it)
+
+
+@dataclass
+class _Segment:
+    """The utterances of one index file within a corpus: its id, their count, and (JSON lines) line offsets."""
+
+    file_id: int
+    path: str
+    count: int
+    offsets: np.ndarray | None  # None for Parquet: rows are 0..count-1
+
+
+class IndexKeys:
+    """A corpus' keys, read back from its index files when asked (a list of 20 M strings would not fit)."""
+
+    def __init__(self, segments: list[_Segment]):
+        self.segments = segments
+        self.starts = np.cumsum([0] + [s.count for s in segments])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, u: int) -> str:
+        return self.take(np.array([u]))[0]
+
+    def hashes(self) -> np.ndarray:
+        """Every key's hash again, read back from the files (only a suspected repeat-name clash needs it)."""
+        from shardkit.io.indexfile import hash_strings, key_hashes, open_parquet_index, read_row_group
+
+        parts = []
+        for seg in self.segments:
+            if seg.offsets is None:
+                pf = open_parquet_index(seg.path)
+                parts += [key_hashes(read_row_group(pf, seg.path, g, ["key"]).column("key"))
+                          for g in range(pf.num_row_groups)]
+            else:
+                start = int(self.starts[self.segments.index(seg)])
+                parts.append(hash_strings(self.take(np.arange(start, start + seg.count))))
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+    def take(self, utts: np.ndarray) -> list[str]:
+        """Keys of the utterances ``utts`` (any order, repeats allowed), in that order."""
+        from shardkit.io.indexfile import loads
+
+        utts = np.asarray(utts, np.int64)
+        out = np.empty(len(utts), object)
+        seg_of = np.searchsorted(self.starts, utts, side="right") - 1
+        for k, seg in enumerate(self.segments):
+            where = np.flatnonzero(seg_of == k)
+            if not len(where):
+                continue
+            rows = utts[where] - self.starts[k]
+            if seg.offsets is None:
+                out[where] = _parquet_keys(seg.path, rows)
+            else:
+                with open(seg.path, "rb") as f:
+                    for i, row in zip(where, rows):
+                        f.seek(int(seg.offsets[row]))
+                        out[i] = loads(f.readline())["key"]
+        return list(out)
+
+
+def _parquet_keys(path: str, rows: np.ndarray) -> list[str]:
+    from shardkit.io.indexfile import open_parquet_index, read_row_group
+
+    pf = open_parquet_index(path)
+    order = np.argsort(rows, kind="stable")
+    wanted = rows[order]
+    out = np.empty(len(rows), object)
+    start = 0
+    for group in range(pf.num_row_groups):
+        count = pf.metadata.row_group(group).num_rows
+        lo, hi = np.searchsorted(wanted, [start, start + count])
+        if hi > lo:
+            keys = read_row_group(pf, path, group, ["key"]).column("key")
+            out[order[lo:hi]] = keys.take(wanted[lo:hi] - start).to_pylist()
+        start += count
+    return list(out)
+
+
+def take_keys(corpus: CorpusColumns, utts: np.ndarray) -> list[str]:
+    if isinstance(corpus.keys, IndexKeys):
+        return corpus.keys.take(utts)
+    return [corpus.keys[int(u)] for u in utts]
 
 
 def source_stamps(paths: Sequence[str]) -> list[list]:
@@ -103,7 +197,8 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs:
 
     An index built by an earlier run over the same shards (same sizes and mtimes) is reused.
     """
-    from shardkit.commands.index import build_index, is_index_file
+    from shardkit.commands.index import build_index
+    from shardkit.io.indexfile import is_index_file
     from shardkit.io.inputs import expand_shards
     from shardkit.run.manifest import atomic_write_json, load_json
 
@@ -123,7 +218,7 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs:
             owner[s] = corpus.name
         if shards:
             os.makedirs(work_dir, exist_ok=True)
-            built = os.path.join(work_dir, f"index-{i}.jsonl")
+            built = os.path.join(work_dir, f"index-{i}{_built_suffix()}")
             stamp_path = built + ".sources.json"
             stamp = {"corpus": corpus.name, "sources": source_stamps(shards)}
             if not (os.path.exists(built) and load_json(stamp_path) == stamp):
@@ -141,95 +236,281 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs:
     return result
 
 
+def _built_suffix() -> str:
+    """The indexes balance builds itself are Parquet where pyarrow is installed (faster to load)."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return ".jsonl"
+    return ".parquet"
+
+
 def check_index_slices(corpus: str, index_files: Sequence[str]) -> None:
     """Slice files of an index (``x.slice-I-of-N.jsonl``, from ``index --split``) come all N or none."""
     import re
 
     groups: dict[tuple[str, int], set[int]] = {}
     for path in index_files:
-        match = re.fullmatch(r"(.*)\.slice-(\d+)-of-(\d+)\.jsonl", path)
+        match = re.fullmatch(r"(.*)\.slice-(\d+)-of-(\d+)(\.jsonl|\.parquet)", path)
         if match:
-            groups.setdefault((match.group(1), int(match.group(3))), set()).add(int(match.group(2)))
+            groups.setdefault((match.group(1) + match.group(4), int(match.group(3))), set()).add(int(match.group(2)))
     for (stem, count), have in sorted(groups.items()):
         missing = sorted(set(range(1, count + 1)) - have)
         if missing:
-            raise UsageError(f"corpus {corpus!r}: index {stem}.jsonl is given in slices without slice"
+            raise UsageError(f"corpus {corpus!r}: index {stem} is given in slices without slice"
                              f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {count}")
 
 
 def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> MixColumns:
-    """Read each corpus' index files into arrays; one line parsed at a time (the hot loop of a dry run)."""
-    from shardkit.commands.index import loads, open_index, parse_index_line
+    """Read each corpus' index files into arrays: Parquet column by column, JSON lines a line at a time."""
+    from shardkit.io.indexfile import is_parquet
 
-    shards: list[str] = []
-    shard_ids: dict[str, int] = {}
-    shard_corpus: list[str] = []
-    files: list[str] = []
+    state = _LoadState()
     corpora = []
-    for name, paths in zip(names, index_files):
-        durations, keys, shard_col, file_col, offsets = [], [], [], [], []
+    for c, (name, paths) in enumerate(zip(names, index_files)):
+        parts = []
         for path in paths:
-            file_id = len(files)
-            files.append(path)
-            offset = 0
-            with open_index(path) as f:
-                for number, line in enumerate(f, 1):
-                    try:
-                        record = loads(line)
-                        shard, key, duration = record["shard"], record["key"], float(record["duration"])
-                        record["members"]
-                    except (ValueError, KeyError, TypeError):
-                        if line.strip():
-                            parse_index_line(line, path=path, number=number)  # raises the precise error
-                            raise ShardkitError(f"line {number} is not an index record", shard=path) from None
-                        offset += len(line)
-                        continue
-                    if (why := impossible_duration(duration, record.get("sample_rate"), record.get("bytes"))):
-                        raise ShardkitError(f"utterance {key!r} of shard {shard} in corpus {name!r}: {why}; "
-                                            "no plan is built on it (validate that shard)", shard=path)
-                    sid = shard_ids.get(shard)
-                    if sid is None:
-                        sid = shard_ids[shard] = len(shards)
-                        shards.append(shard)
-                        shard_corpus.append(name)
-                    elif shard_corpus[sid] != name:
-                        raise UsageError(f"{shard} is in corpus {shard_corpus[sid]!r} and in corpus {name!r}")
-                    durations.append(duration)
-                    keys.append(key)
-                    shard_col.append(sid)
-                    file_col.append(file_id)
-                    offsets.append(offset)
-                    offset += len(line)
-        corpora.append(CorpusColumns(np.array(durations, np.float64), keys, np.array(shard_col, np.int64),
-                                     np.array(file_col, np.int64), np.array(offsets, np.int64)))
-    return MixColumns(list(names), corpora, shards, files)
+            file_id = len(state.files)
+            state.files.append(path)
+            state.corpus = name
+            read = _read_parquet if is_parquet(path) else _read_jsonl
+            durations, shard, hashes, offsets = read(path, state)
+            parts.append((durations, shard, hashes, _Segment(file_id, path, len(durations), offsets)))
+        durations = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+        shard = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int32)
+        state.claim_shards(shard, c, names)
+        segments = [p[3] for p in parts]
+        corpora.append(CorpusColumns(durations, IndexKeys(segments), shard, key_hash=np.concatenate(
+            [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments))
+        del parts
+    if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+    return MixColumns(list(names), corpora, state.shards, state.files)
+
+
+class _LoadState:
+    """Shards and index files seen so far, and which corpus owns each shard."""
+
+    def __init__(self):
+        self.shards: list[str] = []
+        self.shard_ids: dict[str, int] = {}
+        self.owner: list[int] = []
+        self.files: list[str] = []
+        self.corpus = ""  # the corpus whose index is being read (for messages)
+
+    def refuse_impossible(self, key: str, shard: str, why: str, path: str) -> None:
+        """An utterance whose seconds its bytes cannot hold: no plan is built on a header lie."""
+        raise ShardkitError(f"utterance {key!r} of shard {shard} in corpus {self.corpus!r}: {why}; "
+                            "no plan is built on it (validate that shard)", shard=path)
+
+    def claim_shards(self, shard: np.ndarray, corpus: int, names: Sequence[str]) -> None:
+        """A shard belongs to one corpus: the shards new in this corpus become its own, an old one is refused."""
+        self.owner.extend([corpus] * (len(self.shards) - len(self.owner)))
+        used = np.flatnonzero(np.bincount(shard, minlength=len(self.shards)))
+        owner = np.array(self.owner, np.int64)
+        other = used[owner[used] != corpus]
+        if len(other):
+            sid = int(other[0])
+            raise UsageError(f"{self.shards[sid]} is in corpus {names[self.owner[sid]]!r} and in corpus "
+                             f"{names[corpus]!r}")
+
+
+def _read_parquet(path: str, state: _LoadState):
+    """(durations, shard ids, key hashes, None) of a Parquet index, one row group at a time."""
+    from shardkit.io.indexfile import (
+        check_durations,
+        dictionary_codes,
+        key_hashes,
+        open_parquet_index,
+        read_row_group,
+    )
+
+    pf = open_parquet_index(path)
+    plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
+    plausibility = plausibility if len(plausibility) == 2 else []
+    durations, shards, hashes = [], [], []
+    start = 0
+    for group in range(pf.num_row_groups):
+        table = read_row_group(pf, path, group, ["shard", "key", "duration", *plausibility])
+        try:
+            d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+            check_durations(d, path=path, first_row=start)
+            if plausibility:
+                _check_plausible(table, d, path, state)
+            shards.append(dictionary_codes(table.column("shard"), state.shards, state.shard_ids))
+            hashes.append(key_hashes(table.column("key")))
+        except (ValueError, TypeError) as err:
+            raise ShardkitError(f"row group {group} (rows {start}-{start + table.num_rows - 1}): {err} in the shard "
+                                f"or key column", shard=path) from None
+        durations.append(d)
+        start += table.num_rows
+        del table
+    cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype))
+    return cat(durations, np.float64), cat(shards, np.int32), cat(hashes, np.uint64), None
+
+
+def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState) -> None:
+    """The first row whose seconds its bytes cannot hold (``planning.plausible``), as an error naming it."""
+    from shardkit.planning.plausible import MAX_FRAMES_PER_BYTE
+
+    rate = table.column("sample_rate").to_numpy(zero_copy_only=False).astype(np.float64)
+    size = table.column("bytes").to_numpy(zero_copy_only=False).astype(np.float64)
+    known = np.isfinite(rate) & (rate > 0) & np.isfinite(size)
+    bad = np.flatnonzero(known & (durations * rate > np.maximum(size, 0) * MAX_FRAMES_PER_BYTE))
+    if len(bad):
+        row = int(bad[0])
+        why = impossible_duration(float(durations[row]), float(rate[row]), float(size[row]))
+        state.refuse_impossible(table.column("key")[row].as_py(), table.column("shard")[row].as_py(), why, path)
+
+
+def _read_jsonl(path: str, state: _LoadState):
+    """(durations, shard ids, key hashes, line offsets) of a JSON lines index; one line parsed at a time."""
+    from shardkit.io.indexfile import BATCH_ROWS, hash_strings, loads, open_index, parse_index_line
+
+    durations, shard_col, offsets, keys, hashes = [], [], [], [], []
+    shard_ids, shards = state.shard_ids, state.shards
+    offset = 0
+    with open_index(path) as f:
+        for number, line in enumerate(f, 1):
+            try:
+                record = loads(line)
+                shard, key, duration = record["shard"], record["key"], float(record["duration"])
+                record["members"]
+            except (ValueError, KeyError, TypeError):
+                if line.strip():
+                    parse_index_line(line, path=path, number=number)  # raises the precise error
+                    raise ShardkitError(f"line {number} is not an index record", shard=path) from None
+                offset += len(line)
+                continue
+            if (why := impossible_duration(duration, record.get("sample_rate"), record.get("bytes"))):
+                state.refuse_impossible(key, shard, why, path)
+            sid = shard_ids.get(shard)
+            if sid is None:
+                sid = shard_ids[shard] = len(shards)
+                shards.append(shard)
+            durations.append(duration)
+            keys.append(key)
+            shard_col.append(sid)
+            offsets.append(offset)
+            offset += len(line)
+            if len(keys) >= BATCH_ROWS:
+                hashes.append(hash_strings(keys))
+                keys = []
+    hashes.append(hash_strings(keys))
+    return (np.array(durations, np.float64), np.array(shard_col, np.int32), np.concatenate(hashes),
+            np.array(offsets, np.int64))
+
+
+def line_refs(mix: MixColumns, work_dir: str) -> list[str]:
+    """Fill every corpus' ``line_file``/``line_offset`` for writing; the index files the workers read.
+
+    Workers read one record per planned utterance by its byte offset in a JSON lines file, so a
+    Parquet index is first written out as JSON lines in ``work_dir`` (one streaming pass) and its
+    rows' offsets recorded.
+    """
+    from shardkit.io.indexfile import dumps_line, iter_parquet_records
+
+    files = list(mix.index_files)
+    lines: dict[int, np.ndarray] = {}
+    for corpus in mix.corpora:
+        segments = corpus.segments
+        if segments is None:
+            continue  # given as columns (line_file/line_offset set by the caller)
+        file_col, offset_col = [], []
+        for seg in segments:
+            if seg.offsets is None and seg.file_id not in lines:
+                os.makedirs(work_dir, exist_ok=True)
+                files[seg.file_id] = os.path.join(work_dir, f"records-{seg.file_id}.jsonl")
+                offsets = np.zeros(seg.count, np.int64)
+                position = 0
+                with open(files[seg.file_id], "wb") as out:
+                    for row, record in enumerate(iter_parquet_records(seg.path)):
+                        line = dumps_line(record)
+                        offsets[row] = position
+                        position += len(line)
+                        out.write(line)
+                lines[seg.file_id] = offsets
+            file_col.append(np.full(seg.count, seg.file_id, np.int64))
+            offset_col.append(seg.offsets if seg.offsets is not None else lines[seg.file_id])
+        corpus.line_file = np.concatenate(file_col) if file_col else np.zeros(0, np.int64)
+        corpus.line_offset = np.concatenate(offset_col) if offset_col else np.zeros(0, np.int64)
+    return files
+
+
+def _hashes(corpus: CorpusColumns) -> np.ndarray:
+    from shardkit.io.indexfile import hash_strings
+
+    if corpus.key_hash is None:
+        corpus.key_hash = corpus.keys.hashes() if isinstance(corpus.keys, IndexKeys) else \
+            hash_strings(list(corpus.keys))
+    return corpus.key_hash
 
 
 def check_unique_keys(mix: MixColumns) -> None:
-    """Two utterances with one key would be one sample to WeNet's grouping: refuse the mix."""
-    seen: set[str] = set()
-    for c, corpus in enumerate(mix.corpora):
-        for i, key in enumerate(corpus.keys):
+    """Two utterances with one key would be one sample to WeNet's grouping: refuse the mix.
+
+    Keys are compared by their 64-bit hashes (one sort); equal hashes are confirmed on the strings.
+    The key reported is the one whose second occurrence comes first (corpus order, then row order).
+    """
+    from shardkit.io.indexfile import duplicate_hashes
+
+    hashes = [_hashes(corpus) for corpus in mix.corpora]
+    every = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+    every.sort()
+    dups = duplicate_hashes(every, is_sorted=True)
+    if not len(dups):
+        # kept sorted for the repeat-name check; the per-corpus hashes of index files can be read again
+        mix.sorted_hashes = every
+        for corpus in mix.corpora:
+            if isinstance(corpus.keys, IndexKeys):
+                corpus.key_hash = None
+        return
+    every = np.concatenate(hashes)
+    where = np.flatnonzero(np.isin(every, dups))
+    del every
+    starts = np.cumsum([0] + [len(h) for h in hashes])
+    groups: dict[int, list[int]] = {}
+    for position in where.tolist():
+        c = int(np.searchsorted(starts, position, side="right") - 1)
+        groups.setdefault(int(hashes[c][position - starts[c]]), []).append(position)
+    for places in sorted(groups.values(), key=lambda p: p[1]):  # by second occurrence
+        seen: dict[str, tuple[int, int]] = {}
+        for position in places:
+            c = int(np.searchsorted(starts, position, side="right") - 1)
+            u = position - int(starts[c])
+            key = take_keys(mix.corpora[c], np.array([u]))[0]
             if key in seen:
-                oc, oi = next((oc, corpus_o.keys.index(key)) for oc, corpus_o in enumerate(mix.corpora)
-                              if key in corpus_o.keys)
+                oc, oi = seen[key]
                 raise ShardkitError(
                     f"key {key!r} appears twice: in {mix.shards[mix.corpora[oc].shard[oi]]} (corpus "
-                    f"{mix.names[oc]!r}) and in {mix.shards[corpus.shard[i]]} (corpus {mix.names[c]!r}); "
+                    f"{mix.names[oc]!r}) and in {mix.shards[mix.corpora[c].shard[u]]} (corpus {mix.names[c]!r}); "
                     f"keys must be unique across the mix")
-            seen.add(key)
+            seen[key] = (c, u)
 
 
 def repeated_keys(plan: BalancePlan, mix: MixColumns) -> list[list[str]]:
     """``[original key, output key]`` for every repeat, in output order; refuses a clash with a real key."""
-    pairs = []
-    for i in np.flatnonzero(plan.copy > 0):
-        key = mix.corpora[plan.corpus[i]].keys[plan.utt[i]]
-        pairs.append([key, repeat_key(key, int(plan.copy[i]))])
+    from shardkit.io.indexfile import hash_strings
+
+    positions = np.flatnonzero(plan.copy > 0)
+    keys = np.empty(len(positions), object)
+    for c, corpus in enumerate(mix.corpora):
+        mine = np.flatnonzero(plan.corpus[positions] == c)
+        if len(mine):
+            keys[mine] = take_keys(corpus, plan.utt[positions[mine]])
+    pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[positions])]
     if pairs:
-        originals = {k for corpus in mix.corpora for k in corpus.keys}
-        clash = next((p for p in pairs if p[1] in originals), None)
-        if clash:
-            raise ShardkitError(f"repeat of {clash[0]!r} would be named {clash[1]!r}, which is already a key "
-                                f"in the mix")
+        new = hash_strings([p[1] for p in pairs])
+        every = mix.sorted_hashes
+        if every is None:
+            every = np.sort(np.concatenate([_hashes(corpus) for corpus in mix.corpora]))
+        found = np.searchsorted(every, new).clip(0, max(len(every) - 1, 0))
+        hit_hashes = set(new[every[found] == new].tolist()) if len(every) else set()
+        for c, corpus in enumerate(mix.corpora if hit_hashes else ()):
+            existing = _hashes(corpus)
+            for i in (i for i, h in enumerate(new.tolist()) if h in hit_hashes):  # equal hashes: compare strings
+                utts = np.flatnonzero(existing == new[i])
+                if pairs[i][1] in take_keys(corpus, utts):
+                    raise ShardkitError(f"repeat of {pairs[i][0]!r} would be named {pairs[i][1]!r}, which is already "
+                                        f"a key in the mix")
     return pairs

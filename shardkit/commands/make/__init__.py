@@ -37,6 +37,7 @@ from shardkit.io.audio import EMPTY_AUDIO, HEADER_CHECKS
 from shardkit.io.codecs import CODECS, open_writer
 from shardkit.io.files import HashingFile, load_report, output_unchanged, publish_list
 from shardkit.io.remote import is_url
+from shardkit.io.indexfile import ShardRecords, index_beside
 from shardkit.io.tar import AUDIO_EXTENSIONS, TarWriter
 from shardkit.io.text import EMPTY_TEXT, key_control_problem, text_problems
 from shardkit.run.executor import run_tasks
@@ -412,6 +413,8 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             stream = hashing if settings.codec == "none" else HashingFile(out)
             tar = TarWriter(stream)
             written: list[tuple[str, int]] = []
+            # the index of what is written, as a by-product (offsets from the writer, facts from the header)
+            indexed = ShardRecords.for_shard(dst)
             for utt, got in read_ahead(utterances, settings):
                 if isinstance(got, AudioError):
                     check = got.check if got.check in HEADER_FINDINGS else "unreadable_audio"
@@ -426,6 +429,7 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
                 for name, data in ((f"{utt['key']}.txt", text), (f"{utt['key']}.{ext}", audio)):
                     tar.add(name, data)
                     written.append((name, len(data)))
+                    indexed.add_written(tar.offset, name, data, len(data))
                 result["utterances"] += 1
                 result["seconds"] += utt["seconds"]
             result["tar_bytes"] = tar.close()
@@ -436,6 +440,7 @@ def make_shard(dst: str, utterances: list[dict], settings: MakeSettings) -> dict
             else:
                 readback = verify_stream(written, stream.sha256.digest(), stream.size, shard=dst)
                 target.commit(readback if settings.verify else None, sync_while_verifying=True)
+                result["index_error"] = indexed.save()
                 result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
                 result["status"] = "ok"
     except ShardkitError as err:
@@ -479,6 +484,8 @@ class MakeReport:
     warnings: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     slice: dict | None = None  # with --split: the slice of the planned shards this run wrote
+    index: str | None = None  # index.parquet beside data.list (None: see index_note)
+    index_note: str | None = None
 
     @property
     def skipped_utterances(self) -> list[dict]:
@@ -508,11 +515,12 @@ class MakeReport:
             "failures": [{"shard": e["planned_path"], "error": e["error"]} for e in self.shards
                          if e["status"] == "failed"],
             "seconds": round(self.seconds, 3),
+            "index": self.index, **({"index_note": self.index_note} if self.index_note else {}),
         }
 
     def recorded_summary(self) -> dict:
         """The summary make.json keeps (findings are listed beside it)."""
-        return {k: v for k, v in self.summary().items() if k not in ("findings", "slice")}
+        return {k: v for k, v in self.summary().items() if k not in ("findings", "slice", "index", "index_note")}
 
     @property
     def exit_code(self) -> int:
@@ -747,10 +755,11 @@ def _write_records(plan: _ShardPlan, results: dict[int, dict], findings: list[di
     report = MakeReport(out_dir=out_dir, data_list=plan.data_list, manifest=plan.manifest_path,
                         shards=ordered, findings=findings, warnings=warnings,
                         seconds=time.perf_counter() - started, slice=plan.slice_info)
+    listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "skipped")]
     # a failed shard: data.partial.list, so that no list that looks finished lacks a shard
-    report.data_list = publish_list(report.data_list, [e["output"]["path"] for e in ordered
-                                                       if e["status"] in ("ok", "skipped")],
+    report.data_list = publish_list(report.data_list, listed,
                                     complete=not any(e["status"] == "failed" for e in ordered))
+    report.index, report.index_note = index_beside(report.data_list, listed)
     recorded = [{**e, "status": "ok"} if e["status"] == "skipped" else e for e in ordered]
     atomic_write_json(plan.manifest_path, {
         "tool": "shardkit", "version": __version__, "command": "make",

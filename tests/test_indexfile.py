@@ -1,0 +1,307 @@
+"""Index files (issue 25): Parquet beside JSON lines, the conversion between them, planning from either,
+damage named by file and row, and the index convert writes beside data.list for balance."""
+
+import hashlib
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import SMALL_CORPORA, corpus
+
+from shardkit.cli import main
+from shardkit.commands.balance import CorpusSource, _load_mix, _plan
+from shardkit.commands.balance.plan import plan_balance, plan_digest
+from shardkit.errors import ShardkitError, UsageError
+from shardkit.io import indexfile
+from shardkit.io.tar import group_samples, iter_shard_members
+
+pytest.importorskip("pyarrow")
+
+MEANS = {"zh": 3.6, "en": 12.3, "acc": 5.0}
+
+
+def _records(corpus_name: str, n: int, seed: int, *, aliases: bool = False):
+    """Index lines shaped like `shardkit index`'s (shard paths relative and absent here), in shard order."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        key = f"{corpus_name}/S{i // 50:04d}/U{i:07d}"
+        seconds = round(float(np.clip(rng.gamma(8, MEANS[corpus_name] / 8), 0.5, 30)), 6)
+        size = 44 + 2 * int(seconds * 16000)
+        record = {"shard": f"rel/{corpus_name}/shards_{i // 50:09d}.tar", "key": key, "corpus": corpus_name,
+                  "format": "wav", "bytes": size + 20, "sample_rate": 16000, "channels": 1,
+                  "frames": int(seconds * 16000), "duration": seconds,
+                  "members": [[key + ".txt", 512 + i, 20], [key + ".wav", 1536 + i, size]]}
+        if aliases:
+            record.update({"member": key + ".wav", "text_len": 7})
+        else:
+            record.update({"audio": key + ".wav", "text_chars": 7})
+        out.append(record)
+    return out
+
+
+def _write_jsonl(path, records):
+    with open(path, "wb") as f:
+        f.write(b"".join(indexfile.dumps_line(r) for r in records))
+    return str(path)
+
+
+def _to_parquet(src, dst):
+    result = CliRunner().invoke(main, ["index", str(src), "-o", str(dst), "-q", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["utterances"] == sum(1 for _ in indexfile.iter_jsonl(str(src)))
+    return str(dst)
+
+
+def _planned(files_per_corpus, weight=1.0, **plan_args):
+    corpora = [CorpusSource(name, tuple(files), weight) for name, files in files_per_corpus.items()]
+    mix, index_files = _load_mix(corpora, "/nonexistent-work-dir", lambda *a: None, jobs=1, executor="local",
+                                 ray_address=None)
+    args = {"world_size": 4, "num_workers": 2, "shard_duration": 600.0, "num_shards": None, "remainder": "pad",
+            "seed": 3, "epochs": 2, **plan_args}
+    return _plan(corpora, mix, index_files, **args)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """Three corpora as JSON lines (two files for zh, aliases in acc) and the same as Parquet."""
+    root = tmp_path_factory.mktemp("generated")
+    zh = _records("zh", 3000, 0)
+    jsonl = {"zh": [_write_jsonl(root / "zh-1.jsonl", zh[:1700]), _write_jsonl(root / "zh-2.jsonl", zh[1700:])],
+             "en": [_write_jsonl(root / "en.jsonl", _records("en", 1200, 1))],
+             "acc": [_write_jsonl(root / "acc.jsonl", _records("acc", 900, 2, aliases=True))]}
+    parquet = {name: [_to_parquet(p, p[:-len(".jsonl")] + ".parquet") for p in files]
+               for name, files in jsonl.items()}
+    return {"root": root, "jsonl": jsonl, "parquet": parquet}
+
+
+def test_a_converted_index_holds_every_record_as_given(generated):
+    for name, files in generated["jsonl"].items():
+        for src, dst in zip(files, generated["parquet"][name]):
+            expected = list(indexfile.iter_jsonl(src))  # aliases renamed: member -> audio, text_len -> text_chars
+            assert list(indexfile.iter_index(dst)) == expected
+    assert all("audio" in r and "text_chars" in r and "member" not in r
+               for r in indexfile.iter_index(generated["parquet"]["acc"][0]))
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (0.5, 2, 1.5)])
+def test_jsonl_parquet_and_mixed_indexes_give_the_same_plan(generated, weights):
+    j, p = generated["jsonl"], generated["parquet"]
+    mixed = {"zh": [j["zh"][0], p["zh"][1]], "en": p["en"], "acc": j["acc"]}
+    plans = []
+    for files in (j, p, mixed):
+        planned = _planned(files)
+        plans.append(planned)
+    for other in plans[1:]:
+        assert plan_digest(other.plan) == plan_digest(plans[0].plan)
+        assert np.array_equal(other.plan.seconds, plans[0].plan.seconds)
+        assert other.repeats == plans[0].repeats and other.figures == plans[0].figures
+    assert plans[0].plan.balanced
+
+
+def test_balance_dry_run_reads_either_index_alike(generated):
+    outs = []
+    for kind in ("jsonl", "parquet"):
+        args = ["balance", "--world-size", "4", "--num-workers", "2", "--shard-duration", "600", "-o", "unused",
+                "--dry-run", "--json", "-q"]
+        for name, files in generated[kind].items():
+            args += ["--corpus", f"{name}={','.join(files)}:1.5"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        for key in ("utterances", "num_shards", "balanced", "max_deviation_seconds", "mean_shard_seconds", "seconds"):
+            assert key in summary
+        outs.append({k: v for k, v in summary.items() if k not in ("elapsed_seconds",)})
+    assert outs[0] == outs[1]
+
+
+# the plan of these mixes, byte for byte, as the planner before issue 25 computed it
+GOLDEN = [
+    (dict(sizes=(3000, 2000, 1000), weights=(1, 1, 1), ws=4, nw=2, dur=600, rem="pad", seed=0),
+     "4dfe8fbf3824d8f958182d421c808aafffaa13d2da2aa0da11a0ff6273d837d7", "042edcd2a08da5d7"),
+    (dict(sizes=(5000, 700), weights=(0.5, 2.0), ws=2, nw=4, dur=300, rem="pad", seed=3),
+     "8cdf44932a5fb7e80d704918c9e6a852c0ee656137969d04937d8a3ef903204b", "2f1a4847b83dbd61"),
+    (dict(sizes=(2500, 2500, 900), weights=(1.5, 1, 1), ws=8, nw=1, dur=900, rem="drop", seed=7),
+     "c4867462a8a3845c72aa83cdc44eb4edeed4bc1bda02ee9370b0423ffc4a79fd", "b22e7d3284d504f0"),
+    (dict(sizes=(20000, 15000, 8000), weights=(1, 1, 1), ws=16, nw=4, dur=3600, rem="pad", seed=1),
+     "289991819b3877634d8a71f93823416e1487979e59710b57e0e38ea0838606b3", "2414acdd61d3f4bd"),
+]
+
+
+@pytest.mark.parametrize("case,digest,seconds_digest", GOLDEN)
+def test_the_compact_planner_plans_what_the_previous_one_planned(case, digest, seconds_digest):
+    rng = np.random.default_rng(case["seed"])
+    durations = [np.round(rng.gamma(8, m / 8, n), 3) for n, m in zip(case["sizes"], (3.6, 12.3, 5.0))]
+    plan = plan_balance(durations, case["weights"], world_size=case["ws"], num_workers=case["nw"],
+                        shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"])
+    assert plan_digest(plan) == digest
+    assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest
+
+
+def test_a_truncated_parquet_index_is_named(generated, tmp_path):
+    src = generated["parquet"]["en"][0]
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(open(src, "rb").read()[:-100])
+    result = CliRunner().invoke(main, ["balance", "--corpus", f"en={broken}", "--world-size", "1", "--num-workers",
+                                       "1", "-o", str(tmp_path / "o"), "--dry-run", "-q"])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {broken}: not a readable Parquet index (")
+
+
+def test_a_damaged_row_group_is_named_with_its_rows(tmp_path):
+    records = _records("zh", 3000, 5)
+    path = str(tmp_path / "big.parquet")
+    old = indexfile.ROW_GROUP_ROWS
+    indexfile.ROW_GROUP_ROWS = 1000  # three row groups
+    try:
+        indexfile.write_index_file(path, [records])
+    finally:
+        indexfile.ROW_GROUP_ROWS = old
+    pf = indexfile.open_parquet_index(path)
+    assert pf.num_row_groups == 3
+    column = pf.metadata.row_group(1).column(pf.schema_arrow.names.index("duration"))
+    start = column.dictionary_page_offset or column.data_page_offset
+    data = bytearray(open(path, "rb").read())
+    data[start + 20:start + column.total_compressed_size - 4] = os.urandom(column.total_compressed_size - 24)
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(ShardkitError, match=r"row group 1 \(rows 1000-1999\) cannot be read") as caught:
+        _planned({"zh": [path]})
+    assert path in str(caught.value)
+
+
+def test_a_bad_duration_in_a_parquet_index_is_named_by_row(tmp_path):
+    records = _records("en", 40, 1)
+    records[17]["duration"] = float("nan")
+    path = indexfile.write_index_file(str(tmp_path / "nan.parquet"), [records])
+    with pytest.raises(ShardkitError, match=r"row 17: duration must be a finite number >= 0 \(got nan\)"):
+        _planned({"en": [path]})
+
+
+@pytest.mark.parametrize("line,message", [
+    ({"shard": "s.tar", "key": "k", "duration": "long", "members": []}, "field 'duration' must be a finite number"),
+    ({"shard": "s.tar", "key": "k", "duration": 1.0, "members": [["k.wav", -1, 5]]}, "field 'members' must be a list"),
+    ({"shard": 3, "key": "k", "duration": 1.0, "members": []}, "field 'shard' must be a non-empty string"),
+    ({"shard": "s.tar", "key": "k", "duration": 1.0, "members": [], "sample_rate": "16k"},
+     "field 'sample_rate' must be an integer >= 0"),
+    ({"shard": "s.tar", "key": "k", "members": []}, "is not an index record (needs shard, key, duration, members)"),
+])
+def test_a_bad_jsonl_field_is_named_by_file_and_line_and_nothing_is_written(tmp_path, line, message):
+    records = _records("zh", 5, 0)
+    src = tmp_path / "in.jsonl"
+    with open(src, "wb") as f:
+        f.write(b"".join(indexfile.dumps_line(r) for r in records[:2]) + json.dumps(line).encode() + b"\n")
+    result = CliRunner().invoke(main, ["index", str(src), "-o", str(tmp_path / "out.parquet"), "-q"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {src}: line 3")
+    assert message in result.output
+    assert not os.path.exists(tmp_path / "out.parquet")
+
+
+def test_numbers_as_other_tools_write_them_are_accepted(tmp_path):
+    record = {"shard": "../absent/s.tar", "key": "k", "duration": "2.5", "members": [["k.wav", 512, 80044]],
+              "sample_rate": 16000.0, "member": "k.wav", "text_len": 3}
+    src = _write_jsonl(tmp_path / "other.jsonl", [record])
+    dst = _to_parquet(src, tmp_path / "other.parquet")
+    assert list(indexfile.iter_index(dst)) == [{"shard": "../absent/s.tar", "key": "k", "duration": 2.5,
+                                                "members": [["k.wav", 512, 80044]], "sample_rate": 16000,
+                                                "audio": "k.wav", "text_chars": 3}]
+
+
+def test_key_hashes_find_duplicates_and_only_them():
+    import pyarrow as pa
+
+    keys = [f"spk{i % 7}/utt-{i:05d}" for i in range(5000)] + ["", "a", "é" * 11, "x" * 200]
+    hashes = indexfile.key_hashes(pa.array(keys))
+    assert len(set(hashes.tolist())) == len(keys)
+    assert np.array_equal(hashes, indexfile.hash_strings(keys))
+    again = indexfile.key_hashes(pa.chunked_array([pa.array(keys[:100]), pa.array(keys[100:])]))
+    assert np.array_equal(again, hashes)
+    assert indexfile.duplicate_hashes(np.concatenate([hashes, hashes[[5, 9]]])).tolist() == sorted(hashes[[5, 9]])
+
+
+def test_a_key_in_two_parquet_corpora_is_refused(tmp_path):
+    a = indexfile.write_index_file(str(tmp_path / "a.parquet"), [_records("zh", 30, 0)])
+    clash = _records("en", 30, 1)
+    clash[12]["key"] = "zh/S0000/U0000004"
+    b = indexfile.write_index_file(str(tmp_path / "b.parquet"), [clash])
+    with pytest.raises(ShardkitError, match=r"key 'zh/S0000/U0000004' appears twice: in rel/zh/shards_000000000.tar "
+                                            r"\(corpus 'a'\) and in rel/en/shards_000000000.tar \(corpus 'b'\)"):
+        _planned({"a": [a], "b": [b]}, num_shards=8)
+
+
+def test_without_pyarrow_jsonl_works_and_parquet_is_a_clear_usage_error(make_shards, tmp_path, monkeypatch):
+    shards = make_shards("none")
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(UsageError, match=r"needs pyarrow: pip install 'shardkit\[parquet\]'"):
+        indexfile.require_pyarrow()
+    runner = CliRunner()
+    result = runner.invoke(main, ["index", *shards, "-o", str(tmp_path / "i.parquet"), "-q", "-j", "1"])
+    assert result.exit_code == 2 and "a Parquet index needs pyarrow: pip install 'shardkit[parquet]'" in result.output
+    assert runner.invoke(main, ["index", *shards, "-o", str(tmp_path / "i.jsonl"), "-q", "-j", "1"]).exit_code == 0
+    result = runner.invoke(main, ["balance", "--corpus", f"all={tmp_path / 'i.jsonl'}", "--world-size", "1",
+                                  "--num-workers", "1", "--num-shards", "2", "-o", str(tmp_path / "o"), "--dry-run",
+                                  "-q", "--json"])
+    assert result.exit_code == 0, result.output
+
+
+def test_convert_leaves_the_index_beside_data_list_and_balance_uses_it(make_shards, tmp_path):
+    shards = make_shards("bz2")
+    runner = CliRunner()
+    out = tmp_path / "converted"
+    result = runner.invoke(main, ["convert", *shards, "-o", str(out), "-j", "1", "-q", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["index"] == str(out / "index.parquet")
+    listed = open(out / "data.list").read().split()
+    by_product = list(indexfile.iter_index(str(out / "index.parquet")))
+    assert runner.invoke(main, ["index", *listed, "-o", str(tmp_path / "fresh.parquet"), "--corpus", "converted",
+                                "-q", "-j", "1"]).exit_code == 0
+    assert by_product == list(indexfile.iter_index(str(tmp_path / "fresh.parquet")))  # what `index` reads
+    assert [r["key"] for r in by_product] == [key for key, *_ in corpus(SMALL_CORPORA)]
+    # balance from the by-product index writes shards with the source bytes
+    result = runner.invoke(main, ["balance", "--corpus", f"all={out / 'index.parquet'}", "--world-size", "2",
+                                  "--num-workers", "1", "--num-shards", "2", "-o", str(tmp_path / "bal"), "-j", "1",
+                                  "-q", "--json"])
+    assert result.exit_code == 0, result.output
+    truth = {key: (text.encode(), audio) for key, text, audio, _ in corpus(SMALL_CORPORA)}
+    written = [s for shard in open(tmp_path / "bal" / "data.list").read().split()
+               for s in group_samples(iter_shard_members(shard), shard=shard)]
+    repeats = {new: old for old, new in json.load(open(tmp_path / "bal" / "balance.json"))["repeats"]}
+    assert {repeats.get(s["__key__"], s["__key__"]) for s in written} == set(truth)
+    for s in written:
+        assert (s["txt"], s["wav"]) == truth[repeats.get(s["__key__"], s["__key__"])]
+
+
+def test_make_leaves_the_index_beside_data_list(tmp_path):
+    from shardkit.io.synth import encode, speech_like
+
+    root = tmp_path / "d"
+    (root / "wav").mkdir(parents=True)
+    with open(root / "wav.scp", "w") as scp, open(root / "text", "w") as text:
+        for i in range(9):
+            key = f"spk{i % 3}-utt{i:03d}"
+            path = root / "wav" / f"{key}.wav"
+            path.write_bytes(encode(speech_like(0.5 + 0.1 * i, 16000, seed=i), 16000, "wav"))
+            scp.write(f"{key} {path}\n")
+            text.write(f"{key} HELLO {i}\n")
+    out = tmp_path / "made"
+    result = CliRunner().invoke(main, ["make", "--wav-scp", str(root / "wav.scp"), "--text", str(root / "text"),
+                                       "--utts-per-shard", "4", "-o", str(out), "-j", "1", "-q", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["index"] == str(out / "index.parquet")
+    listed = open(out / "data.list").read().split()
+    assert CliRunner().invoke(main, ["index", *listed, "-o", str(tmp_path / "fresh.parquet"), "--corpus", "made",
+                                     "-q", "-j", "1"]).exit_code == 0
+    by_product = list(indexfile.iter_index(str(out / "index.parquet")))
+    assert len(by_product) == 9 and by_product == list(indexfile.iter_index(str(tmp_path / "fresh.parquet")))
+
+
+def test_a_repeat_named_like_a_real_key_is_refused_from_parquet(tmp_path):
+    records = _records("zh", 20, 0)
+    records[7]["key"] = records[3]["key"] + "-rep1"
+    path = indexfile.write_index_file(str(tmp_path / "r.parquet"), [records])
+    with pytest.raises(ShardkitError, match=f"repeat of '{records[3]['key']}' would be named "
+                                            f"'{records[3]['key']}-rep1', which is already a key in the mix"):
+        _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
