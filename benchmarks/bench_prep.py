@@ -90,7 +90,8 @@ class PeakBytes:
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": ROOT, "SHARDKIT_PYTHON": sys.executable}
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "SHARDKIT_PYTHON": sys.executable}
 
 
 def run_floor(corpora, cores):
