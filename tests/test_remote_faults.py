@@ -92,7 +92,7 @@ def check_errors(errors: dict[str, str], expected: dict[str, str | None]) -> Non
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_convert_fails_each_faulty_input_and_converts_the_rest(faulty_list, tmp_path, jobs):
     listing, expected, sources = faulty_list
-    code, report = run_cli(["convert", listing, "-o", str(tmp_path / "out"), "-j", jobs])
+    code, report = run_cli(["convert", listing, "-o", str(tmp_path / "out"), "-j", jobs, "--codec", "zst"])
     assert code == 1
     assert report["shards"] == len(expected) and report["ok"] == sum(v is None for v in expected.values())
     check_errors({f["shard"]: f["error"].removeprefix(f"{f['shard']}: ") for f in report["failures"]}, expected)
@@ -229,7 +229,8 @@ def test_s3_missing_key_fails_its_shard_only(make_shards, tmp_path, monkeypatch)
         fs.put_file(shards[0], "corpus/in/a.tar")
         inputs = ["s3://corpus/in/a.tar", "s3://corpus/in/absent.tar", shards[1]]
         (tmp_path / "s3.list").write_text("".join(f"{line}\n" for line in inputs))
-        code, report = run_cli(["convert", str(tmp_path / "s3.list"), "-o", str(tmp_path / "out"), "-j", "1"])
+        code, report = run_cli(["convert", str(tmp_path / "s3.list"), "-o", str(tmp_path / "out"), "-j", "1",
+                                "--codec", "zst"])
         assert code == 1 and report["ok"] == 2
         assert report["failures"] == [{"shard": "s3://corpus/in/absent.tar",
                                        "error": "s3://corpus/in/absent.tar: no such file or object"}]
@@ -248,13 +249,14 @@ def test_s3_missing_key_fails_its_shard_only(make_shards, tmp_path, monkeypatch)
 
         monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", failing_put)
         s3fs.S3FileSystem.clear_instance_cache()  # instances bind their sync methods when made
-        code, report = run_cli(["convert", str(tmp_path / "s3.list"), "-o", "s3://corpus/faults-out", "-j", "1"])
+        code, report = run_cli(["convert", str(tmp_path / "s3.list"), "-o", "s3://corpus/faults-out", "-j", "1",
+                                "--codec", "zst"])
         assert code == 1 and report["ok"] == 1
         assert [f["shard"] for f in report["failures"]] == ["s3://corpus/in/absent.tar", shards[1]]
         assert "cannot publish" in report["failures"][1]["error"]
         fs.invalidate_cache()
         assert sorted(os.path.basename(k) for k in fs.ls("corpus/faults-out", detail=False)) == \
-            ["a.tar.zst", "convert.json", "data.list"]
+            ["a.tar.zst", "convert.json", "data.partial.list"]  # a failed shard: the list says it is partial
         assert not [n for n in os.listdir(tempfile.gettempdir()) if "shards_000000001" in n and "partial" in n]
 
 

@@ -130,11 +130,16 @@ def _txt_range(record: dict, where: str) -> tuple[int, int]:
 
 def index_columns(index_files: Sequence[str], *, want_txt: bool, keep: set[str] | None = None) -> UttColumns:
     """Columns of every record of the index files (in file order), or only of shards in ``keep``."""
-    from shardkit.commands.index import loads, open_index, parse_index_line
+    from shardkit.io.indexfile import is_parquet, iter_parquet_records, loads, open_index, parse_index_line
 
     cols = _Columns(want_txt)
     add = cols.add
     for path in index_files:
+        if is_parquet(path):  # balance builds Parquet indexes when pyarrow is there; records as JSON lines give
+            for number, record in enumerate(iter_parquet_records(path), 1):
+                if keep is None or record["shard"] in keep:
+                    add(record, path, number)
+            continue
         with open_index(path) as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
@@ -307,7 +312,7 @@ def filter_mix(mix, index_files: Sequence[Sequence[str]], spec: TrainerSpec,
     parts = []
     for name, corpus, files in zip(mix.names, mix.corpora, index_files):
         cols = index_columns(files, want_txt=want_txt)
-        if cols.keys != corpus.keys:
+        if not _same_keys(cols.keys, corpus):
             raise ShardkitError(f"corpus {name!r}: its index files changed while balance read them", shard=files[0])
         parts.append(cols)
     joined = _concat(parts)
@@ -322,12 +327,35 @@ def filter_mix(mix, index_files: Sequence[Sequence[str]], spec: TrainerSpec,
         if not len(idx):
             raise UsageError(f"corpus {mix.names[c]!r}: the trainer's filter_conf drops every utterance "
                              f"({len(keep)}); nothing is left to balance")
-        corpora.append(dataclasses.replace(corpus, durations=corpus.durations[idx], keys=[corpus.keys[i] for i in idx],
-                                           shard=corpus.shard[idx], line_file=corpus.line_file[idx],
-                                           line_offset=corpus.line_offset[idx]))
+        corpora.append(_kept(corpus, idx))
         samples.append(parts[c].samples[idx])
         rates.append(parts[c].rate[idx])
     return dataclasses.replace(mix, corpora=corpora), MixFilter(spec, result, samples, rates)
+
+
+def _same_keys(keys: list[str], corpus) -> bool:
+    """Whether the filter's reading of the index gave balance's keys, in balance's order (by key hash)."""
+    from shardkit.io.indexfile import hash_strings
+
+    if len(keys) != len(corpus.keys):
+        return False
+    if corpus.key_hash is not None:
+        theirs = corpus.key_hash
+    else:
+        theirs = corpus.keys.hashes() if hasattr(corpus.keys, "hashes") else hash_strings(list(corpus.keys))
+    return bool(np.array_equal(hash_strings(keys), theirs))
+
+
+def _kept(corpus, idx: np.ndarray):
+    """balance's corpus columns of the utterances ``idx`` only (every per-utterance column subset together)."""
+    def pick(column):
+        return None if column is None else column[idx]
+
+    keys = corpus.keys.subset(idx) if hasattr(corpus.keys, "subset") else [corpus.keys[i] for i in idx]  # IndexKeys
+    rows = None if corpus.segments is None else (idx if corpus.rows is None else corpus.rows[idx])
+    return dataclasses.replace(corpus, durations=corpus.durations[idx], keys=keys, shard=corpus.shard[idx],
+                               line_file=pick(corpus.line_file), line_offset=pick(corpus.line_offset),
+                               key_hash=pick(corpus.key_hash), rows=rows)
 
 
 def _concat(parts: list[UttColumns]) -> UttColumns:

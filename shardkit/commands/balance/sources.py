@@ -81,6 +81,7 @@ class CorpusColumns:
     line_offset: np.ndarray | None = None  # byte offset of the utterance's line (JSON lines) or row (Parquet)
     key_hash: np.ndarray | None = None  # shardkit.io.indexfile.key_hashes of the keys
     segments: list["_Segment"] | None = None  # the index files the rows came from (load_columns)
+    rows: np.ndarray | None = None  # after a filter: the segments' rows these utterances are (None: all)
 
 
 @dataclass
@@ -105,15 +106,26 @@ class _Segment:
 class IndexKeys:
     """A corpus' keys, read back from its index files when asked (a list of 20 M strings would not fit)."""
 
-    def __init__(self, segments: list[_Segment]):
+    def __init__(self, segments: list[_Segment], rows: np.ndarray | None = None):
         self.segments = segments
         self.starts = np.cumsum([0] + [s.count for s in segments])
+        self.rows = rows  # a subset of the files' rows (after the trainer's filter), in this order
+
+    def subset(self, utts: np.ndarray) -> "IndexKeys":
+        """The keys of utterances ``utts`` of this sequence, still read back on demand."""
+        utts = np.asarray(utts, np.int64)
+        return IndexKeys(self.segments, utts if self.rows is None else self.rows[utts])
 
     def __len__(self) -> int:
-        return int(self.starts[-1])
+        return int(self.starts[-1]) if self.rows is None else len(self.rows)
 
     def __getitem__(self, u: int) -> str:
-        return self.take(np.array([u]))[0]
+        if not -len(self) <= u < len(self):
+            raise IndexError(u)  # also ends iteration by index, which would otherwise never stop
+        return self.take(np.array([u % len(self)]))[0]
+
+    def __iter__(self):
+        return iter(self.take(np.arange(len(self))))
 
     def hashes(self) -> np.ndarray:
         """Every key's hash again, read back from the files (only a suspected repeat-name clash needs it)."""
@@ -127,14 +139,17 @@ class IndexKeys:
                           for g in range(pf.num_row_groups)]
             else:
                 start = int(self.starts[self.segments.index(seg)])
-                parts.append(hash_strings(self.take(np.arange(start, start + seg.count))))
-        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+                parts.append(hash_strings(IndexKeys(self.segments).take(np.arange(start, start + seg.count))))
+        every = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+        return every if self.rows is None else every[self.rows]
 
     def take(self, utts: np.ndarray) -> list[str]:
         """Keys of the utterances ``utts`` (any order, repeats allowed), in that order."""
         from shardkit.io.indexfile import loads
 
         utts = np.asarray(utts, np.int64)
+        if self.rows is not None:
+            utts = self.rows[utts]
         out = np.empty(len(utts), object)
         seg_of = np.searchsorted(self.starts, utts, side="right") - 1
         for k, seg in enumerate(self.segments):
@@ -434,6 +449,8 @@ def line_refs(mix: MixColumns, work_dir: str) -> list[str]:
             offset_col.append(seg.offsets if seg.offsets is not None else lines[seg.file_id])
         corpus.line_file = np.concatenate(file_col) if file_col else np.zeros(0, np.int64)
         corpus.line_offset = np.concatenate(offset_col) if offset_col else np.zeros(0, np.int64)
+        if corpus.rows is not None:  # a filtered corpus: the refs of the rows it kept
+            corpus.line_file, corpus.line_offset = corpus.line_file[corpus.rows], corpus.line_offset[corpus.rows]
     return files
 
 
