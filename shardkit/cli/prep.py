@@ -5,6 +5,7 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from shardkit.cli._outcome import codec_option
 
 
 def format_summary(summary: dict) -> str:
@@ -47,9 +48,9 @@ Examples:
               help="Target seconds of audio per shard [default: 3600]; the count is the nearest multiple of "
                    "world_size x num_workers.")
 @click.option("--num-shards", type=int, default=None, help="Shard count instead (rounded to a multiple of W x K).")
-@click.option("--codec", type=click.Choice(["zst", "none"]), default="zst", show_default=True,
-              help="Output compression (none = plain .tar, which WeNet reads as is).")
-@click.option("--level", type=int, default=None, help="zstd level [default: 3].")
+@codec_option("none")
+@click.option("--level", type=int, default=None,
+              help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
 @click.option("--audio", type=click.Choice(["keep", "flac", "wav"]), default="keep", show_default=True,
               help="Audio members as convert --audio writes them: kept, or losslessly re-encoded (verified) "
                    "before the checks.")
@@ -101,7 +102,7 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
 
-    codec_name, level = parse_codec_spec(codec if level is None else f"{codec}:{level}")
+    codec_name, level = parse_codec_spec(codec, level)
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
     settings = PrepSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                             num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,

@@ -59,7 +59,7 @@ class PrepSettings:
     num_workers: int
     shard_duration: float | None = None
     num_shards: int | None = None
-    codec: str = "zst"
+    codec: str = "none"  # plain tar: what every WeNet reads as installed (README, "Why plain tar")
     level: int | None = 3
     remainder: str = "pad"
     seed: int = 0
