@@ -14,6 +14,13 @@ import pytest
 from shardkit.io.tar import iter_shard_members
 
 
+def _env() -> dict:
+    """This checkout first on the path, and no RAY_ADDRESS: each test starts a Ray instance of its own."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                         env.get("PYTHONPATH", "")])
+    return env
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_killed_ray_worker_leaves_one_json_document_and_no_temporary_file(make_shards, tmp_path):
@@ -28,9 +35,7 @@ def test_a_killed_ray_worker_leaves_one_json_document_and_no_temporary_file(make
     inputs = [shards[0], kill, *shards[2:]]
     (tmp_path / "in.list").write_text("".join(f"{line}\n" for line in inputs))
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                         env.get("PYTHONPATH", "")])
+    env = _env()
     # --ray-address local: a Ray instance of this test's own, whatever else runs on the machine
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(tmp_path / "in.list"), "-o", str(out),
                            "--executor", "ray", "--ray-address", "local", "-j", "2", "--json", "-q",
@@ -57,9 +62,7 @@ def test_losing_the_head_is_exit_code_3_one_json_error_and_a_rerun_resumes(make_
     inputs = [shards[0], slow, *shards[2:]]
     (tmp_path / "in.list").write_text("".join(f"{line}\n" for line in inputs))
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                         env.get("PYTHONPATH", "")])
+    env = _env()
     args = [sys.executable, "-m", "shardkit", "convert", str(tmp_path / "in.list"), "-o", str(out), "--json", "-q",
             "--allow-pipes", "--io-timeout", "300"]
     run = subprocess.Popen([*args, "--executor", "ray", "--ray-address", "local", "-j", "2"], stdout=subprocess.PIPE,

@@ -52,6 +52,26 @@ def codec_option(default: str, what: str = "Output compression"):
                              "zst shards need `shardkit wenet enable-zstd` in the trainer's Python < 3.14.")
 
 
+def balanced_layout_options(command):
+    """The options that fix a balanced output (ranks, workers, folder, shard size, codec), as balance and prep
+    both take them, in one order and with one wording."""
+    for option in reversed([
+        click.option("--world-size", required=True, type=int, help="Number of ranks (GPUs)."),
+        click.option("--num-workers", required=True, type=int, help="Loader workers per rank."),
+        click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder."),
+        click.option("--shard-duration", type=float, default=None,
+                     help="Target seconds of audio per shard [default: 3600]; the count is the nearest multiple of "
+                          "world_size x num_workers."),
+        click.option("--num-shards", type=int, default=None,
+                     help="Shard count instead (rounded to a multiple of W x K)."),
+        codec_option("none"),
+        click.option("--level", type=int, default=None,
+                     help="Compression level [default: the codec's, zst 3]; or --codec zst:19."),
+    ]):
+        command = option(command)
+    return command
+
+
 def zstd_note(codec: str) -> dict | None:
     """For zst output: whether this environment's tarfile (WeNet's reader) opens it, from ``wenet status``."""
     if codec != "zst":

@@ -4,9 +4,16 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
-from shardkit.cli import io_options
-from shardkit.cli._outcome import codec_option
+from shardkit.cli import (
+    CONTEXT_SETTINGS,
+    EXIT_CODES_HELP,
+    emit_json,
+    executor_options,
+    io_options,
+    jobs_option,
+    json_option,
+)
+from shardkit.cli._outcome import balanced_layout_options
 from shardkit.cli.plan import trainer_spec, wenet_conf_options
 
 
@@ -42,16 +49,7 @@ Examples:
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
               help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl, .parquet); "
                    "WEIGHT 1 keeps each utterance once, 2 twice, 0.5 a seeded half. Repeat per corpus.")
-@click.option("--world-size", required=True, type=int, help="Number of ranks (GPUs).")
-@click.option("--num-workers", required=True, type=int, help="Loader workers per rank.")
-@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--shard-duration", type=float, default=None,
-              help="Target seconds of audio per shard [default: 3600]; the count is the nearest multiple of "
-                   "world_size x num_workers.")
-@click.option("--num-shards", type=int, default=None, help="Shard count instead (rounded to a multiple of W x K).")
-@codec_option("none")
-@click.option("--level", type=int, default=None,
-              help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
+@balanced_layout_options
 @click.option("--remainder", type=click.Choice(["pad", "drop"]), default="pad", show_default=True,
               help="Keep counts equal by repeating utterances (pad) or leaving some out (drop).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
@@ -90,7 +88,6 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     of the balanced list (steps per rank and worker, what equal_steps would leave out).
     """
     import os
-
 
     from shardkit.cli._outcome import stopped, zstd_note
     from shardkit.cli.plan import format_figures

@@ -5,7 +5,7 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
-from shardkit.cli._outcome import codec_option
+from shardkit.cli._outcome import balanced_layout_options
 
 
 def format_summary(summary: dict) -> str:
@@ -41,16 +41,7 @@ Examples:
 @click.option("--index", "index_files", multiple=True, metavar="INDEX.jsonl",
               help="Index files (`shardkit index`) of the sources: the exact total fixes the shard count before "
                    "reading [default: estimated while reading]. Repeatable.")
-@click.option("--world-size", required=True, type=int, help="Number of ranks (GPUs).")
-@click.option("--num-workers", required=True, type=int, help="Loader workers per rank.")
-@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--shard-duration", type=float, default=None,
-              help="Target seconds of audio per shard [default: 3600]; the count is the nearest multiple of "
-                   "world_size x num_workers.")
-@click.option("--num-shards", type=int, default=None, help="Shard count instead (rounded to a multiple of W x K).")
-@codec_option("none")
-@click.option("--level", type=int, default=None,
-              help="Compression level [default: the codec's, zst 3]; or --codec zst:19.")
+@balanced_layout_options
 @click.option("--audio", type=click.Choice(["keep", "flac", "wav"]), default="keep", show_default=True,
               help="Audio members as convert --audio writes them: kept, or losslessly re-encoded (verified) "
                    "before the checks.")

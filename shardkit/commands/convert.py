@@ -43,7 +43,6 @@ from shardkit.run.lifecycle import (
     Journal,
     atomic_write_json,
     claimed_output_dir,
-    load_json,
     note,
     os_reason,
     remote_journal_dir,  # noqa: F401  (moved to lifecycle; still importable from here)

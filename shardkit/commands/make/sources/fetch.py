@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from shardkit.commands.make.sources._probe import _url_bytes  # noqa: F401  (fetch's, kept beside the probe)
-from shardkit.errors import AudioError, ShardkitError
+from shardkit.errors import AudioError
 
 _cursors: dict[str, tuple] = {}  # compressed tar -> (member iterator, index of the next member)
 _row_group: dict = {}  # (parquet path, row group, column) -> list of audio cells
