@@ -82,6 +82,16 @@ def temp_path(dst: str) -> str:
     return os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.{token}{PARTIAL_SUFFIX}")
 
 
+def is_temporary_of(name: str, outputs: set[str]) -> bool:
+    """Whether ``name`` is a temporary file of one of these output names: ``.NAME.<hex>.partial``
+    (what ``temp_path`` makes) or ``.NAME.partial`` (what versions before the random part made)."""
+    if not (name.startswith(".") and name.endswith(PARTIAL_SUFFIX)):
+        return False
+    stem = name[1:-len(PARTIAL_SUFFIX)]
+    base, dot, token = stem.rpartition(".")
+    return stem in outputs or bool(dot and token and base in outputs and all(c in "0123456789abcdef" for c in token))
+
+
 def remove_leftovers(outputs: Iterable[str]) -> int:
     """Delete the temporary files killed runs left for ``outputs`` (``.NAME[.<random>].partial``).
 
@@ -106,12 +116,7 @@ def remove_leftovers(outputs: Iterable[str]) -> int:
         except OSError:
             continue
         for entry in entries:
-            name = entry.name
-            if not (name.startswith(".") and name.endswith(PARTIAL_SUFFIX)):
-                continue
-            stem = name[1:-len(PARTIAL_SUFFIX)]
-            base, dot, token = stem.rpartition(".")
-            if stem in names or (dot and base in names and all(c in "0123456789abcdef" for c in token)):
+            if is_temporary_of(entry.name, names):
                 try:
                     os.unlink(entry.path)
                     removed += 1
@@ -399,7 +404,5 @@ def remove_temporary_keys(outputs: list[str]) -> None:
         except Exception as err:
             raise ShardkitError(f"cannot list the output folder ({type(err).__name__}: {err})", shard=folder) from err
         for path in listed:
-            name = path.rpartition("/")[2]
-            stem, dot, rest = name[1:].rpartition(".partial")[0].rpartition(".")
-            if name.startswith(".") and name.endswith(".partial") and stem in names and dot:
+            if is_temporary_of(path.rpartition("/")[2], names):
                 fs.rm(path)
