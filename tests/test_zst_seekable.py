@@ -286,3 +286,22 @@ def test_open_writer_frames_do_not_depend_on_write_sizes():
         outputs.append(sink.getvalue())
     assert outputs[0] == outputs[1] == outputs[2]
     assert [d for _, d in seek_table(outputs[0])] == [ZST_FRAME_BYTES, ZST_FRAME_BYTES, len(blob) - 2 * ZST_FRAME_BYTES]
+
+
+@pytest.mark.parametrize("command", ["make", "balance"])
+def test_make_and_balance_write_the_seekable_format_too(shards, tmp_path, command):
+    out = tmp_path / command
+    args = {"make": ["make", "--from", "wds", *shards["plain"], "--utts-per-shard", "60", "--audio-format", "keep"],
+            "balance": ["balance", "--corpus", f"long={os.path.dirname(shards['plain'][0])}/", "--world-size", "1",
+                        "--num-workers", "2"]}[command]
+    result = CliRunner().invoke(main, [*args, "-o", str(out), "--codec", "zst:3", "-j", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    written = sorted(str(p) for p in out.glob("*.tar.zst"))
+    assert written
+    for path in written:
+        assert pyzstd.SeekableZstdFile.is_seekable_format_file(path)
+        frames, _, size = pyzstd.SeekableZstdFile(path, "r").seek_table_info
+        assert frames == -(-size // ZST_FRAME_BYTES)
+        assert len(list(read_members(path))) == len(list(iter_shard_members(path)))
+    keys = sorted(name for path in written for name, _ in iter_shard_members(path))
+    assert keys == sorted(name for path in shards["plain"] for name, _ in iter_shard_members(path))
