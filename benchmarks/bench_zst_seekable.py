@@ -15,8 +15,9 @@ in a new order each round, medians:
    before), pyzstd's SeekableZstdFile with frames of 256 KiB to 4 MiB in one thread, and 1 MiB frames with
    zstd's worker threads (nbWorkers 1, 2): MB/s of tar per wall second and per CPU second, size; and
    the resume cost each frame size leaves, the time to stand at a random offset through the seek table
-   (``_zstd_seekable_at``: the frame holding it decompressed up to it) and read one 64 KiB member.
-3. A whole read of convert's outputs, before and after: decompression alone and shardkit's member reader.
+   (``reader._open_at``: the frame holding it decompressed up to it) and read one 64 KiB member.
+3. A whole read of convert's outputs, before and after: decompression alone and shardkit's member reader,
+   from each shard's start and from a resume offset (the rest of a resumed shard).
 """
 
 from __future__ import annotations
@@ -163,14 +164,14 @@ def _process_cpu() -> float:
 
 def seek_cost(blob: bytes, offsets: list[int]) -> float:
     """Median seconds to stand at an offset through the seek table and read the 64 KiB after it."""
-    from shardkit.training.reader import _zstd_seekable_at
+    from shardkit.training.reader import _open_at
 
     times = []
     for offset in offsets:
         f = io.BufferedReader(io.BytesIO(blob))
         start = time.perf_counter()
-        reader = _zstd_seekable_at(f, "bench", offset)
-        reader.read(65536)
+        source = _open_at(f, "bench", "zst", offset, 1)
+        source.read(65536)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -230,12 +231,16 @@ def read_rows(args, paths: list[str]) -> list[dict]:
                     total += n
         return total
 
-    def members(files):
-        return sum(len(data) for path in files for _, data in read_members(path))
+    def members(files, start=0):
+        return sum(len(data) for path in files for _, data in read_members(path, start=start))
 
     outs = {"after (seekable)": os.path.join(args.work_dir, "out", "after-j1"),
             "before (one frame)": os.path.join(args.work_dir, "out", "before-j1")}
-    tasks = [(code, how) for code in outs if os.path.isdir(outs[code]) for how in ("decompress", "read_members")]
+    # "resumed": read_members from the second member's header (1,024: the first is a .txt of one block),
+    # so every shard is opened at a resume offset: through the seek table after, by skipping before
+    hows = {"decompress": decompress, "read_members": members, "read_members resumed at 1 KiB":
+            lambda files: members(files, start=1024)}
+    tasks = [(code, how) for code in outs if os.path.isdir(outs[code]) for how in hows]
     figures: dict = {}
     tar_mb = sum(os.path.getsize(p) for p in paths) / 1e6
     for round_ in range(args.rounds):
@@ -243,7 +248,7 @@ def read_rows(args, paths: list[str]) -> list[dict]:
         for code, how in tasks:
             files = [os.path.join(outs[code], os.path.basename(p) + ".zst") for p in paths]
             start = time.perf_counter()
-            (decompress if how == "decompress" else members)(files)
+            hows[how](files)
             figures.setdefault((code, how), []).append(time.perf_counter() - start)
     return [{"read": how, "code": code, "mb_per_s": round(tar_mb / statistics.median(times), 1)}
             for (code, how), times in sorted(figures.items())]

@@ -208,25 +208,33 @@ def test_resume_inside_later_frames_jumps_through_the_seek_table(shards, monkeyp
     keys = [m[0] for m in marks]
     later = [m for m in marks if not m[3] and m[2] >= 2 * ZST_FRAME_BYTES]
     assert len(later) >= 20  # offsets in the third frame and beyond of both shards
-    for _, index, offset, _ in later:
+    for _, index, offset, _ in later:  # the frame holding the offset, from the table: where it begins
         with open(paths[index], "rb") as f:
-            jumped = reader._zstd_seekable_at(f, paths[index], offset)
-            assert jumped is not None and jumped.tell() == offset
+            compressed, decompressed = reader._zstd_frame_holding(f, paths[index], offset)
+            data = Path(paths[index]).read_bytes()
+        frames = seek_table(data)
+        k = offset // ZST_FRAME_BYTES
+        assert decompressed == k * ZST_FRAME_BYTES >= 2 * ZST_FRAME_BYTES
+        assert compressed == sum(c for c, _ in frames[:k])
+    real_skip, skipped = reader._skip_to, []
 
-    def no_skip(*args):
-        raise AssertionError("skipped by decompressing instead of jumping through the seek table")
+    def skip_within_the_frame(source, n, path):
+        assert n < ZST_FRAME_BYTES, f"skipped {n} bytes by decompressing instead of jumping through the seek table"
+        skipped.append(n)
+        real_skip(source, n, path)
 
-    monkeypatch.setattr(reader, "_skip_to", no_skip)
+    monkeypatch.setattr(reader, "_skip_to", skip_within_the_frame)
     for n, (_, index, offset, finished) in enumerate(marks, 1):
         index, offset = (index + 1, 0) if finished else (index, offset)
         assert keys[:n] + [s["key"] for s in iter_samples(paths[index:], start=offset, decode=False)] == keys
+    assert len(skipped) == len([m for m in marks if not m[3] and m[2] % ZST_FRAME_BYTES])
 
 
 def test_shards_written_before_one_frame_still_read_and_resume_by_decompressing(shards):
     paths = shards["one_frame"]
     assert not pyzstd.SeekableZstdFile.is_seekable_format_file(paths[0])
     with open(paths[0], "rb") as f:
-        assert reader._zstd_seekable_at(f, paths[0], 2 * ZST_FRAME_BYTES) is None
+        assert reader._zstd_frame_holding(f, paths[0], 2 * ZST_FRAME_BYTES) is None
     marks = _positions(paths)
     keys = [m[0] for m in marks]
     assert keys == [m[0] for m in _positions(shards["zst"])]
@@ -305,3 +313,26 @@ def test_make_and_balance_write_the_seekable_format_too(shards, tmp_path, comman
         assert len(list(read_members(path))) == len(list(iter_shard_members(path)))
     keys = sorted(name for path in written for name, _ in iter_shard_members(path))
     assert keys == sorted(name for path in shards["plain"] for name, _ in iter_shard_members(path))
+
+
+@pytest.mark.parametrize("lie", ["a frame's decompressed size", "frame boundaries shifted"])
+def test_a_seek_table_that_lies_gives_a_located_error(shards, tmp_path, lie):
+    """Hostile or damaged: the table still adds up (pyzstd takes it as the seekable format), but a
+    resume through it lands off a frame or off a tar header, and says so, naming the shard."""
+    from shardkit.errors import ShardkitError
+
+    path = shards["zst"][0]
+    data = bytearray(Path(path).read_bytes())
+    frames = len(seek_table(bytes(data)))
+    entries = len(data) - 9 - 8 * frames
+    changes = {"a frame's decompressed size": [(0, 4, 512)], "frame boundaries shifted": [(1, 0, 1), (2, 0, -1)]}
+    for entry, field, delta in changes[lie]:
+        at = entries + 8 * entry + field
+        struct.pack_into("<I", data, at, struct.unpack_from("<I", data, at)[0] + delta)
+    damaged = tmp_path / "lying.tar.zst"
+    damaged.write_bytes(bytes(data))
+    assert pyzstd.SeekableZstdFile.is_seekable_format_file(str(damaged))
+    offset = next(m[2] for m in _positions([path]) if m[2] > 2 * ZST_FRAME_BYTES + 4096)
+    with pytest.raises(ShardkitError, match="lying.tar.zst.*(corrupt|damaged tar header)"):
+        list(iter_samples([str(damaged)], start=offset, decode=False))
+    assert len(list(iter_samples([str(damaged)], decode=False))) == 60  # a whole read needs no table
