@@ -115,7 +115,7 @@ def _zstd_module():
 # it as one stream (frames back to back, the table skipped); a reader resuming mid-shard jumps to the
 # frame holding its offset instead of decompressing the shard up to it. 1 MiB bounds that skip to about
 # a millisecond of decompression; the frames cost nothing measurable in size or speed at level 3
-# (measured with frames of 256 KiB to 4 MiB: benchmarks/results/resume.md).
+# (measured with frames of 256 KiB to 4 MiB: benchmarks/results/zst_seekable.md).
 ZST_FRAME_BYTES = 1 << 20
 
 
