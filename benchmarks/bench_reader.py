@@ -65,7 +65,7 @@ def zstd_alone(paths):
     total = 0
     for p in paths:
         with open(p, "rb") as f:
-            reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE)
+            reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE, read_across_frames=True)
             while n := reader.readinto(buf):
                 total += n
     return None, total

@@ -6,8 +6,9 @@ One shuffled epoch of a ShardDataset under torchdata's StatefulDataLoader (batch
 format to save the loader state at 10%, 50% and 90% of its steps. Then, round after round with the
 rows interleaved (in a new order each round), a new dataset and loader are made and timed to their
 first batch: fresh (the epoch's start), restored from each saved state (ShardDataset's own state:
-plain tar seeks, zst:3 skips by decompressing, zstd's seekable format with 1 MiB frames jumps to the
-frame), and restored the way main did it (the dataset wrapped so that it has no state:
+plain tar seeks; zst:3 as convert writes it, zstd's seekable format with 1 MiB frames, jumps to the
+frame; zst:3 in one frame without a seek table, as written before, skips by decompressing), and
+restored the way main did it before resume (the dataset wrapped so that it has no state:
 StatefulDataLoader replays every batch before the saved step). Each restored first batch is
 checked against the uninterrupted run's batch at that step.
 """
@@ -41,40 +42,49 @@ def parse_args(argv=None):
 
 
 def make_data(work_dir: str, utterances: int, shards: int) -> dict:
+    """Plain shards; zst:3 as shardkit convert writes it (zstd's seekable format, 1 MiB frames); and
+    zst:3 in one frame without a seek table (as shardkit wrote it before, and as other tools write)."""
     from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 
-    out = {}
-    utts = None
-    for codec in ("none", "zst"):
-        folder = os.path.join(work_dir, f"{codec}-{utterances}-{shards}")
-        marker = os.path.join(folder, "paths.json")
-        if os.path.exists(marker):
-            with open(marker) as f:
-                out[codec] = json.load(f)
-            continue
-        if utts is None:
-            utts = list(corpus_utterances(CorpusSpec("resume", utterances, 1.0, 3.0, "en"), seed=1))
-        paths = write_shards(utts, folder, utts_per_shard=-(-utterances // shards), codec=codec, level=3)
+    folder = os.path.join(work_dir, f"none-{utterances}-{shards}")
+    marker = os.path.join(folder, "paths.json")
+    if not os.path.exists(marker):
+        utts = list(corpus_utterances(CorpusSpec("resume", utterances, 1.0, 3.0, "en"), seed=1))
+        paths = write_shards(utts, folder, utts_per_shard=-(-utterances // shards), codec="none")
         with open(marker, "w") as f:
             json.dump(paths, f)
-        out[codec] = paths
-    out["zst-seekable"] = [seekable_copy(p, os.path.join(work_dir, f"seekable-{utterances}-{shards}"))
-                           for p in out["none"]]
-    return out
+    with open(marker) as f:
+        plain = json.load(f)
+    return {"none": plain, "zst": converted(plain, os.path.join(work_dir, f"zst-convert-{utterances}-{shards}")),
+            "zst-one-frame": [one_frame_copy(p, os.path.join(work_dir, f"zst-one-frame-{utterances}-{shards}"))
+                              for p in plain]}
 
 
-def seekable_copy(plain: str, folder: str, frame: int = 1 << 20) -> str:
-    """The plain shard as zstd's seekable format (level 3, frames of ``frame`` bytes, a seek table at
-    the end), written by pyzstd's SeekableZstdFile: what a writer that makes seek tables gives."""
+def converted(plain: list[str], folder: str) -> list[str]:
+    """``shardkit convert --codec zst:3`` of the plain shards (this checkout's writer), checked seekable."""
+    import subprocess
+
     import pyzstd
+
+    paths = [os.path.join(folder, os.path.basename(p) + ".zst") for p in plain]
+    subprocess.run([sys.executable, "-m", "shardkit", "convert", *plain, "-o", folder, "--codec", "zst:3", "-q"],
+                   check=True)  # a rerun resumes: shards already written are kept
+    assert all(pyzstd.SeekableZstdFile.is_seekable_format_file(p) for p in paths), "convert wrote no seek table"
+    return paths
+
+
+def one_frame_copy(plain: str, folder: str) -> str:
+    """The plain shard as zst:3 in one frame with its checksum and no seek table (zstandard's
+    stream_writer, as shardkit's writer did before it wrote the seekable format)."""
+    import zstandard
 
     os.makedirs(folder, exist_ok=True)
     out = os.path.join(folder, os.path.basename(plain) + ".zst")
     if not os.path.exists(out):
-        with open(plain, "rb") as src, pyzstd.SeekableZstdFile(out + ".tmp", "w", level_or_option=3,
-                                                               max_frame_content_size=frame) as dst:
+        with open(plain, "rb") as src, open(out + ".tmp", "wb") as dst, \
+                zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(dst, closefd=False) as w:
             while chunk := src.read(1 << 20):
-                dst.write(chunk)
+                w.write(chunk)
         os.replace(out + ".tmp", out)
     return out
 

@@ -311,7 +311,8 @@ def test_webdataset_stage_resumes_where_it_stood(shard_sets, codec):
 
 def test_zstd_seek_table_jumps_to_the_frame(shard_sets, tmp_path, monkeypatch):
     """A zst shard in zstd's seekable format (frames listed in a table at its end, as pyzstd's
-    SeekableZstdFile writes it) resumes by jumping to the frame: nothing before it is decompressed."""
+    SeekableZstdFile writes it) resumes by jumping to the frame: nothing before it is decompressed, and
+    within it less than one frame."""
     pyzstd = pytest.importorskip("pyzstd")
     from shardkit.training import reader
 
@@ -324,10 +325,13 @@ def test_zstd_seek_table_jumps_to_the_frame(shard_sets, tmp_path, monkeypatch):
         seekable.append(out)
     assert pyzstd.SeekableZstdFile.is_seekable_format_file(seekable[0])
 
-    def no_skip(*args):
-        raise AssertionError("skipped by decompressing instead of using the seek table")
+    real_skip = reader._skip_to
 
-    monkeypatch.setattr(reader, "_skip_to", no_skip)
+    def skip_within_the_frame(source, n, path):
+        assert n < 16384, f"skipped {n} bytes by decompressing instead of using the seek table"
+        real_skip(source, n, path)
+
+    monkeypatch.setattr(reader, "_skip_to", skip_within_the_frame)
     position, marks, keys = ReadPosition(), [], []
     for sample in iter_samples(seekable[:3], position=position, decode=False):
         keys.append(sample["key"])

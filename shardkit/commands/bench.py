@@ -354,7 +354,8 @@ def decompress_only(paths: list[str]) -> tuple[int, int]:
             if codec == "zst":
                 import zstandard
 
-                reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE)
+                reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE,
+                                                                    read_across_frames=True)
                 while n := reader.readinto(scratch):
                     total += n
             elif codec == "none":

@@ -303,8 +303,15 @@ def _open_at(f, path: str, codec: str, start: int, threads: int):
                                  "the shard changed since the state was saved", shard=path)
         f.seek(start)
         return f
-    if codec == "zst" and start and (seekable := _zstd_seekable_at(f, path, start)) is not None:
-        return seekable
+    if codec == "zst" and start and (frame := _zstd_frame_holding(f, path, start)) is not None:
+        # the seek table names the frame holding ``start``: decompression begins there, through the
+        # same fast reader as a whole read (frames after it are read across, the table skipped)
+        compressed, decompressed = frame
+        f.seek(compressed)
+        source = _ZstdMemberSource(f, path)
+        if start > decompressed:
+            _skip_to(source, start - decompressed, path)  # within the one frame: less than ZST_FRAME_BYTES
+        return source
     source = _ZstdMemberSource(f, path) if codec == "zst" else shard_reader(f, shard=path, codec=codec,
                                                                            threads=threads)
     if start:
@@ -312,27 +319,38 @@ def _open_at(f, path: str, codec: str, start: int, threads: int):
     return source
 
 
-def _zstd_seekable_at(f, path: str, start: int):
-    """A reader standing at ``start`` of the decompressed stream when the zstd shard carries a seek
-    table (zstd's seekable format: a writer such as pyzstd's SeekableZstdFile or t2sz cut the stream
-    into frames and listed them at its end): only the frame holding ``start`` is decompressed up to
-    it. None when there is no table (or pyzstd is not installed): the caller skips by decompressing."""
+_SEEK_TABLE_FOOTER = struct.Struct("<IBI")  # number of frames, descriptor, magic
+_SEEK_TABLE_ENTRY = struct.Struct("<II")  # compressed size, decompressed size (then a checksum if flagged)
+
+
+def _zstd_frame_holding(f, path: str, start: int) -> tuple[int, int] | None:
+    """Compressed and decompressed offsets where the frame holding byte ``start`` of the decompressed
+    stream begins, when the zstd shard carries a seek table (zstd's seekable format, as shardkit and
+    pyzstd's SeekableZstdFile or t2sz write it). None when there is none (or pyzstd is not installed):
+    the caller skips by decompressing from the start.
+
+    pyzstd checks the format (the table's frame sizes add up to the file's); it exposes no frame
+    offsets, so the entries are read here (the format's footer and 8- or 12-byte entries)."""
     try:
         import pyzstd
     except ImportError:
         return None
     if not f.seekable() or not pyzstd.SeekableZstdFile.is_seekable_format_file(f):
         return None
-    reader = pyzstd.SeekableZstdFile(f, "r")
-    try:
-        reached = reader.seek(start)
-    except (pyzstd.ZstdError, OSError, EOFError) as err:
-        raise CorruptStreamError(f"zst stream is corrupt before the resume offset {start} ({err})",
-                                 shard=path) from err
-    if reached < start:
-        raise TarFormatError(f"a resume offset of {start} bytes is past the end of the tar stream ({reached} "
-                             "bytes): the shard changed since the state was saved", shard=path)
-    return reader
+    size = f.seek(0, os.SEEK_END)
+    f.seek(size - _SEEK_TABLE_FOOTER.size)
+    frames, descriptor, _ = _SEEK_TABLE_FOOTER.unpack(f.read(_SEEK_TABLE_FOOTER.size))
+    entry = 12 if descriptor & 0x80 else 8
+    f.seek(size - _SEEK_TABLE_FOOTER.size - frames * entry)
+    table = f.read(frames * entry)
+    compressed = decompressed = 0
+    for i in range(frames):
+        frame_c, frame_d = _SEEK_TABLE_ENTRY.unpack_from(table, i * entry)
+        if start < decompressed + frame_d:
+            return compressed, decompressed
+        compressed, decompressed = compressed + frame_c, decompressed + frame_d
+    raise TarFormatError(f"a resume offset of {start} bytes is past the end of the tar stream ({decompressed} "
+                         "bytes): the shard changed since the state was saved", shard=path)
 
 
 def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,

@@ -95,14 +95,17 @@ def backports_zstd_version() -> str | None:
 def _probe_blob() -> bytes:
     import tarfile
 
-    import zstandard
+    from shardkit.io.codecs import open_writer
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as archive:
         info = tarfile.TarInfo("probe.txt")
         info.size = 5
         archive.addfile(info, io.BytesIO(b"probe"))
-    return zstandard.ZstdCompressor().compress(buf.getvalue())
+    out = io.BytesIO()
+    with open_writer(out, "zst") as compressed:  # as shardkit writes shards: a frame, then the seek table
+        compressed.write(buf.getvalue())
+    return out.getvalue()
 
 
 def probe(target: str | None = None) -> dict:
