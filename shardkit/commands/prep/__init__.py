@@ -293,7 +293,7 @@ class _Run:
         seconds = 0.0
         accepted = result.pop("accepted")
         for key, secs, members in accepted:
-            self.planner.add(self.seq, secs, sum(len(d) for _, d in members))
+            self.planner.add(self.seq, secs, sum(len(d) for _, d, _ in members))
             self.pool[self.seq] = (key, result["corpus"], members)
             self.keys.add(key)
             self.seq += 1
@@ -322,7 +322,8 @@ class _Run:
         self.planner.set_num_shards(count)
         self.shard_utts = np.zeros(count, np.int64)
         self.shard_corpus = np.zeros((count, max(c for _, c in self.sources) + 1), np.int64)
-        self.outputs = OutputShards(output_paths(self.out_dir, count, s.codec), s.codec, s.level)
+        self.outputs = OutputShards(output_paths(self.out_dir, count, s.codec), s.codec, s.level,
+                                    threads=_writer_threads())
         self.event("writing", count)
 
     # writing
@@ -331,12 +332,12 @@ class _Run:
             key, corpus, members = self.pool.pop(seq)
             self._write(shard, key, corpus, members, 0)
 
-    def _write(self, shard: int, key: str, corpus: int, members: list[tuple[str, bytes]], copy: int) -> None:
+    def _write(self, shard: int, key: str, corpus: int, members: list[tuple[str, bytes, bytes]], copy: int) -> None:
         new_key = repeat_key(key, copy)
         if copy and new_key in self.keys:
             raise ShardkitError(f"repeat of {key!r} would be named {new_key!r}, which is already a key in the mix")
-        for name, data in members:
-            self.outputs.add(shard, new_key + name[len(key):] if copy else name, data)
+        for name, data, digest in members:  # a member's digest is of its data alone: a repeat keeps it
+            self.outputs.add(shard, new_key + name[len(key):] if copy else name, data, digest)
         self.shard_utts[shard] += 1
         self.shard_corpus[shard, corpus] += 1
 
@@ -418,22 +419,37 @@ def _sizes(sources: list[tuple[str, int]]) -> list[tuple[str, int | None]]:
     return out
 
 
+def _writer_threads() -> int:
+    """Writer threads of the output shards: one per core (they hash, compress and write outside the GIL)."""
+    return max(1, min(len(os.sched_getaffinity(0)), 16))
+
+
 def _threads_per_task(tasks: list[SourceTask], jobs: int | None) -> dict:
-    """``run_tasks`` arguments giving each task its decompressor threads as it is submitted: the cores
-    shared among the tasks that can still run at once (convert's rule), so the last sources of a run
-    decode on the cores that finished jobs left idle. Threads never change what is read."""
+    """``run_tasks`` arguments giving each task its decompressor threads as it is submitted (threads never
+    change what is read): see :func:`decoder_threads`."""
     from dataclasses import replace
 
-    from shardkit.commands.convert import task_threads
-
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))
     jobs_n = max(1, min(jobs or cores, len(tasks) or 1))
     position = {id(task): k for k, task in enumerate(tasks)}
 
     def prepare(task: SourceTask) -> SourceTask:
-        threads = task_threads(cores, jobs_n, len(tasks) - position[id(task)])
+        threads = decoder_threads(cores, jobs_n, len(tasks), position[id(task)])
         return replace(task, options=replace(task.options, threads=threads))
 
     # results come back in list order: a window of twice the jobs keeps every core busy while a slow source
     # holds the ones after it (jobs alone would leave cores idle behind it)
     return {"prepare": prepare, "max_in_flight": 2 * jobs_n}
+
+
+def decoder_threads(cores: int, jobs: int, tasks: int, k: int) -> int:
+    """Decoder threads (indexed_bzip2's parallel mode) of source ``k`` of ``tasks``, ``jobs`` at a time.
+
+    The first ``jobs`` sources start together and share the cores (the spare ones to the first: 15
+    sources on 16 cores, or 4 on 16 cores with 4 threads each, leave no core idle and none
+    oversubscribed); a later one starts as an earlier one ends, and the last ones, which run while
+    fewer than ``jobs`` remain, get the cores the finished jobs left idle.
+    """
+    if k < jobs:
+        return max(1, cores // jobs + (1 if k < cores % jobs else 0))
+    return max(1, cores // max(1, min(jobs, tasks - k)))

@@ -9,12 +9,16 @@ next run removes before it starts again.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import resource
+import threading
 
 from shardkit.errors import UsageError
 
 OUTPUT_NAME = re.compile(r"shards_\d{9}\.tar(\.[a-z0-9]+)?")
+QUEUE_ITEMS = 256  # members waiting per writer thread
+_FINISH, _ABORT = object(), object()
 
 
 def raise_open_file_limit(needed: int) -> None:
@@ -29,9 +33,18 @@ def raise_open_file_limit(needed: int) -> None:
 
 
 class OutputShards:
-    """The open output shards: ``add(shard, name, data)``, then ``finish()`` (or ``abort()``)."""
+    """The open output shards: ``add(shard, name, data, digest)``, then ``finish()`` (or ``abort()``).
 
-    def __init__(self, paths: list[str], codec: str, level: int | None):
+    Each shard belongs to one writer thread (shard ``s`` to thread ``s % threads``), which takes its
+    members from a queue in the order they were added: the bytes of a shard depend on that order
+    alone, never on the thread count. Threads, not processes: the work (sha256 of every member read
+    back and of every file written, compression, write and fsync) releases the GIL, and a thread
+    takes the member bytes this process already holds, where a writer process would need one more
+    copy of the corpus through a pipe. ``finish`` closes, verifies, fsyncs and renames the shards on
+    the same threads, so the read-back at the end runs on every core instead of one.
+    """
+
+    def __init__(self, paths: list[str], codec: str, level: int | None, threads: int = 1):
         from shardkit.io.codecs import open_writer
         from shardkit.io.files import HashingFile
         from shardkit.io.tar import TarWriter
@@ -41,6 +54,10 @@ class OutputShards:
         self.paths = paths
         self._files, self._hashing, self._outs, self._tars = [], [], [], []
         self.written: list[list[tuple[str, bytes]]] = [[] for _ in paths]
+        self._threads: list[threading.Thread] = []
+        self._queues: list[queue.Queue] = []
+        self._error: BaseException | None = None
+        self._entries: list[dict | None] = [None] * len(paths)
         try:
             for path in paths:
                 target = AtomicFile(path, buffering=1 << 20).__enter__()
@@ -53,33 +70,79 @@ class OutputShards:
         except BaseException:
             self.abort()
             raise
+        for t in range(max(1, min(threads, len(paths)))):
+            # bounded: a writer that falls behind holds up the reader, never the memory
+            self._queues.append(queue.Queue(maxsize=QUEUE_ITEMS))
+            thread = threading.Thread(target=self._work, args=(t,), name=f"prep-writer-{t}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
-    def add(self, shard: int, name: str, data: bytes) -> None:
-        from shardkit.io.files import member_digest
-
-        self._tars[shard].add(name, data)
-        self.written[shard].append((name, member_digest(name, data)))
+    def add(self, shard: int, name: str, data: bytes, digest: bytes) -> None:
+        """Queue one member for ``shard`` (``digest``: ``member_digest`` of ``data``, computed by the reader)."""
+        self._raise_error()
+        self._queues[shard % len(self._queues)].put((shard, name, data, digest))
 
     def finish(self, verify: bool) -> list[dict]:
-        """Close, verify (read back), fsync and rename every shard; one entry per shard."""
+        """Close, verify (read back), fsync and rename every shard; one entry per shard, in shard order."""
+        for q in self._queues:
+            q.put((_FINISH, verify))
+        self._join()
+        self._raise_error()
+        return list(self._entries)
+
+    def abort(self) -> None:
+        for q in self._queues:
+            q.put((_ABORT,))
+        self._join()
+        for target in self._files:
+            target.discard()
+
+    # the writer threads
+    def _work(self, t: int) -> None:
+        q = self._queues[t]
+        while True:
+            item = q.get()
+            if item[0] is _ABORT:
+                return
+            if self._error is not None:  # drain without writing, so that add() never blocks on a dead writer
+                if item[0] is _FINISH:
+                    return
+                continue
+            try:
+                if item[0] is _FINISH:
+                    for s in range(t, len(self.paths), len(self._queues)):
+                        self._entries[s] = self._close(s, item[1])
+                    return
+                shard, name, data, digest = item
+                self._tars[shard].add(name, data)
+                self.written[shard].append((name, digest))
+            except BaseException as err:  # handed to the main thread at its next add() or finish()
+                self._error = self._error or err
+                if item[0] is _FINISH:
+                    return
+
+    def _close(self, s: int, verify: bool) -> dict:
         from shardkit.io.files import combine_digests
         from shardkit.run.lifecycle import verify_members
 
-        entries = []
-        for s, path in enumerate(self.paths):
-            tar_bytes = self._tars[s].close()
-            self._outs[s].close()
-            self._files[s].commit(verify_members(self.written[s], shard=path) if verify else None,
-                                  sync_while_verifying=True)
-            hashing = self._hashing[s]
-            entries.append({"path": path, "size": hashing.size, "sha256": hashing.sha256.hexdigest(),
-                            "members": len(self.written[s]), "members_digest": combine_digests(self.written[s]),
-                            "tar_bytes": tar_bytes})
-        return entries
+        path = self.paths[s]
+        tar_bytes = self._tars[s].close()
+        self._outs[s].close()
+        self._files[s].commit(verify_members(self.written[s], shard=path) if verify else None,
+                              sync_while_verifying=True)
+        hashing = self._hashing[s]
+        return {"path": path, "size": hashing.size, "sha256": hashing.sha256.hexdigest(),
+                "members": len(self.written[s]), "members_digest": combine_digests(self.written[s]),
+                "tar_bytes": tar_bytes}
 
-    def abort(self) -> None:
-        for target in self._files:
-            target.discard()
+    def _join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
 
 
 def output_leftovers(out_dir: str) -> list[str]:
