@@ -278,6 +278,10 @@ class _Run:
         self.event("reading", len(tasks))
         duplicates = DuplicateKeys()
         extra = _threads_per_task(tasks, where["jobs"]) if where["executor"] == "local" else {}
+        if where["executor"] == "local":
+            from shardkit.run.executor import preload_in_forkserver
+
+            preload_in_forkserver(["shardkit.commands.prep.read"])
         for _, result in run_tasks(read_source, tasks, ordered=True, **where, **extra):
             apply_duplicates(result, duplicates)
             self._take(result)
