@@ -304,3 +304,75 @@ def test_streaming_planner_meets_balance_guarantees(world_size, num_workers, poo
     assert sorted(placed_once + final.dropped) == list(range(len(seconds)))  # nothing lost, nothing twice
     again = plan()
     assert again[0] == streamed and again[1].placed == final.placed
+
+
+_KILL_AFTER_RESUME_POINT = """
+import os, signal, sys
+import shardkit.commands.prep.resume as resume
+import shardkit.commands.prep.write as write
+from shardkit.cli import main
+
+resume.POOL_FACTOR = 0  # resume points as often as --checkpoint-mb allows, so that this small corpus has several
+saved, added = [], [0]
+save, add = resume.save, write.OutputShards.add
+
+def counting_save(out_dir, state):
+    save(out_dir, state)
+    saved.append(state["next_source"])
+
+def add_then_die(self, *args):
+    add(self, *args)
+    if saved:
+        added[0] += 1
+        if added[0] == 7:  # killed mid-writing: members past the resume point, some still queued
+            os.kill(os.getpid(), signal.SIGKILL)
+
+resume.save, write.OutputShards.add = counting_save, add_then_die
+main(sys.argv[1:])
+"""
+
+
+def _inodes(folder) -> dict[str, int]:
+    return {p.name: p.stat().st_ino for p in folder.iterdir() if ".tar" in p.name}
+
+
+@pytest.mark.parametrize("damage", [False, True])
+def test_kill_9_after_a_resume_point_then_rerun_continues_the_shards(tmp_path, damage):
+    utts = list(corpus((CorpusSpec("long", 60, 2.0, 4.0, "en"),)))
+    folders = {"long": str(tmp_path / "src" / "long")}
+    write_shards(utts, folders["long"], utts_per_shard=4, codec="bz2")
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    args = [*_cli_args(folders, out), "--checkpoint-mb", "1"]
+    subprocess.run([sys.executable, "-m", "shardkit", *_cli_args(folders, reference)], env=env, check=True)
+
+    killed = subprocess.run([sys.executable, "-c", _KILL_AFTER_RESUME_POINT, *args], env=env)
+    assert killed.returncode == -signal.SIGKILL
+    from shardkit.commands.prep import resume
+
+    state = resume._PlainUnpickler(open(out / resume.RESUME, "rb")).load()
+    partials = _inodes(out)
+    assert len(partials) == len(state["shards"]) and all(n.endswith(".partial") for n in partials)
+    (tmp_path / "links").mkdir()  # hard links keep the partials' inodes from being reused by new files
+    for name in partials:
+        os.link(out / name, tmp_path / "links" / name)
+    assert all(os.path.getsize(e["tmp"]) >= e["size"] > 0 for e in state["shards"])
+    if damage:  # a partial that no longer starts with the resume point's bytes: no resume, a fresh start
+        with open(state["shards"][0]["tmp"], "r+b") as f:
+            f.truncate(state["shards"][0]["size"] - 1)
+
+    rerun = subprocess.run([sys.executable, "-m", "shardkit", *_cli_args(folders, out), "--json"], env=env,
+                           check=True, capture_output=True, text=True)
+    doc = json.loads(rerun.stdout)
+    assert _shard_files(str(out / "data.list")) == _shard_files(str(reference / "data.list"))
+    assert (out / "rejects.jsonl").read_bytes() == (reference / "rejects.jsonl").read_bytes()
+    assert not any(p.name.endswith(".partial") for p in out.iterdir()) and not (out / resume.RESUME).exists()
+    final = _inodes(out)
+    if damage:
+        assert doc["resumed_at_source"] is None and not set(final.values()) & set(partials.values())
+    else:  # the same files, continued and renamed: the part written before the kill was not written again
+        assert doc["resumed_at_source"] == state["next_source"] > 0
+        assert sorted(final.values()) == sorted(partials.values())
+        ref = json.load(open(reference / "prep.json"))["summary"]
+        assert {k: v for k, v in doc.items() if k in ref and k not in ("elapsed_seconds", "resumed_at_source")} == \
+            {k: v for k, v in ref.items() if k not in ("elapsed_seconds", "resumed_at_source")}

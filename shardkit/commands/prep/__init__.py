@@ -21,9 +21,12 @@ there), else from the seconds seen while the pool fills, scaled by the source by
 command exists to avoid). An estimate moves only the shard *size*, never the guarantees.
 
 A rerun with the same sources and options finds prep.json and its shards unchanged and does
-nothing; a run killed at any point leaves only temporary files, and the rerun removes them and
-starts again (every output shard is open until the last source is read, so there is no finished
-part to resume from), giving the same bytes. ``--split`` is not offered: slices of the sources would
+nothing. A run killed at any point leaves only temporary files: every output shard is open until
+the last source is read, so none is finished, but the part of each written so far is kept at
+*resume points* (:mod:`.resume`, plain tar output): the rerun cuts each temporary file back to the
+last one, restores the planner and the held-back pool, and reads on from the next source, giving
+the bytes an uninterrupted run gives. Without a resume point (other codecs, or a kill before the
+first) the rerun removes the temporary files and starts again. ``--split`` is not offered: slices of the sources would
 each need every output shard open, and slices of the outputs would each have to read every source.
 """
 
@@ -43,6 +46,7 @@ from shardkit.commands.balance.sources import CorpusSource, check_corpora, sourc
 from shardkit.commands.balance.write import output_paths
 from shardkit.commands.prep.plan import DEFAULT_POOL_BYTES, FinalPlan, StreamingPlanner, choose_num_shards
 from shardkit.commands.prep.read import SourceTask, apply_duplicates, check_source_path, read_source, reject_lines
+from shardkit.commands.prep import resume
 from shardkit.commands.prep.write import OutputShards, output_leftovers
 from shardkit.commands.validate import DuplicateKeys, ValidateOptions, check_options
 from shardkit.errors import ShardkitError, UsageError
@@ -68,6 +72,7 @@ class PrepSettings:
     flac_level: int | None = None
     verify: bool = True
     epochs: int = 3
+    checkpoint_bytes: int = 1 << 30  # a resume point at most this often (plain tar output); never changes bytes
 
 
 @dataclass
@@ -144,9 +149,13 @@ def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettin
         if previous is not None:
             event("skipped", previous)
             return previous
-        _remove_previous(out_dir)
+        saved = None if overwrite else resume.load(out_dir, spec)
+        _remove_previous(out_dir, keep={e["tmp"] for e in saved["shards"]} if saved else set())
         totals = index_totals(index_files, [s for s, _ in sources]) if index_files else None
         run = _Run(out_dir, sources, settings, options, totals, event)
+        if saved is not None:
+            run.restore(saved)
+            event("resumed", run.start)
         return run.execute({"jobs": jobs, "executor": executor, "ray_address": ray_address}, spec)
 
 
@@ -188,7 +197,8 @@ def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
 
 def _spec(sources: list[tuple[str, int]], settings: PrepSettings, options: ValidateOptions) -> str:
     """Digest of what decides the output: the sources (size, mtime), the corpus of each, every option."""
-    h = hashlib.sha256(repr((__version__, asdict(settings), asdict(options) | {"threads": 0})).encode())
+    decides = asdict(settings) | {"checkpoint_bytes": None}  # resume points never change the output bytes
+    h = hashlib.sha256(repr((__version__, decides, asdict(options) | {"threads": 0})).encode())
     for (path, corpus), stamp in zip(sources, source_stamps([p for p, _ in sources])):
         h.update(repr((corpus, stamp)).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
@@ -210,12 +220,19 @@ def _finished(out_dir: str, spec: str) -> PrepReport | None:
                       doc.get("findings", []), this_run="skipped")
 
 
-def _remove_previous(out_dir: str) -> None:
-    """Temporary files of a killed run, and the shards of an earlier run with other inputs or options
-    (they would be replaced anyway; removing them first keeps the folder at one copy)."""
-    from shardkit.io.files import load_json, remove_leftovers
+def _remove_previous(out_dir: str, keep: set[str] = frozenset()) -> None:
+    """Temporary files of a killed run (but those a resume continues, ``keep``), and the shards of an earlier
+    run with other inputs or options (they would be replaced anyway; removing them first keeps the folder at
+    one copy)."""
+    from shardkit.io.files import PARTIAL_SUFFIX, load_json
 
-    remove_leftovers(output_leftovers(out_dir))
+    names = {os.path.basename(p) for p in output_leftovers(out_dir)}
+    for entry in os.scandir(out_dir):
+        stem = entry.name[1:-len(PARTIAL_SUFFIX)].rpartition(".")[0]
+        if entry.name.endswith(PARTIAL_SUFFIX) and stem in names and entry.path not in keep:
+            os.unlink(entry.path)
+    if not keep:
+        resume.remove(out_dir)
     doc = load_json(os.path.join(out_dir, MANIFEST))
     if not doc or doc.get("command") != "prep":  # nothing of an earlier prep run: touch nothing else
         return
@@ -250,9 +267,15 @@ class _Run:
         self.seen_seconds = 0.0
         self.seq = 0
         self.estimate_note: str | None = None
+        self.start = 0  # the first source this run reads (a resumed run: the one after the resume point)
+        self.duplicates = DuplicateKeys()
+        self.placed_bytes = 0
+        self.checkpoint_at = 0  # placed_bytes at the last resume point
+        self.saved_outputs: list | None = None
 
     def execute(self, where: dict, spec: str) -> PrepReport:
         started = time.perf_counter()
+        self.spec = spec
         try:
             self._stream(where)
             if self.planner.num_shards is None:
@@ -274,22 +297,62 @@ class _Run:
         from shardkit.run.executor import run_tasks
 
         tasks = [SourceTask(path, corpus, self.options, self.settings.audio, self.settings.flac_level)
-                 for path, corpus in self.sources]
+                 for path, corpus in self.sources[self.start:]]
         self.event("reading", len(tasks))
-        duplicates = DuplicateKeys()
+        if self.saved_outputs is not None:
+            self._open_outputs(self.planner.num_shards, self.saved_outputs)
         extra = _threads_per_task(tasks, where["jobs"]) if where["executor"] == "local" else {}
         if where["executor"] == "local":
             from shardkit.run.executor import preload_in_forkserver
 
             preload_in_forkserver(["shardkit.commands.prep.read"])
-        for _, result in run_tasks(read_source, tasks, ordered=True, **where, **extra):
-            apply_duplicates(result, duplicates)
+        for index, result in run_tasks(read_source, tasks, ordered=True, **where, **extra):
+            apply_duplicates(result, self.duplicates)
             self._take(result)
             self.event("read", result)
             if self.planner.num_shards is None and self.planner.pool_held_bytes > self.settings.pool_bytes:
                 self._fix_shard_count(exact=False)
             if self.planner.num_shards is not None:
                 self._place(self.planner.evict())
+            if self._checkpoint_due() and self.start + index + 1 < len(self.sources):
+                self._checkpoint(self.start + index + 1)
+
+    # resume points
+    def _checkpoint_due(self) -> bool:
+        """Plain tar output, writing begun, and enough written since the last resume point: at least
+        ``checkpoint_bytes`` and POOL_FACTOR x the pool it saves (so saving costs a few % of the writes,
+        and the work folder holds at most ~1/8 more than the shards)."""
+        since = self.placed_bytes - self.checkpoint_at
+        return (self.settings.codec == "none" and self.outputs is not None
+                and since >= max(self.settings.checkpoint_bytes, resume.POOL_FACTOR * self.planner.pool_held_bytes))
+
+    def _checkpoint(self, next_source: int) -> None:
+        shards = self.outputs.checkpoint()
+        resume.save(self.out_dir, {
+            "spec": self.spec, "next_source": next_source, "shards": shards,
+            "planner": resume.planner_state(self.planner), "pool": self.pool, "keys": sorted(self.keys),
+            "shard_utts": self.shard_utts.tolist(), "shard_corpus": self.shard_corpus.tolist(),
+            "source_rows": self.source_rows, "rejects": self.rejects, "findings": self.findings,
+            "seen_bytes": self.seen_bytes, "seen_seconds": self.seen_seconds, "seq": self.seq,
+            "estimate_note": self.estimate_note, "duplicates": self.duplicates.first,
+            "placed_bytes": self.placed_bytes})
+        self.checkpoint_at = self.placed_bytes
+        self.event("checkpoint", next_source)
+
+    def restore(self, state: dict) -> None:
+        """Continue a killed run from its last resume point (see :mod:`.resume`)."""
+        resume.restore_planner(self.planner, state["planner"])
+        self.pool = state["pool"]
+        self.keys = set(state["keys"])
+        self.shard_utts = np.array(state["shard_utts"], np.int64)
+        self.shard_corpus = np.array(state["shard_corpus"], np.int64)
+        for name in ("source_rows", "rejects", "findings", "seen_bytes", "seen_seconds", "seq", "estimate_note",
+                     "placed_bytes"):
+            setattr(self, name, state[name])
+        self.duplicates.first = state["duplicates"]
+        self.checkpoint_at = self.placed_bytes
+        self.start = state["next_source"]
+        self.saved_outputs = list(zip(state["shards"], state["prefixes"]))
 
     def _take(self, result: dict) -> None:
         self.rejects.extend(reject_lines(result))
@@ -326,8 +389,12 @@ class _Run:
         self.planner.set_num_shards(count)
         self.shard_utts = np.zeros(count, np.int64)
         self.shard_corpus = np.zeros((count, max(c for _, c in self.sources) + 1), np.int64)
+        self._open_outputs(count)
+
+    def _open_outputs(self, count: int, saved: list | None = None) -> None:
+        s = self.settings
         self.outputs = OutputShards(output_paths(self.out_dir, count, s.codec), s.codec, s.level,
-                                    threads=_writer_threads())
+                                    threads=_writer_threads(), resume=saved)
         self.event("writing", count)
 
     # writing
@@ -342,6 +409,7 @@ class _Run:
             raise ShardkitError(f"repeat of {key!r} would be named {new_key!r}, which is already a key in the mix")
         for name, data, digest in members:  # a member's digest is of its data alone: a repeat keeps it
             self.outputs.add(shard, new_key + name[len(key):] if copy else name, data, digest)
+            self.placed_bytes += len(data)
         self.shard_utts[shard] += 1
         self.shard_corpus[shard, corpus] += 1
 
@@ -391,7 +459,7 @@ class _Run:
                 "min_shard_seconds": round(float(secs.min()), 3), "max_shard_seconds": round(float(secs.max()), 3),
                 "max_deviation_seconds": round(final.max_deviation, 3), "tolerance_seconds": round(final.tolerance, 3),
                 "balanced": final.balanced, "tar_bytes_out": tar_bytes, "bytes_out": sum(e["size"] for e in entries),
-                "elapsed_seconds": round(elapsed, 3),
+                "elapsed_seconds": round(elapsed, 3), "resumed_at_source": self.start or None,
                 "notes": ([self.estimate_note] if self.estimate_note else []) + final.notes}
 
     def _save(self, report: PrepReport, spec: str, final: FinalPlan) -> None:
@@ -411,6 +479,7 @@ class _Run:
             "plan_before": report.figures_before, "plan_after": report.figures_after,
             "findings": report.findings, "repeat_key_format": "{key}-rep{copy}", "repeats": self.repeats,
             "dropped": self.dropped}))
+        resume.remove(self.out_dir)  # after prep.json: the run is finished, nothing is left to resume
 
 
 def _sizes(sources: list[tuple[str, int]]) -> list[tuple[str, int | None]]:

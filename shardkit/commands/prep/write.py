@@ -18,7 +18,7 @@ from shardkit.errors import UsageError
 
 OUTPUT_NAME = re.compile(r"shards_\d{9}\.tar(\.[a-z0-9]+)?")
 QUEUE_ITEMS = 256  # members waiting per writer thread
-_FINISH, _ABORT = object(), object()
+_FINISH, _ABORT, _FLUSH = object(), object(), object()
 
 
 def raise_open_file_limit(needed: int) -> None:
@@ -44,11 +44,13 @@ class OutputShards:
     the same threads, so the read-back at the end runs on every core instead of one.
     """
 
-    def __init__(self, paths: list[str], codec: str, level: int | None, threads: int = 1):
+    def __init__(self, paths: list[str], codec: str, level: int | None, threads: int = 1,
+                 resume: list[tuple[dict, object]] | None = None):
+        """``resume``: per shard, a :meth:`checkpoint` entry and the sha256 of its prefix (``check_partials``):
+        the temporary files of a killed run are continued from there (plain tar only)."""
         from shardkit.io.codecs import open_writer
         from shardkit.io.files import HashingFile
         from shardkit.io.tar import TarWriter
-        from shardkit.run.lifecycle import AtomicFile
 
         raise_open_file_limit(len(paths) + 64)
         self.paths = paths
@@ -59,14 +61,20 @@ class OutputShards:
         self._error: BaseException | None = None
         self._entries: list[dict | None] = [None] * len(paths)
         try:
-            for path in paths:
-                target = AtomicFile(path, buffering=1 << 20).__enter__()
+            for s, path in enumerate(paths):
+                saved, prefix = resume[s] if resume else (None, None)
+                target = _open_target(path, saved)
                 self._files.append(target)
                 hashing = HashingFile(target.file)
                 out = open_writer(hashing, codec, level)
+                tar = TarWriter(out)
+                if saved is not None:  # continue where the checkpoint was taken
+                    hashing.sha256, hashing.size = prefix, saved["size"]
+                    tar._offset, tar.members = saved["tar_offset"], len(saved["written"])
+                    self.written[s] = [tuple(w) for w in saved["written"]]
                 self._hashing.append(hashing)
                 self._outs.append(out)
-                self._tars.append(TarWriter(out))
+                self._tars.append(tar)
         except BaseException:
             self.abort()
             raise
@@ -81,6 +89,22 @@ class OutputShards:
         """Queue one member for ``shard`` (``digest``: ``member_digest`` of ``data``, computed by the reader)."""
         self._raise_error()
         self._queues[shard % len(self._queues)].put((shard, name, data, digest))
+
+    def checkpoint(self) -> list[dict]:
+        """Wait until every queued member is written and flushed to the kernel; then, per shard, what a rerun
+        needs to continue it: its temporary file, size, sha256 of those bytes, tar offset, members written.
+        (Flushed, not fsynced: a kill leaves the bytes in the page cache; after a crash, the rerun's prefix
+        check finds a file that does not match and starts again.)"""
+        done = [threading.Event() for _ in self._queues]
+        for q, event in zip(self._queues, done):
+            q.put((_FLUSH, event))
+        for event in done:
+            while not event.wait(0.5):
+                self._raise_error()
+        self._raise_error()
+        return [{"tmp": self._files[s].tmp, "size": self._hashing[s].size,
+                 "sha256": self._hashing[s].sha256.hexdigest(), "tar_offset": self._tars[s].offset,
+                 "written": list(self.written[s])} for s in range(len(self.paths))]
 
     def finish(self, verify: bool) -> list[dict]:
         """Close, verify (read back), fsync and rename every shard; one entry per shard, in shard order."""
@@ -107,12 +131,19 @@ class OutputShards:
             if self._error is not None:  # drain without writing, so that add() never blocks on a dead writer
                 if item[0] is _FINISH:
                     return
+                if item[0] is _FLUSH:
+                    item[1].set()
                 continue
             try:
                 if item[0] is _FINISH:
                     for s in range(t, len(self.paths), len(self._queues)):
                         self._entries[s] = self._close(s, item[1])
                     return
+                if item[0] is _FLUSH:
+                    for s in range(t, len(self.paths), len(self._queues)):
+                        self._files[s].file.flush()  # plain tar only: a compressor's flush would change its bytes
+                    item[1].set()
+                    continue
                 shard, name, data, digest = item
                 self._tars[shard].add(name, data)
                 self.written[shard].append((name, digest))
@@ -143,6 +174,45 @@ class OutputShards:
     def _raise_error(self) -> None:
         if self._error is not None:
             raise self._error
+
+
+def _open_target(path: str, saved: dict | None):
+    """A new temporary file for ``path``, or the one a checkpoint names, cut back to the checkpoint's size."""
+    from shardkit.run.lifecycle import AtomicFile
+
+    target = AtomicFile(path, buffering=1 << 20)
+    if saved is None:
+        return target.__enter__()
+    target.tmp = saved["tmp"]
+    target.file = open(saved["tmp"], "r+b", buffering=1 << 20)
+    target.file.truncate(saved["size"])
+    target.file.seek(saved["size"])
+    return target
+
+
+def check_partials(saved: list[dict]) -> list | None:
+    """Per shard, the sha256 object of the first ``size`` bytes of its temporary file, if every file is there
+    and those bytes are what the checkpoint wrote; else None (the rerun starts again)."""
+    import hashlib
+
+    hashes = []
+    for entry in saved:
+        h = hashlib.sha256()
+        try:
+            with open(entry["tmp"], "rb") as f:
+                left = entry["size"]
+                while left > 0:
+                    chunk = f.read(min(left, 1 << 20))
+                    if not chunk:
+                        return None
+                    h.update(chunk)
+                    left -= len(chunk)
+        except OSError:
+            return None
+        if h.hexdigest() != entry["sha256"]:
+            return None
+        hashes.append(h)
+    return hashes
 
 
 def output_leftovers(out_dir: str) -> list[str]:
