@@ -226,12 +226,9 @@ def test_cli_reports_findings_exit_1_json_and_rerun_skips(faulty_mix, tmp_path):
     assert _shard_files(doc["data_list"]) == before
 
 
-def test_cli_refuses_weights_and_index_sources(faulty_mix, tmp_path):
+def test_cli_refuses_index_sources_and_a_ray_address_without_ray(faulty_mix, tmp_path):
     folders, _ = faulty_mix
     runner = CliRunner()
-    weighted = runner.invoke(main, ["prep", "--corpus", f"a={folders['aishell']}:2", "--world-size", "1",
-                                    "--num-workers", "1", "-o", str(tmp_path / "o")])
-    assert weighted.exit_code == 2 and "weight 1" in weighted.output
     index = runner.invoke(main, ["prep", "--corpus", "a=x.jsonl", "--world-size", "1", "--num-workers", "1",
                                  "-o", str(tmp_path / "o")])
     assert index.exit_code == 2 and "--index" in index.output
@@ -376,3 +373,39 @@ def test_kill_9_after_a_resume_point_then_rerun_continues_the_shards(tmp_path, d
         ref = json.load(open(reference / "prep.json"))["summary"]
         assert {k: v for k, v in doc.items() if k in ref and k not in ("elapsed_seconds", "resumed_at_source")} == \
             {k: v for k, v in ref.items() if k not in ("elapsed_seconds", "resumed_at_source")}
+
+
+def test_corpus_weights_copy_and_sample_as_balance_does(faulty_mix, tmp_path):
+    """aishell:2 -> every clean utterance twice (key, key-rep1); accented:0.5 -> a seeded half, drawn per key;
+    the pad repeats are numbered after the weighted copies, and the guarantees hold."""
+    from shardkit.commands.prep import weighted_copies
+
+    folders, bad = faulty_mix
+    corpora = [CorpusSource("aishell", (folders["aishell"],), 2.0), CorpusSource("librispeech", (folders["librispeech"],)),
+               CorpusSource("accented", (folders["accented"],), 0.5)]
+    settings = PrepSettings(world_size=W, num_workers=K, codec="none", level=None, shard_duration=4.0)
+    report = run_prep(corpora, str(tmp_path / "out"), settings, CHECKS, jobs=2)
+    again = run_prep(corpora, str(tmp_path / "again"), settings, CHECKS, jobs=1)
+    assert _shard_files(str(tmp_path / "out" / "data.list")) == _shard_files(str(tmp_path / "again" / "data.list"))
+    s = report.summary()
+    assert s["balanced"] and s["divides"] and s["num_shards"] % (W * K) == 0
+    members = _members(str(tmp_path / "out" / "data.list"))  # asserts that no name is written twice
+    keys = {n.rsplit(".", 1)[0] for n in members}
+    doc = json.load(open(tmp_path / "out" / "prep.json"))
+    padded = {new for _, new in doc["repeats"]}
+    written = keys - padded
+    rejected = {r["key"] for r in map(json.loads, open(tmp_path / "out" / "rejects.jsonl"))
+                if r["checks"] != ["duplicate_key"]}  # a duplicate's first occurrence is kept
+    clean = {folder: sorted({n.rsplit(".", 1)[0] for sh in sorted(os.listdir(folders[folder])) if ".tar" in sh
+                             for n, _ in iter_shard_members(os.path.join(folders[folder], sh))} - rejected)
+             for folder in folders}
+    assert rejected | {r["key"] for r in map(json.loads, open(tmp_path / "out" / "rejects.jsonl"))} == bad
+    assert written == (set(clean["aishell"]) | {k + "-rep1" for k in clean["aishell"]} | set(clean["librispeech"])
+                       | {k for k in clean["accented"] if weighted_copies(0.5, 0, 2, k)}) - set(doc["dropped"])
+    kept_accented = sum(1 for k in clean["accented"] if weighted_copies(0.5, 0, 2, k))
+    assert 0 < kept_accented < len(clean["accented"])
+    assert s["weighted_copies"] == len(clean["aishell"])
+    assert s["left_out_by_weight"] == len(clean["accented"]) - kept_accented
+    for original, new in doc["repeats"]:  # a pad of an aishell utterance is its third copy at least
+        if original in clean["aishell"]:
+            assert int(new.rsplit("-rep", 1)[1]) >= 2

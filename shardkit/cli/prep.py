@@ -35,9 +35,10 @@ Examples:
       --world-size 8 --num-workers 4 --sample-rate 16000 --channels 1 -o data/train
   shardkit prep --corpus zh=zh/ --index zh.index.jsonl --world-size 2 --num-workers 2 \\
       --codec none -o data/train -j 16 --json""")
-@click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES",
-              help="A corpus: comma-separated shards (bz2, gz, xz, zst or plain tar), folders or data.list files. "
-                   "Repeat per corpus.")
+@click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
+              help="A corpus: comma-separated shards (bz2, gz, xz, zst or plain tar), folders or data.list files, "
+                   "and its weight as balance takes it (2: every utterance twice; 0.5: a seeded half, drawn per "
+                   "key) [default weight: 1]. Repeat per corpus.")
 @click.option("--index", "index_files", multiple=True, metavar="INDEX.jsonl",
               help="Index files (`shardkit index`) of the sources: the exact total fixes the shard count before "
                    "reading [default: estimated while reading]. Repeatable.")

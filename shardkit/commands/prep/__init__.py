@@ -33,6 +33,7 @@ each need every output shard open, and slices of the outputs would each have to 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -144,7 +145,8 @@ def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettin
     sources = _check_args(corpora, settings, options)
     inputs = [s for s, _ in sources] + [os.path.abspath(p) for p in index_files]
     with claimed_output_dir(out_dir, inputs, "prep", urls=False) as (out_dir, _):
-        spec = _spec(sources, settings, options)
+        weights = [float(c.weight) for c in corpora]
+        spec = _spec(sources, settings, options, weights)
         previous = None if overwrite else _finished(out_dir, spec)
         if previous is not None:
             event("skipped", previous)
@@ -152,7 +154,7 @@ def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettin
         saved = None if overwrite else resume.load(out_dir, spec)
         _remove_previous(out_dir, keep={e["tmp"] for e in saved["shards"]} if saved else set())
         totals = index_totals(index_files, [s for s, _ in sources]) if index_files else None
-        run = _Run(out_dir, sources, settings, options, totals, event)
+        run = _Run(out_dir, sources, settings, options, totals, event, weights)
         if saved is not None:
             run.restore(saved)
             event("resumed", run.start)
@@ -177,9 +179,6 @@ def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
     sources: list[tuple[str, int]] = []
     owner: dict[str, str] = {}
     for c, corpus in enumerate(corpora):
-        if corpus.weight != 1:
-            raise UsageError(f"corpus {corpus.name!r}: prep keeps every utterance once (weight 1); for weighted "
-                             f"mixes run validate and balance")
         for arg in corpus.sources:
             if is_index_file(arg):
                 raise UsageError(f"corpus {corpus.name!r}: {arg} is an index; give it with --index and the shards "
@@ -195,10 +194,12 @@ def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
     return sources
 
 
-def _spec(sources: list[tuple[str, int]], settings: PrepSettings, options: ValidateOptions) -> str:
-    """Digest of what decides the output: the sources (size, mtime), the corpus of each, every option."""
+def _spec(sources: list[tuple[str, int]], settings: PrepSettings, options: ValidateOptions,
+          weights: list[float]) -> str:
+    """Digest of what decides the output: the sources (size, mtime), the corpus of each, the corpus weights,
+    every option."""
     decides = asdict(settings) | {"checkpoint_bytes": None}  # resume points never change the output bytes
-    h = hashlib.sha256(repr((__version__, decides, asdict(options) | {"threads": 0})).encode())
+    h = hashlib.sha256(repr((__version__, decides, asdict(options) | {"threads": 0}, weights)).encode())
     for (path, corpus), stamp in zip(sources, source_stamps([p for p, _ in sources])):
         h.update(repr((corpus, stamp)).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
@@ -250,12 +251,17 @@ class _Run:
     """One run's state: the planner, the pool's bytes, the open outputs and what the report needs."""
 
     def __init__(self, out_dir: str, sources: list[tuple[str, int]], settings: PrepSettings,
-                 options: ValidateOptions, totals: tuple[float, int] | None, event: Callable[..., None]):
+                 options: ValidateOptions, totals: tuple[float, int] | None, event: Callable[..., None],
+                 weights: list[float] | None = None):
         self.out_dir, self.sources, self.settings, self.options, self.event = out_dir, sources, settings, options, event
+        self.weights = weights or [1.0] * (max(c for _, c in sources) + 1)
+        self.next_copy: dict[str, int] = {}  # key -> its next free copy number, where weights made copies
+        self.copy_keys: set[str] = set()  # the keys of those copies (a later source may not use them)
+        self.weighted = {"copies": 0, "left_out": 0}
         self.planner = StreamingPlanner(world_size=settings.world_size, num_workers=settings.num_workers,
                                         pool_bytes=settings.pool_bytes)
         self.totals = totals
-        self.pool: dict[int, tuple[str, int, list[tuple[str, bytes]]]] = {}  # seq -> (key, corpus, members)
+        self.pool: dict[int, tuple] = {}  # seq -> (key, corpus, members, copy number)
         self.keys: set[str] = set()
         self.outputs: OutputShards | None = None
         self.shard_utts: np.ndarray = np.zeros(0, np.int64)
@@ -335,7 +341,8 @@ class _Run:
             "source_rows": self.source_rows, "rejects": self.rejects, "findings": self.findings,
             "seen_bytes": self.seen_bytes, "seen_seconds": self.seen_seconds, "seq": self.seq,
             "estimate_note": self.estimate_note, "duplicates": self.duplicates.first,
-            "placed_bytes": self.placed_bytes})
+            "placed_bytes": self.placed_bytes, "next_copy": self.next_copy, "copy_keys": sorted(self.copy_keys),
+            "weighted": self.weighted})
         self.checkpoint_at = self.placed_bytes
         self.event("checkpoint", next_source)
 
@@ -346,8 +353,9 @@ class _Run:
         self.keys = set(state["keys"])
         self.shard_utts = np.array(state["shard_utts"], np.int64)
         self.shard_corpus = np.array(state["shard_corpus"], np.int64)
+        self.copy_keys = set(state["copy_keys"])
         for name in ("source_rows", "rejects", "findings", "seen_bytes", "seen_seconds", "seq", "estimate_note",
-                     "placed_bytes"):
+                     "placed_bytes", "next_copy", "weighted"):
             setattr(self, name, state[name])
         self.duplicates.first = state["duplicates"]
         self.checkpoint_at = self.placed_bytes
@@ -359,11 +367,20 @@ class _Run:
         self.findings.extend(result["findings"])
         seconds = 0.0
         accepted = result.pop("accepted")
+        corpus = result["corpus"]
         for key, secs, members in accepted:
-            self.planner.add(self.seq, secs, sum(len(d) for _, d, _ in members))
-            self.pool[self.seq] = (key, result["corpus"], members)
+            if key in self.copy_keys:
+                raise ShardkitError(f"key {key!r} is already the name of a weighted copy", shard=result["shard"])
             self.keys.add(key)
-            self.seq += 1
+            copies = weighted_copies(self.weights[corpus], self.settings.seed, corpus, key)
+            self.weighted["copies"] += max(0, len(copies) - 1)
+            self.weighted["left_out"] += not copies
+            for copy in copies:
+                self.planner.add(self.seq, secs, sum(len(d) for _, d, _ in members))
+                self.pool[self.seq] = (key, corpus, members, copy)
+                self.seq += 1
+                if copy:
+                    self._name_copy(key, copy)
             seconds += secs
         self.seen_bytes += result["bytes"] or 0
         self.seen_seconds += seconds
@@ -400,13 +417,20 @@ class _Run:
     # writing
     def _place(self, placed: list[tuple[int, int]]) -> None:
         for seq, shard in placed:
-            key, corpus, members = self.pool.pop(seq)
-            self._write(shard, key, corpus, members, 0)
+            key, corpus, members, copy = self.pool.pop(seq)
+            self._write(shard, key, corpus, members, copy)
+
+    def _name_copy(self, key: str, copy: int) -> str:
+        """Record copy ``copy`` of ``key`` (a weighted copy or a pad repeat); refuses a name already a key."""
+        new_key = repeat_key(key, copy)
+        if new_key in self.keys:
+            raise ShardkitError(f"repeat of {key!r} would be named {new_key!r}, which is already a key in the mix")
+        self.copy_keys.add(new_key)
+        self.next_copy[key] = copy + 1
+        return new_key
 
     def _write(self, shard: int, key: str, corpus: int, members: list[tuple[str, bytes, bytes]], copy: int) -> None:
         new_key = repeat_key(key, copy)
-        if copy and new_key in self.keys:
-            raise ShardkitError(f"repeat of {key!r} would be named {new_key!r}, which is already a key in the mix")
         for name, data, digest in members:  # a member's digest is of its data alone: a repeat keeps it
             self.outputs.add(shard, new_key + name[len(key):] if copy else name, data, digest)
             self.placed_bytes += len(data)
@@ -415,12 +439,13 @@ class _Run:
 
     def _write_final(self, final: FinalPlan) -> None:
         self.repeats = []
-        for seq, copy, shard in final.placed:
-            key, corpus, members = self.pool[seq]
+        for seq, pad, shard in final.placed:
+            key, corpus, members, copy = self.pool[seq]
+            if pad:  # copy numbers continue per utterance, after the weighted copies (as balance numbers them)
+                copy = self.next_copy.get(key, 1)
+                self.repeats.append([key, self._name_copy(key, copy)])
             self._write(shard, key, corpus, members, copy)
-            if copy:
-                self.repeats.append([key, repeat_key(key, copy)])
-        self.dropped = [self.pool[seq][0] for seq in final.dropped]
+        self.dropped = [repeat_key(self.pool[seq][0], self.pool[seq][3]) for seq in final.dropped]
         self.pool.clear()
 
     # reporting
@@ -451,7 +476,9 @@ class _Run:
                 "num_shards": len(entries), "utterances_per_shard": final.utts_per_shard,
                 "divides": len(entries) % (self.settings.world_size * self.settings.num_workers) == 0,
                 "sources": len(self.sources), "source_bytes": sum(r["bytes"] or 0 for r in self.source_rows),
-                "utterances_read": sum(r["utterances"] for r in self.source_rows), "accepted": self.seq,
+                "utterances_read": sum(r["utterances"] for r in self.source_rows),
+                "accepted": sum(r["accepted"] for r in self.source_rows),
+                "weighted_copies": self.weighted["copies"], "left_out_by_weight": self.weighted["left_out"],
                 "rejected_utterances": len(rejected_keys), "rejected_members": len(self.rejects),
                 "findings": len(self.findings), "by_check": dict(sorted(by_check.items())),
                 "repeated": len(self.repeats), "dropped": len(self.dropped),
@@ -480,6 +507,22 @@ class _Run:
             "findings": report.findings, "repeat_key_format": "{key}-rep{copy}", "repeats": self.repeats,
             "dropped": self.dropped}))
         resume.remove(self.out_dir)  # after prep.json: the run is finished, nothing is left to resume
+
+
+def weighted_copies(weight: float, seed: int, corpus: int, key: str) -> list[int]:
+    """The copy numbers of one utterance under its corpus weight: floor(weight) copies, plus one more for a
+    seeded fraction of the utterances (balance's rule). Balance draws that fraction as an exact count
+    from all of a corpus's durations; prep writes before it has seen them all, so each utterance is
+    drawn alone, by a hash of (seed, corpus, key): the same choice on every run and for any -j, a count
+    within sampling error of ``(weight - floor(weight)) x utterances``."""
+    whole = int(math.floor(weight))
+    copies = list(range(whole))
+    fraction = weight - whole
+    if fraction > 0:
+        digest = hashlib.blake2b(f"{seed}\0{corpus}\0{key}".encode("utf-8", "surrogateescape"), digest_size=8)
+        if int.from_bytes(digest.digest(), "big") < fraction * 2.0**64:
+            copies.append(whole)
+    return copies
 
 
 def _sizes(sources: list[tuple[str, int]]) -> list[tuple[str, int | None]]:
