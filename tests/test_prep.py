@@ -409,3 +409,35 @@ def test_corpus_weights_copy_and_sample_as_balance_does(faulty_mix, tmp_path):
     for original, new in doc["repeats"]:  # a pad of an aishell utterance is its third copy at least
         if original in clean["aishell"]:
             assert int(new.rsplit("-rep", 1)[1]) >= 2
+
+
+@pytest.mark.parametrize("cores,jobs,tasks", [(2, 2, 15), (16, 15, 15), (16, 4, 4), (16, 16, 40), (3, 2, 5)])
+def test_decoder_threads_fill_the_cores_without_oversubscribing_the_first_wave(cores, jobs, tasks):
+    from shardkit.commands.prep import decoder_threads
+
+    threads = [decoder_threads(cores, jobs, tasks, k) for k in range(tasks)]
+    first = threads[:jobs]
+    assert sum(first) == max(cores, jobs) and max(first) - min(first) <= 1  # every core, evenly, at the start
+    if tasks > jobs:  # a later wave: the last source, alone at the end, decodes on all of them
+        assert threads[-1] == cores
+    assert all(t >= 1 for t in threads)
+
+
+def test_writer_threads_write_the_same_bytes_as_one(tmp_path):
+    """Each shard's members reach its file in the order added, whatever the thread count."""
+    from shardkit.commands.prep.write import OutputShards
+    from shardkit.io.files import member_digest
+
+    rng = np.random.default_rng(3)
+    members = [(int(rng.integers(5)), f"k{i:03d}.wav", rng.bytes(int(rng.integers(1, 30000)))) for i in range(120)]
+    files = {}
+    for threads in (1, 3, 8):
+        folder = tmp_path / str(threads)
+        folder.mkdir()
+        outputs = OutputShards([str(folder / f"shards_{s:09d}.tar") for s in range(5)], "none", None, threads=threads)
+        for shard, name, data in members:
+            outputs.add(shard, name, data, member_digest(name, data))
+        entries = outputs.finish(verify=True)
+        files[threads] = [open(e["path"], "rb").read() for e in entries]
+        assert [e["members"] for e in entries] == [sum(1 for s, _, _ in members if s == k) for k in range(5)]
+    assert files[1] == files[3] == files[8]
