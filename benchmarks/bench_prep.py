@@ -11,6 +11,10 @@ shards data/train/data.list lists at the end. Correctness is checked on every ru
 and the chain list the same utterances (keys, repeats aside).
 
     flock /tmp/shardkit-bench.lock .venv/bin/python benchmarks/bench_prep.py --repeats 3
+
+``--baseline DIR`` (a checkout of earlier code, e.g. ``git archive <commit> | tar -x -C DIR``) adds
+"prep@base" and "stage@base" to each repeat, interleaved with the others: before/after in one run.
+``--no-chain`` leaves the (slow) three-command chain out.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work-dir", default="/tmp/shardkit-bench-prep")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--scale", type=float, default=1.0, help="Fraction of the corpus (1.0: ~1 h of audio, ~120 MB).")
+    p.add_argument("--scale", type=float, default=1.0, help="Fraction of the corpus (1.0: ~1 h of audio, ~120 MB; "
+                   "2.75: the issue's 2.9 h, ~340 MB as plain tar).")
+    p.add_argument("--baseline", default=None, help="A checkout of earlier code to run as prep@base and stage@base.")
+    p.add_argument("--no-chain", action="store_true", help="Leave out the three-command chain.")
     return p.parse_args()
 
 
@@ -89,8 +96,8 @@ class PeakBytes:
         self.peak = max(self.peak, self._size())
 
 
-def _env():
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+def _env(root=ROOT):
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, "SHARDKIT_PYTHON": sys.executable}
 
 
@@ -99,24 +106,24 @@ def run_floor(corpora, cores):
     subprocess.run(["lbzip2", "-dc", f"-n{cores}", *files], stdout=subprocess.DEVNULL, check=True)
 
 
-def run_stage(corpora, work, cores):
-    args = ["bash", os.path.join(ROOT, "scripts", "run.sh"), "--workdir", work, "--stage", "2", "--stop_stage", "2",
+def run_stage(corpora, work, cores, root=ROOT):
+    args = ["bash", os.path.join(root, "scripts", "run.sh"), "--workdir", work, "--stage", "2", "--stop_stage", "2",
             "--world_size", str(W), "--num_workers", str(K), "--jobs", str(cores),
             # the preamble would import torch to count GPUs (~2 s before any stage; the loader advice's only use)
             "--gpus_per_node", "1"]
     for name, paths in corpora.items():
         args += ["--corpus", f"{name}={os.path.dirname(paths[0])}/data.list"]
-    subprocess.run(args, cwd=ROOT, env=_env(), check=True, capture_output=True)
+    subprocess.run(args, cwd=root, env=_env(root), check=True, capture_output=True)
 
 
-def run_prep(corpora, work, cores):
+def run_prep(corpora, work, cores, root=ROOT):
     """``shardkit prep`` alone, as stage 2 calls it (without run.sh's start-up and report lines)."""
     args = [sys.executable, "-m", "shardkit", "prep", "--world-size", str(W), "--num-workers", str(K), "--codec",
             "none", "--sample-rate", "16000", "--channels", "1", "-o", os.path.join(work, "data", "train"), "-j",
             str(cores), "-q", "--json"]
     for name, paths in corpora.items():
         args += ["--corpus", f"{name}={os.path.dirname(paths[0])}/data.list"]
-    subprocess.run(args, cwd=ROOT, env=_env(), check=True, capture_output=True)
+    subprocess.run(args, cwd=root, env=_env(root), check=True, capture_output=True)
 
 
 def run_chain(corpora, work, cores):
@@ -159,10 +166,16 @@ def main(args):
     os.makedirs(args.work_dir, exist_ok=True)
     corpora = make_corpus(os.path.join(args.work_dir, "src"), args.scale)
     src_bytes = sum(os.path.getsize(p) for paths in corpora.values() for p in paths)
-    rows = {"floor": [], "prep": [], "stage": [], "chain": []}
-    peaks = {"prep": [], "stage": [], "chain": []}
+    base = os.path.abspath(args.baseline) if args.baseline else None
     runners = {"floor": lambda w: run_floor(corpora, cores), "prep": lambda w: run_prep(corpora, w, cores),
-               "stage": lambda w: run_stage(corpora, w, cores), "chain": lambda w: run_chain(corpora, w, cores)}
+               "prep@base": lambda w: run_prep(corpora, w, cores, base),
+               "stage": lambda w: run_stage(corpora, w, cores),
+               "stage@base": lambda w: run_stage(corpora, w, cores, base),
+               "chain": lambda w: run_chain(corpora, w, cores)}
+    for name in (["prep@base", "stage@base"] if base is None else []) + (["chain"] if args.no_chain else []):
+        del runners[name]
+    rows = {name: [] for name in runners}
+    peaks = {name: [] for name in runners if name != "floor"}
     for r in range(args.repeats):
         for name in rows:
             work = os.path.join(args.work_dir, f"work-{name}")
@@ -186,10 +199,10 @@ def main(args):
               "utterances": len(stage_keys), "world_size": W, "num_workers": K,
               "seconds": {k: [round(x, 2) for x in v] for k, v in rows.items()},
               "median_s": {k: round(v, 2) for k, v in med.items()},
-              "over_floor_median": {k: round(med[k] / med["floor"], 3) for k in ("prep", "stage", "chain")},
-              "over_floor_per_repeat": {k: [round(a / b, 3) for a, b in zip(rows[k], rows["floor"])]
-                                        for k in ("prep", "stage", "chain")},
-              "over_floor_best": {k: round(best[k] / best["floor"], 3) for k in ("prep", "stage", "chain")},
+              "over_floor_median": {k: round(med[k] / med["floor"], 3) for k in peaks},
+              "over_floor_per_repeat": {k: [round(a / b, 3) for a, b in zip(rows[k], rows["floor"])] for k in peaks},
+              "over_floor_best": {k: round(best[k] / best["floor"], 3) for k in peaks},
+              "load_average": [round(x, 2) for x in os.getloadavg()],
               "peak_over_final": {k: round(max(v), 3) for k, v in peaks.items()}}
     print(json.dumps(result, indent=2))
 

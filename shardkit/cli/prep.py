@@ -89,6 +89,10 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     """
     import os
 
+    if executor == "local" and (jobs or os.cpu_count() or 1) > 1:  # its start-up overlaps the imports below
+        from shardkit.run.executor import start_forkserver
+
+        start_forkserver(["shardkit.commands.prep.read"])
     from shardkit.commands.balance import parse_corpus_spec
     from shardkit.commands.prep import PrepSettings, run_prep
     from shardkit.commands.validate import ValidateOptions

@@ -369,6 +369,15 @@ def preload_in_forkserver(modules: list[str]) -> None:
     multiprocessing.get_context("forkserver").set_forkserver_preload(wanted)
 
 
+def start_forkserver(modules: list[str]) -> None:
+    """Start the forkserver now, importing ``modules`` (see :func:`preload_in_forkserver`), so that its
+    start-up runs while this process is still importing and checking its arguments."""
+    from multiprocessing import forkserver
+
+    preload_in_forkserver(modules)
+    forkserver.ensure_running()
+
+
 def threading_is_main() -> bool:
     import threading
 
