@@ -42,6 +42,9 @@ def parse_args():
                    "2.75: the issue's 2.9 h, ~340 MB as plain tar).")
     p.add_argument("--baseline", default=None, help="A checkout of earlier code to run as prep@base and stage@base.")
     p.add_argument("--no-chain", action="store_true", help="Leave out the three-command chain.")
+    p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                   help="Before each repeat, wait up to S seconds for a second in which the machine is >= 90%% idle "
+                        "(a shared VM: other people's jobs); the repeat says whether it found one.")
     return p.parse_args()
 
 
@@ -159,6 +162,26 @@ def listed(work: str) -> tuple[int, set[str]]:
     return sum(os.path.getsize(s) for s in shards), keys
 
 
+def _busy_fraction(interval: float = 1.0) -> float:
+    def sample():
+        with open("/proc/stat") as f:
+            values = [int(x) for x in f.readline().split()[1:]]
+        return sum(values), values[3] + values[4]
+
+    total, idle = sample()
+    time.sleep(interval)
+    total2, idle2 = sample()
+    return 1 - (idle2 - idle) / max(1, total2 - total)
+
+
+def wait_quiet(limit: float) -> bool:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if _busy_fraction() <= 0.10:
+            return True
+    return False
+
+
 def main(args):
     from shardkit.commands.bench import machine_info
 
@@ -176,7 +199,11 @@ def main(args):
         del runners[name]
     rows = {name: [] for name in runners}
     peaks = {name: [] for name in runners if name != "floor"}
+    quiet = []
     for r in range(args.repeats):
+        if args.wait_quiet:
+            quiet.append(wait_quiet(args.wait_quiet))
+            print(f"repeat {r}: quiet before it: {quiet[-1]}", file=sys.stderr)
         for name in rows:
             work = os.path.join(args.work_dir, f"work-{name}")
             shutil.rmtree(work, ignore_errors=True)
@@ -202,7 +229,7 @@ def main(args):
               "over_floor_median": {k: round(med[k] / med["floor"], 3) for k in peaks},
               "over_floor_per_repeat": {k: [round(a / b, 3) for a, b in zip(rows[k], rows["floor"])] for k in peaks},
               "over_floor_best": {k: round(best[k] / best["floor"], 3) for k in peaks},
-              "load_average": [round(x, 2) for x in os.getloadavg()],
+              "load_average": [round(x, 2) for x in os.getloadavg()], "quiet_before_repeat": quiet,
               "peak_over_final": {k: round(max(v), 3) for k, v in peaks.items()}}
     print(json.dumps(result, indent=2))
 
