@@ -162,6 +162,30 @@ def listed(work: str) -> tuple[int, set[str]]:
     return sum(os.path.getsize(s) for s in shards), keys
 
 
+def become_subreaper() -> None:
+    """Orphaned descendants (a command's forkserver, which reaps its pool workers, and resource tracker) are
+    re-parented to this process, so that reaping them adds their CPU time to RUSAGE_CHILDREN."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every descendant reaped so far, after reaping the ones left (10 s at most)."""
+    import resource
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            time.sleep(0.01)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _busy_fraction(interval: float = 1.0) -> float:
     def sample():
         with open("/proc/stat") as f:
@@ -200,6 +224,8 @@ def main(args):
     rows = {name: [] for name in runners}
     peaks = {name: [] for name in runners if name != "floor"}
     quiet = []
+    become_subreaper()
+    cpu = {name: [] for name in rows}
     for r in range(args.repeats):
         if args.wait_quiet:
             quiet.append(wait_quiet(args.wait_quiet))
@@ -209,9 +235,11 @@ def main(args):
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(work)
             with PeakBytes(work) as peak:
+                used = children_cpu()
                 t = time.perf_counter()
                 runners[name](work)
                 rows[name].append(time.perf_counter() - t)
+                cpu[name].append(children_cpu() - used)
             if name != "floor":
                 final, keys = listed(work)
                 peaks[name].append(peak.peak / final)
@@ -219,7 +247,7 @@ def main(args):
                     stage_keys = keys
                 else:
                     assert keys == stage_keys, "the chain and the stage list different utterances"
-            print(f"repeat {r}: {name} {rows[name][-1]:.2f} s", file=sys.stderr)
+            print(f"repeat {r}: {name} {rows[name][-1]:.2f} s, cpu {cpu[name][-1]:.2f} s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in rows.items()}
     best = {k: min(v) for k, v in rows.items()}
     result = {"machine": machine_info(), "cores": cores, "source_bytes": src_bytes,
@@ -230,7 +258,12 @@ def main(args):
               "over_floor_per_repeat": {k: [round(a / b, 3) for a, b in zip(rows[k], rows["floor"])] for k in peaks},
               "over_floor_best": {k: round(best[k] / best["floor"], 3) for k in peaks},
               "load_average": [round(x, 2) for x in os.getloadavg()], "quiet_before_repeat": quiet,
-              "peak_over_final": {k: round(max(v), 3) for k, v in peaks.items()}}
+              "peak_over_final": {k: round(max(v), 3) for k, v in peaks.items()},
+              # CPU seconds of each configuration's whole process tree (user + system), and over the floor's in the
+              # same repeat: on a shared machine, less disturbed by other people's jobs than the wall time
+              "cpu_s": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
+              "cpu_over_floor_median": {k: round(statistics.median(a / b for a, b in zip(cpu[k], cpu["floor"])), 3)
+                                        for k in peaks}}
     print(json.dumps(result, indent=2))
 
 
