@@ -333,14 +333,14 @@ def _inodes(folder) -> dict[str, int]:
     return {p.name: p.stat().st_ino for p in folder.iterdir() if ".tar" in p.name}
 
 
-@pytest.mark.parametrize("damage", [False, True])
-def test_kill_9_after_a_resume_point_then_rerun_continues_the_shards(tmp_path, damage):
+@pytest.mark.parametrize("damage,jobs", [(False, "1"), (False, "2"), (True, "1")])
+def test_kill_9_after_a_resume_point_then_rerun_continues_the_shards(tmp_path, damage, jobs):
     utts = list(corpus((CorpusSpec("long", 60, 2.0, 4.0, "en"),)))
     folders = {"long": str(tmp_path / "src" / "long")}
     write_shards(utts, folders["long"], utts_per_shard=4, codec="bz2")
     reference, out = tmp_path / "reference", tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    args = [*_cli_args(folders, out), "--checkpoint-mb", "1"]
+    args = [*_cli_args(folders, out), "--checkpoint-mb", "1", "-j", jobs]  # the last -j wins
     subprocess.run([sys.executable, "-m", "shardkit", *_cli_args(folders, reference)], env=env, check=True)
 
     killed = subprocess.run([sys.executable, "-c", _KILL_AFTER_RESUME_POINT, *args], env=env)
