@@ -441,3 +441,18 @@ def test_writer_threads_write_the_same_bytes_as_one(tmp_path):
         files[threads] = [open(e["path"], "rb").read() for e in entries]
         assert [e["members"] for e in entries] == [sum(1 for s, _, _ in members if s == k) for k in range(5)]
     assert files[1] == files[3] == files[8]
+
+
+def test_resume_file_holds_plain_data_and_refuses_classes(tmp_path):
+    from shardkit.commands.prep import resume
+
+    state = {"spec": "x", "seconds": np.float64(1.5), "counts": np.arange(3), "pool": {0: ("k", 0, [("k.wav", b"ab",
+                                                                                                     b"d")], 0)}}
+    resume.save(str(tmp_path), state)
+    back = resume._PlainUnpickler(open(tmp_path / resume.RESUME, "rb")).load()
+    assert back["seconds"] == 1.5 and type(back["seconds"]) is float and back["counts"] == [0, 1, 2]
+    assert back["pool"][0][2][0][1] == b"ab"
+    import pickle
+
+    (tmp_path / resume.RESUME).write_bytes(pickle.dumps({"format": resume.FORMAT, "spec": "x", "evil": os.system}))
+    assert resume.load(str(tmp_path), "x") is None  # refused, not run: the rerun starts again

@@ -47,11 +47,23 @@ def restore_planner(planner, state: dict) -> None:
     planner._pool = [tuple(x) for x in state["_pool"]]
 
 
+def plain(obj):
+    """``obj`` with numpy scalars and arrays turned into Python numbers and lists (the unpickler refuses them)."""
+    if isinstance(obj, dict):
+        return {plain(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        items = [plain(x) for x in obj]
+        return items if isinstance(obj, list) else tuple(items)
+    if isinstance(obj, (np.generic, np.ndarray)):
+        return obj.tolist()
+    return obj
+
+
 def save(out_dir: str, state: dict) -> None:
     """Atomically (temp name, fsync, rename): a kill while saving keeps the previous resume point."""
     from shardkit.io.files import atomic_write_bytes
 
-    atomic_write_bytes(os.path.join(out_dir, RESUME), pickle.dumps({"format": FORMAT, **state}, protocol=5))
+    atomic_write_bytes(os.path.join(out_dir, RESUME), pickle.dumps(plain({"format": FORMAT, **state}), protocol=5))
 
 
 def load(out_dir: str, spec: str) -> dict | None:
