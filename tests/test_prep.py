@@ -456,3 +456,25 @@ def test_resume_file_holds_plain_data_and_refuses_classes(tmp_path):
 
     (tmp_path / resume.RESUME).write_bytes(pickle.dumps({"format": resume.FORMAT, "spec": "x", "evil": os.system}))
     assert resume.load(str(tmp_path), "x") is None  # refused, not run: the rerun starts again
+
+
+def test_a_writer_thread_failure_reaches_the_caller_named_and_leaves_no_temporary_file(tmp_path):
+    import errno
+
+    from shardkit.commands.prep.write import OutputShards
+    from shardkit.io.files import OutputError, member_digest
+
+    paths = [str(tmp_path / f"shards_{s:09d}.tar") for s in range(4)]
+    outputs = OutputShards(paths, "none", None, threads=2)
+
+    def full(data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    outputs._files[3].file.write = full  # shard 3's disk is full
+    with pytest.raises(OutputError) as caught:
+        for i in range(400):
+            outputs.add(i % 4, f"u{i:04d}.wav", b"x" * 5000, member_digest("", b"x" * 5000))
+        outputs.finish(verify=True)
+    assert caught.value.shard == paths[3] and "No space left" in str(caught.value)
+    outputs.abort()
+    assert sorted(os.listdir(tmp_path)) == []

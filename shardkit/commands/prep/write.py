@@ -18,6 +18,7 @@ from shardkit.errors import UsageError
 
 OUTPUT_NAME = re.compile(r"shards_\d{9}\.tar(\.[a-z0-9]+)?")
 QUEUE_ITEMS = 256  # members waiting per writer thread
+QUEUE_BYTES = 64 << 20  # member bytes waiting for all writer threads together (beyond the planner's pool)
 _FINISH, _ABORT, _FLUSH = object(), object(), object()
 
 
@@ -60,6 +61,8 @@ class OutputShards:
         self._queues: list[queue.Queue] = []
         self._error: BaseException | None = None
         self._entries: list[dict | None] = [None] * len(paths)
+        self._queued = 0  # bytes added but not yet written
+        self._room = threading.Condition()
         try:
             for s, path in enumerate(paths):
                 saved, prefix = resume[s] if resume else (None, None)
@@ -88,6 +91,10 @@ class OutputShards:
     def add(self, shard: int, name: str, data: bytes, digest: bytes) -> None:
         """Queue one member for ``shard`` (``digest``: ``member_digest`` of ``data``, computed by the reader)."""
         self._raise_error()
+        with self._room:  # bounded in bytes, not only in members: a member may be many MB
+            while self._queued > QUEUE_BYTES and self._error is None:
+                self._room.wait(0.5)
+            self._queued += len(data)
         self._queues[shard % len(self._queues)].put((shard, name, data, digest))
 
     def checkpoint(self) -> list[dict]:
@@ -145,8 +152,17 @@ class OutputShards:
                     item[1].set()
                     continue
                 shard, name, data, digest = item
-                self._tars[shard].add(name, data)
-                self.written[shard].append((name, digest))
+                try:
+                    self._tars[shard].add(name, data)
+                    self.written[shard].append((name, digest))
+                except OSError as err:  # a full disk, a vanished folder: named, not a traceback from a thread
+                    from shardkit.io.files import output_error
+
+                    raise output_error(err, self.paths[shard]).located(member=name) from None
+                finally:
+                    with self._room:
+                        self._queued -= len(data)
+                        self._room.notify()
             except BaseException as err:  # handed to the main thread at its next add() or finish()
                 self._error = self._error or err
                 if item[0] is _FINISH:
