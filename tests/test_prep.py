@@ -477,4 +477,4 @@ def test_a_writer_thread_failure_reaches_the_caller_named_and_leaves_no_temporar
         outputs.finish(verify=True)
     assert caught.value.shard == paths[3] and "No space left" in str(caught.value)
     outputs.abort()
-    assert sorted(os.listdir(tmp_path)) == []
+    assert sorted(os.listdir(tmp_path)) == []  # no shard renamed, no temporary file left

@@ -102,6 +102,13 @@ class OutputShards:
         needs to continue it: its temporary file, size, sha256 of those bytes, tar offset, members written.
         (Flushed, not fsynced: a kill leaves the bytes in the page cache; after a crash, the rerun's prefix
         check finds a file that does not match and starts again.)"""
+        self._barrier()
+        return [{"tmp": self._files[s].tmp, "size": self._hashing[s].size,
+                 "sha256": self._hashing[s].sha256.hexdigest(), "tar_offset": self._tars[s].offset,
+                 "written": list(self.written[s])} for s in range(len(self.paths))]
+
+    def _barrier(self) -> None:
+        """Return when every writer thread has written and flushed what was queued; raise a writer's error."""
         done = [threading.Event() for _ in self._queues]
         for q, event in zip(self._queues, done):
             q.put((_FLUSH, event))
@@ -109,12 +116,11 @@ class OutputShards:
             while not event.wait(0.5):
                 self._raise_error()
         self._raise_error()
-        return [{"tmp": self._files[s].tmp, "size": self._hashing[s].size,
-                 "sha256": self._hashing[s].sha256.hexdigest(), "tar_offset": self._tars[s].offset,
-                 "written": list(self.written[s])} for s in range(len(self.paths))]
 
     def finish(self, verify: bool) -> list[dict]:
-        """Close, verify (read back), fsync and rename every shard; one entry per shard, in shard order."""
+        """Close, verify (read back), fsync and rename every shard; one entry per shard, in shard order.
+        Every member is written before the first shard is renamed: a failed write renames none."""
+        self._barrier()
         for q in self._queues:
             q.put((_FINISH, verify))
         self._join()
