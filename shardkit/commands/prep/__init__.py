@@ -11,8 +11,11 @@ What ``convert`` + ``validate --quarantine`` + ``balance`` do in three passes an
   every decision (duplicate keys, shard count, which utterance goes where, pad and drop) is a
   function of the inputs and options alone, and the output bytes are the same for any ``-j``.
 * :mod:`.write`: every output shard is open under its temporary name and filled as utterances are
-  placed, so the work folder holds one copy (plus a bounded pool of utterances in memory); at the
-  end each is verified, fsynced and renamed.
+  placed, by one writer thread per shard (hashing and writing outside the GIL, on every core), so
+  the work folder holds one copy (plus a bounded pool of utterances in memory); at the end each is
+  verified, fsynced and renamed on its thread.
+* Corpus weights as balance takes them (:func:`weighted_copies`): floor(weight) copies of each
+  utterance (``key-rep<N>``), plus one more for a seeded fraction, drawn per key.
 
 The shard count is fixed before the first utterance is written: exactly from ``--index`` files
 (``shardkit index`` JSONL; :func:`index_totals` is the one reader, so another index format plugs in
@@ -26,8 +29,13 @@ the last source is read, so none is finished, but the part of each written so fa
 *resume points* (:mod:`.resume`, plain tar output): the rerun cuts each temporary file back to the
 last one, restores the planner and the held-back pool, and reads on from the next source, giving
 the bytes an uninterrupted run gives. Without a resume point (other codecs, or a kill before the
-first) the rerun removes the temporary files and starts again. ``--split`` is not offered: slices of the sources would
-each need every output shard open, and slices of the outputs would each have to read every source.
+first) the rerun removes the temporary files and starts again.
+
+``--split`` is not offered: every output shard takes utterances from every source, so slices of
+the sources would each need every output shard open (or a second, spooled copy), and slices of the
+outputs would each decode every source; slices that each balance their own sources would break the
+equal counts and the tolerance across slices. ``--executor ray`` spreads the reading and checking,
+the bulk of the work, over many machines; this process plans and writes.
 """
 
 from __future__ import annotations
