@@ -399,8 +399,9 @@ elif run_stage 2; then
     --audio "$audio" --sample-rate "$sample_rate" --channels 1 --seed "$seed" ${duration[@]+"${duration[@]}"} \
     -o "$workdir/data/train" -j "$jobs" --json > "$reports/prep.json" && rc=0 || rc=$?
   [ "$rc" -le 1 ] || die "stage 2: prep failed (exit $rc); see $reports/prep.json"
-  # the per-corpus findings and the before/after rank figures, from the one pass's own report (no second read)
-  rejected=($("$python" - "$workdir/data/train/prep.json" "$reports" $(corpus_names) <<'PY'
+  # the per-corpus findings, the before/after rank figures and the summary lines, from the one pass's own report
+  # (no second read), in one Python start: "R name" per corpus with findings, then "B balanced", "S"/"P" lines
+  prep_lines=$("$python" - "$workdir/data/train/prep.json" "$reports" $(corpus_names) <<'PY'
 import json, os, sys
 doc, reports, names = json.load(open(sys.argv[1], encoding="utf-8")), sys.argv[2], sys.argv[3:]
 for which in ("before", "after"):
@@ -419,9 +420,17 @@ for c, name in enumerate(names):
     with open(os.path.join(reports, f"validate_{name}.json"), "w", encoding="utf-8") as f:
         json.dump({"command": "prep", "totals": totals, "findings": findings}, f, indent=2, sort_keys=True)
     if findings:
-        print(name)
+        print("R", name)
+s = doc["summary"]
+print("B", s["balanced"])
+print("S", "%d shards of %d utterances, %.1f-%.1f s each; %d repeated, %d dropped; read in %.1f s" % (
+    s["num_shards"], s["utterances_per_shard"], s["min_shard_seconds"], s["max_shard_seconds"], s["repeated"],
+    s["dropped"], s["elapsed_seconds"]))
+print("P", len(doc["plan_after"]["epochs"]), "%.3g" % doc["plan_before"]["worst_rank_spread"],
+      "%.3g" % doc["plan_after"]["worst_rank_spread"])
 PY
-  ))
+  )
+  rejected=($(sed -n 's/^R //p' <<< "$prep_lines"))
   if [ ${#rejected[@]} -gt 0 ]; then
     echo "  validate: problems found in ${rejected[*]}; rejected utterances are listed in" \
          "$workdir/data/train/rejects.jsonl and are in no training shard" >&2
@@ -434,16 +443,13 @@ PY
     fi
     echo "  --allow_rejects true: going on with the clean utterances of ${rejected[*]}" >&2
   fi
-  [ "$(json_field "$reports/prep.json" 'd["balanced"]')" = True ] ||
+  [ "$(sed -n 's/^B //p' <<< "$prep_lines")" = True ] ||
     die "stage 2: the shards are not balanced within tolerance; see $reports/prep.json (more --pool-mb helps)"
-  json_field "$reports/prep.json" \
-    '"  balanced: %d shards of %d utterances, %.1f-%.1f s each; %d repeated, %d dropped; read in %.1f s" % '\
-'(d["num_shards"], d["utterances_per_shard"], d["min_shard_seconds"], d["max_shard_seconds"], d["repeated"], '\
-'d["dropped"], d["elapsed_seconds"])' >&2
+  echo "  balanced: $(sed -n 's/^S //p' <<< "$prep_lines")" >&2
+  read -r epochs_n spread_before spread_after <<< "$(sed -n 's/^P //p' <<< "$prep_lines")"
   echo "  rank balance (W=$world_size ranks x K=$num_workers loader workers per rank), seconds of audio per rank," \
-       "worst max/min ratio over $(json_field "$reports/plan_after.json" 'len(d["epochs"])') shuffled epochs:" \
-       "$(json_field "$reports/plan_before.json" '"%.3g" % d["worst_rank_spread"]') before balancing," \
-       "$(json_field "$reports/plan_after.json" '"%.3g" % d["worst_rank_spread"]') after (1 = equal)" >&2
+       "worst max/min ratio over $epochs_n shuffled epochs: $spread_before before balancing," \
+       "$spread_after after (1 = equal)" >&2
   echo "  training list: $workdir/data/train/data.list" >&2
   stage_finished 2
 fi

@@ -226,12 +226,9 @@ def test_cli_reports_findings_exit_1_json_and_rerun_skips(faulty_mix, tmp_path):
     assert _shard_files(doc["data_list"]) == before
 
 
-def test_cli_refuses_weights_and_index_sources(faulty_mix, tmp_path):
+def test_cli_refuses_index_sources_and_a_ray_address_without_ray(faulty_mix, tmp_path):
     folders, _ = faulty_mix
     runner = CliRunner()
-    weighted = runner.invoke(main, ["prep", "--corpus", f"a={folders['aishell']}:2", "--world-size", "1",
-                                    "--num-workers", "1", "-o", str(tmp_path / "o")])
-    assert weighted.exit_code == 2 and "weight 1" in weighted.output
     index = runner.invoke(main, ["prep", "--corpus", "a=x.jsonl", "--world-size", "1", "--num-workers", "1",
                                  "-o", str(tmp_path / "o")])
     assert index.exit_code == 2 and "--index" in index.output
@@ -304,3 +301,180 @@ def test_streaming_planner_meets_balance_guarantees(world_size, num_workers, poo
     assert sorted(placed_once + final.dropped) == list(range(len(seconds)))  # nothing lost, nothing twice
     again = plan()
     assert again[0] == streamed and again[1].placed == final.placed
+
+
+_KILL_AFTER_RESUME_POINT = """
+import os, signal, sys
+import shardkit.commands.prep.resume as resume
+import shardkit.commands.prep.write as write
+from shardkit.cli import main
+
+resume.POOL_FACTOR = 0  # resume points as often as --checkpoint-mb allows, so that this small corpus has several
+saved, added = [], [0]
+save, add = resume.save, write.OutputShards.add
+
+def counting_save(out_dir, state):
+    save(out_dir, state)
+    saved.append(state["next_source"])
+
+def add_then_die(self, *args):
+    add(self, *args)
+    if saved:
+        added[0] += 1
+        if added[0] == 7:  # killed mid-writing: members past the resume point, some still queued
+            os.kill(os.getpid(), signal.SIGKILL)
+
+resume.save, write.OutputShards.add = counting_save, add_then_die
+main(sys.argv[1:])
+"""
+
+
+def _inodes(folder) -> dict[str, int]:
+    return {p.name: p.stat().st_ino for p in folder.iterdir() if ".tar" in p.name}
+
+
+@pytest.mark.parametrize("damage,jobs", [(False, "1"), (False, "2"), (True, "1")])
+def test_kill_9_after_a_resume_point_then_rerun_continues_the_shards(tmp_path, damage, jobs):
+    utts = list(corpus((CorpusSpec("long", 60, 2.0, 4.0, "en"),)))
+    folders = {"long": str(tmp_path / "src" / "long")}
+    write_shards(utts, folders["long"], utts_per_shard=4, codec="bz2")
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    args = [*_cli_args(folders, out), "--checkpoint-mb", "1", "-j", jobs]  # the last -j wins
+    subprocess.run([sys.executable, "-m", "shardkit", *_cli_args(folders, reference)], env=env, check=True)
+
+    killed = subprocess.run([sys.executable, "-c", _KILL_AFTER_RESUME_POINT, *args], env=env)
+    assert killed.returncode == -signal.SIGKILL
+    from shardkit.commands.prep import resume
+
+    state = resume._PlainUnpickler(open(out / resume.RESUME, "rb")).load()
+    partials = _inodes(out)
+    assert len(partials) == len(state["shards"]) and all(n.endswith(".partial") for n in partials)
+    (tmp_path / "links").mkdir()  # hard links keep the partials' inodes from being reused by new files
+    for name in partials:
+        os.link(out / name, tmp_path / "links" / name)
+    assert all(os.path.getsize(e["tmp"]) >= e["size"] > 0 for e in state["shards"])
+    if damage:  # a partial that no longer starts with the resume point's bytes: no resume, a fresh start
+        with open(state["shards"][0]["tmp"], "r+b") as f:
+            f.truncate(state["shards"][0]["size"] - 1)
+
+    rerun = subprocess.run([sys.executable, "-m", "shardkit", *_cli_args(folders, out), "--json"], env=env,
+                           check=True, capture_output=True, text=True)
+    doc = json.loads(rerun.stdout)
+    assert _shard_files(str(out / "data.list")) == _shard_files(str(reference / "data.list"))
+    assert (out / "rejects.jsonl").read_bytes() == (reference / "rejects.jsonl").read_bytes()
+    assert not any(p.name.endswith(".partial") for p in out.iterdir()) and not (out / resume.RESUME).exists()
+    final = _inodes(out)
+    if damage:
+        assert doc["resumed_at_source"] is None and not set(final.values()) & set(partials.values())
+    else:  # the same files, continued and renamed: the part written before the kill was not written again
+        assert doc["resumed_at_source"] == state["next_source"] > 0
+        assert sorted(final.values()) == sorted(partials.values())
+        ref = json.load(open(reference / "prep.json"))["summary"]
+        assert {k: v for k, v in doc.items() if k in ref and k not in ("elapsed_seconds", "resumed_at_source")} == \
+            {k: v for k, v in ref.items() if k not in ("elapsed_seconds", "resumed_at_source")}
+
+
+def test_corpus_weights_copy_and_sample_as_balance_does(faulty_mix, tmp_path):
+    """aishell:2 -> every clean utterance twice (key, key-rep1); accented:0.5 -> a seeded half, drawn per key;
+    the pad repeats are numbered after the weighted copies, and the guarantees hold."""
+    from shardkit.commands.prep import weighted_copies
+
+    folders, bad = faulty_mix
+    corpora = [CorpusSource("aishell", (folders["aishell"],), 2.0), CorpusSource("librispeech", (folders["librispeech"],)),
+               CorpusSource("accented", (folders["accented"],), 0.5)]
+    settings = PrepSettings(world_size=W, num_workers=K, codec="none", level=None, shard_duration=4.0)
+    report = run_prep(corpora, str(tmp_path / "out"), settings, CHECKS, jobs=2)
+    again = run_prep(corpora, str(tmp_path / "again"), settings, CHECKS, jobs=1)
+    assert _shard_files(str(tmp_path / "out" / "data.list")) == _shard_files(str(tmp_path / "again" / "data.list"))
+    s = report.summary()
+    assert s["balanced"] and s["divides"] and s["num_shards"] % (W * K) == 0
+    members = _members(str(tmp_path / "out" / "data.list"))  # asserts that no name is written twice
+    keys = {n.rsplit(".", 1)[0] for n in members}
+    doc = json.load(open(tmp_path / "out" / "prep.json"))
+    padded = {new for _, new in doc["repeats"]}
+    written = keys - padded
+    rejected = {r["key"] for r in map(json.loads, open(tmp_path / "out" / "rejects.jsonl"))
+                if r["checks"] != ["duplicate_key"]}  # a duplicate's first occurrence is kept
+    clean = {folder: sorted({n.rsplit(".", 1)[0] for sh in sorted(os.listdir(folders[folder])) if ".tar" in sh
+                             for n, _ in iter_shard_members(os.path.join(folders[folder], sh))} - rejected)
+             for folder in folders}
+    assert rejected | {r["key"] for r in map(json.loads, open(tmp_path / "out" / "rejects.jsonl"))} == bad
+    assert written == (set(clean["aishell"]) | {k + "-rep1" for k in clean["aishell"]} | set(clean["librispeech"])
+                       | {k for k in clean["accented"] if weighted_copies(0.5, 0, 2, k)}) - set(doc["dropped"])
+    kept_accented = sum(1 for k in clean["accented"] if weighted_copies(0.5, 0, 2, k))
+    assert 0 < kept_accented < len(clean["accented"])
+    assert s["weighted_copies"] == len(clean["aishell"])
+    assert s["left_out_by_weight"] == len(clean["accented"]) - kept_accented
+    for original, new in doc["repeats"]:  # a pad of an aishell utterance is its third copy at least
+        if original in clean["aishell"]:
+            assert int(new.rsplit("-rep", 1)[1]) >= 2
+
+
+@pytest.mark.parametrize("cores,jobs,tasks", [(2, 2, 15), (16, 15, 15), (16, 4, 4), (16, 16, 40), (3, 2, 5)])
+def test_decoder_threads_fill_the_cores_without_oversubscribing_the_first_wave(cores, jobs, tasks):
+    from shardkit.commands.prep import decoder_threads
+
+    threads = [decoder_threads(cores, jobs, tasks, k) for k in range(tasks)]
+    first = threads[:jobs]
+    assert sum(first) == max(cores, jobs) and max(first) - min(first) <= 1  # every core, evenly, at the start
+    if tasks > jobs:  # a later wave: the last source, alone at the end, decodes on all of them
+        assert threads[-1] == cores
+    assert all(t >= 1 for t in threads)
+
+
+def test_writer_threads_write_the_same_bytes_as_one(tmp_path):
+    """Each shard's members reach its file in the order added, whatever the thread count."""
+    from shardkit.commands.prep.write import OutputShards
+    from shardkit.io.files import member_digest
+
+    rng = np.random.default_rng(3)
+    members = [(int(rng.integers(5)), f"k{i:03d}.wav", rng.bytes(int(rng.integers(1, 30000)))) for i in range(120)]
+    files = {}
+    for threads in (1, 3, 8):
+        folder = tmp_path / str(threads)
+        folder.mkdir()
+        outputs = OutputShards([str(folder / f"shards_{s:09d}.tar") for s in range(5)], "none", None, threads=threads)
+        for shard, name, data in members:
+            outputs.add(shard, name, data, member_digest(name, data))
+        entries = outputs.finish(verify=True)
+        files[threads] = [open(e["path"], "rb").read() for e in entries]
+        assert [e["members"] for e in entries] == [sum(1 for s, _, _ in members if s == k) for k in range(5)]
+    assert files[1] == files[3] == files[8]
+
+
+def test_resume_file_holds_plain_data_and_refuses_classes(tmp_path):
+    from shardkit.commands.prep import resume
+
+    state = {"spec": "x", "seconds": np.float64(1.5), "counts": np.arange(3), "pool": {0: ("k", 0, [("k.wav", b"ab",
+                                                                                                     b"d")], 0)}}
+    resume.save(str(tmp_path), state)
+    back = resume._PlainUnpickler(open(tmp_path / resume.RESUME, "rb")).load()
+    assert back["seconds"] == 1.5 and type(back["seconds"]) is float and back["counts"] == [0, 1, 2]
+    assert back["pool"][0][2][0][1] == b"ab"
+    import pickle
+
+    (tmp_path / resume.RESUME).write_bytes(pickle.dumps({"format": resume.FORMAT, "spec": "x", "evil": os.system}))
+    assert resume.load(str(tmp_path), "x") is None  # refused, not run: the rerun starts again
+
+
+def test_a_writer_thread_failure_reaches_the_caller_named_and_leaves_no_temporary_file(tmp_path):
+    import errno
+
+    from shardkit.commands.prep.write import OutputShards
+    from shardkit.io.files import OutputError, member_digest
+
+    paths = [str(tmp_path / f"shards_{s:09d}.tar") for s in range(4)]
+    outputs = OutputShards(paths, "none", None, threads=2)
+
+    def full(data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    outputs._files[3].file.write = full  # shard 3's disk is full
+    with pytest.raises(OutputError) as caught:
+        for i in range(400):
+            outputs.add(i % 4, f"u{i:04d}.wav", b"x" * 5000, member_digest("", b"x" * 5000))
+        outputs.finish(verify=True)
+    assert caught.value.shard == paths[3] and "No space left" in str(caught.value)
+    outputs.abort()
+    assert sorted(os.listdir(tmp_path)) == []  # no shard renamed, no temporary file left

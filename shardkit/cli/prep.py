@@ -35,9 +35,10 @@ Examples:
       --world-size 8 --num-workers 4 --sample-rate 16000 --channels 1 -o data/train
   shardkit prep --corpus zh=zh/ --index zh.index.jsonl --world-size 2 --num-workers 2 \\
       --codec none -o data/train -j 16 --json""")
-@click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES",
-              help="A corpus: comma-separated shards (bz2, gz, xz, zst or plain tar), folders or data.list files. "
-                   "Repeat per corpus.")
+@click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
+              help="A corpus: comma-separated shards (bz2, gz, xz, zst or plain tar), folders or data.list files, "
+                   "and its weight as balance takes it (2: every utterance twice; 0.5: a seeded half, drawn per "
+                   "key) [default weight: 1]. Repeat per corpus.")
 @click.option("--index", "index_files", multiple=True, metavar="INDEX.jsonl",
               help="Index files (`shardkit index`) of the sources: the exact total fixes the shard count before "
                    "reading [default: estimated while reading]. Repeatable.")
@@ -60,6 +61,9 @@ Examples:
 @click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True,
               help="Shuffled epochs in the before/after rank figures.")
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
+@click.option("--checkpoint-mb", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Plain tar output: save a resume point after about this many MB written (and 8x the held-back "
+                   "pool), so that a killed run's rerun goes on from there. Never changes the output bytes.")
 @click.option("--overwrite", is_flag=True, help="Redo the run even if an identical finished one is there.")
 @jobs_option
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -70,7 +74,7 @@ Examples:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level,
             audio, flac_level, remainder, seed, sample_rate, channels, min_duration, max_duration, backend, pool_mb,
-            epochs, verify, overwrite, jobs, executor, ray_address, as_json, quiet):
+            epochs, verify, checkpoint_mb, overwrite, jobs, executor, ray_address, as_json, quiet):
     """Turn raw source shards into balanced, validated training shards in one read.
 
     Each source shard is decompressed once and each audio member decoded once for validate's checks;
@@ -80,10 +84,15 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     mean shard, one median utterance), as balance guarantees. Writes OUT_DIR/data.list and
     OUT_DIR/prep.json (per shard: utterances, seconds, corpora; the repeats and drops; rank balance
     figures of the sources as they were and of the new list). Same inputs and options give the same
-    bytes for any -j. A killed run restarts; a rerun of a finished one does nothing.
+    bytes for any -j. A killed run's rerun goes on from its last resume point (plain tar output; see
+    --checkpoint-mb), other codecs start again; a rerun of a finished one does nothing.
     """
     import os
 
+    if executor == "local" and (jobs or os.cpu_count() or 1) > 1:  # its start-up overlaps the imports below
+        from shardkit.run.executor import start_forkserver
+
+        start_forkserver(["shardkit.commands.prep.read"])
     from shardkit.commands.balance import parse_corpus_spec
     from shardkit.commands.prep import PrepSettings, run_prep
     from shardkit.commands.validate import ValidateOptions
@@ -98,7 +107,7 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     settings = PrepSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                             num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,
                             pool_bytes=pool_mb << 20, audio=audio, flac_level=flac_level, verify=verify,
-                            epochs=epochs)
+                            epochs=epochs, checkpoint_bytes=checkpoint_mb << 20)
     options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
                               max_duration=max_duration)
     progress = _Progress(quiet)
@@ -128,7 +137,10 @@ class _Progress:
             return
         from tqdm import tqdm
 
-        if kind == "reading":
+        if kind == "resumed":
+            click.echo(f"resuming a killed run: the output shards so far are kept, reading from source {args[0] + 1}",
+                       err=True)
+        elif kind == "reading":
             self.bar = tqdm(total=args[0], unit="shard", file=sys.stderr, dynamic_ncols=True, desc="read+check")
         elif kind == "read" and self.bar is not None:
             self.bar.update(1)

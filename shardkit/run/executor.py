@@ -351,6 +351,39 @@ def forkserver_context():
     return context
 
 
+def preload_in_forkserver(modules: list[str]) -> None:
+    """Have the forkserver import ``modules`` once when it starts (after ``shardkit.run.deathsig``), so
+    that every pool worker forked from it starts with them instead of importing them itself: one
+    import of numpy, soundfile and a command's task module for the run, not one per worker. No
+    effect once the server is running (it is one per process, started by the first pool)."""
+    import multiprocessing
+
+    try:
+        from multiprocessing import forkserver
+
+        current = list(getattr(forkserver._forkserver, "_preload_modules", []) or [])
+    except (ImportError, AttributeError):
+        current = []
+    first = ["shardkit.run.deathsig"] if threading_is_main() else []
+    wanted = first + [m for m in current if m not in first] + [m for m in modules if m not in current]
+    multiprocessing.get_context("forkserver").set_forkserver_preload(wanted)
+
+
+def start_forkserver(modules: list[str]) -> None:
+    """Start the forkserver now, importing ``modules`` (see :func:`preload_in_forkserver`), so that its
+    start-up runs while this process is still importing and checking its arguments."""
+    from multiprocessing import forkserver
+
+    preload_in_forkserver(modules)
+    forkserver.ensure_running()
+
+
+def threading_is_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
 def local_pool(jobs: int):
     """A forkserver ``ProcessPoolExecutor`` whose workers die with this process (for the few
     commands that drive a pool themselves rather than through ``run_tasks``)."""

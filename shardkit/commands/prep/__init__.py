@@ -11,8 +11,11 @@ What ``convert`` + ``validate --quarantine`` + ``balance`` do in three passes an
   every decision (duplicate keys, shard count, which utterance goes where, pad and drop) is a
   function of the inputs and options alone, and the output bytes are the same for any ``-j``.
 * :mod:`.write`: every output shard is open under its temporary name and filled as utterances are
-  placed, so the work folder holds one copy (plus a bounded pool of utterances in memory); at the
-  end each is verified, fsynced and renamed.
+  placed, by one writer thread per shard (hashing and writing outside the GIL, on every core), so
+  the work folder holds one copy (plus a bounded pool of utterances in memory); at the end each is
+  verified, fsynced and renamed on its thread.
+* Corpus weights as balance takes them (:func:`weighted_copies`): floor(weight) copies of each
+  utterance (``key-rep<N>``), plus one more for a seeded fraction, drawn per key.
 
 The shard count is fixed before the first utterance is written: exactly from ``--index`` files
 (``shardkit index`` JSONL; :func:`index_totals` is the one reader, so another index format plugs in
@@ -21,15 +24,24 @@ there), else from the seconds seen while the pool fills, scaled by the source by
 command exists to avoid). An estimate moves only the shard *size*, never the guarantees.
 
 A rerun with the same sources and options finds prep.json and its shards unchanged and does
-nothing; a run killed at any point leaves only temporary files, and the rerun removes them and
-starts again (every output shard is open until the last source is read, so there is no finished
-part to resume from), giving the same bytes. ``--split`` is not offered: slices of the sources would
-each need every output shard open, and slices of the outputs would each have to read every source.
+nothing. A run killed at any point leaves only temporary files: every output shard is open until
+the last source is read, so none is finished, but the part of each written so far is kept at
+*resume points* (:mod:`.resume`, plain tar output): the rerun cuts each temporary file back to the
+last one, restores the planner and the held-back pool, and reads on from the next source, giving
+the bytes an uninterrupted run gives. Without a resume point (other codecs, or a kill before the
+first) the rerun removes the temporary files and starts again.
+
+``--split`` is not offered: every output shard takes utterances from every source, so slices of
+the sources would each need every output shard open (or a second, spooled copy), and slices of the
+outputs would each decode every source; slices that each balance their own sources would break the
+equal counts and the tolerance across slices. ``--executor ray`` spreads the reading and checking,
+the bulk of the work, over many machines; this process plans and writes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -43,6 +55,7 @@ from shardkit.commands.balance.sources import CorpusSource, check_corpora, sourc
 from shardkit.commands.balance.write import output_paths
 from shardkit.commands.prep.plan import DEFAULT_POOL_BYTES, FinalPlan, StreamingPlanner, choose_num_shards
 from shardkit.commands.prep.read import SourceTask, apply_duplicates, check_source_path, read_source, reject_lines
+from shardkit.commands.prep import resume
 from shardkit.commands.prep.write import OutputShards, output_leftovers
 from shardkit.commands.validate import DuplicateKeys, ValidateOptions, check_options
 from shardkit.errors import ShardkitError, UsageError
@@ -68,6 +81,7 @@ class PrepSettings:
     flac_level: int | None = None
     verify: bool = True
     epochs: int = 3
+    checkpoint_bytes: int = 1 << 30  # a resume point at most this often (plain tar output); never changes bytes
 
 
 @dataclass
@@ -139,14 +153,19 @@ def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettin
     sources = _check_args(corpora, settings, options)
     inputs = [s for s, _ in sources] + [os.path.abspath(p) for p in index_files]
     with claimed_output_dir(out_dir, inputs, "prep", urls=False) as (out_dir, _):
-        spec = _spec(sources, settings, options)
+        weights = [float(c.weight) for c in corpora]
+        spec = _spec(sources, settings, options, weights)
         previous = None if overwrite else _finished(out_dir, spec)
         if previous is not None:
             event("skipped", previous)
             return previous
-        _remove_previous(out_dir)
+        saved = None if overwrite else resume.load(out_dir, spec)
+        _remove_previous(out_dir, keep={e["tmp"] for e in saved["shards"]} if saved else set())
         totals = index_totals(index_files, [s for s, _ in sources]) if index_files else None
-        run = _Run(out_dir, sources, settings, options, totals, event)
+        run = _Run(out_dir, sources, settings, options, totals, event, weights)
+        if saved is not None:
+            run.restore(saved)
+            event("resumed", run.start)
         return run.execute({"jobs": jobs, "executor": executor, "ray_address": ray_address}, spec)
 
 
@@ -168,9 +187,6 @@ def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
     sources: list[tuple[str, int]] = []
     owner: dict[str, str] = {}
     for c, corpus in enumerate(corpora):
-        if corpus.weight != 1:
-            raise UsageError(f"corpus {corpus.name!r}: prep keeps every utterance once (weight 1); for weighted "
-                             f"mixes run validate and balance")
         for arg in corpus.sources:
             if is_index_file(arg):
                 raise UsageError(f"corpus {corpus.name!r}: {arg} is an index; give it with --index and the shards "
@@ -186,9 +202,12 @@ def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
     return sources
 
 
-def _spec(sources: list[tuple[str, int]], settings: PrepSettings, options: ValidateOptions) -> str:
-    """Digest of what decides the output: the sources (size, mtime), the corpus of each, every option."""
-    h = hashlib.sha256(repr((__version__, asdict(settings), asdict(options) | {"threads": 0})).encode())
+def _spec(sources: list[tuple[str, int]], settings: PrepSettings, options: ValidateOptions,
+          weights: list[float]) -> str:
+    """Digest of what decides the output: the sources (size, mtime), the corpus of each, the corpus weights,
+    every option."""
+    decides = asdict(settings) | {"checkpoint_bytes": None}  # resume points never change the output bytes
+    h = hashlib.sha256(repr((__version__, decides, asdict(options) | {"threads": 0}, weights)).encode())
     for (path, corpus), stamp in zip(sources, source_stamps([p for p, _ in sources])):
         h.update(repr((corpus, stamp)).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
@@ -210,12 +229,19 @@ def _finished(out_dir: str, spec: str) -> PrepReport | None:
                       doc.get("findings", []), this_run="skipped")
 
 
-def _remove_previous(out_dir: str) -> None:
-    """Temporary files of a killed run, and the shards of an earlier run with other inputs or options
-    (they would be replaced anyway; removing them first keeps the folder at one copy)."""
-    from shardkit.io.files import load_json, remove_leftovers
+def _remove_previous(out_dir: str, keep: set[str] = frozenset()) -> None:
+    """Temporary files of a killed run (but those a resume continues, ``keep``), and the shards of an earlier
+    run with other inputs or options (they would be replaced anyway; removing them first keeps the folder at
+    one copy)."""
+    from shardkit.io.files import PARTIAL_SUFFIX, load_json
 
-    remove_leftovers(output_leftovers(out_dir))
+    names = {os.path.basename(p) for p in output_leftovers(out_dir)}
+    for entry in os.scandir(out_dir):
+        stem = entry.name[1:-len(PARTIAL_SUFFIX)].rpartition(".")[0]
+        if entry.name.endswith(PARTIAL_SUFFIX) and stem in names and entry.path not in keep:
+            os.unlink(entry.path)
+    if not keep:
+        resume.remove(out_dir)
     doc = load_json(os.path.join(out_dir, MANIFEST))
     if not doc or doc.get("command") != "prep":  # nothing of an earlier prep run: touch nothing else
         return
@@ -233,12 +259,17 @@ class _Run:
     """One run's state: the planner, the pool's bytes, the open outputs and what the report needs."""
 
     def __init__(self, out_dir: str, sources: list[tuple[str, int]], settings: PrepSettings,
-                 options: ValidateOptions, totals: tuple[float, int] | None, event: Callable[..., None]):
+                 options: ValidateOptions, totals: tuple[float, int] | None, event: Callable[..., None],
+                 weights: list[float] | None = None):
         self.out_dir, self.sources, self.settings, self.options, self.event = out_dir, sources, settings, options, event
+        self.weights = weights or [1.0] * (max(c for _, c in sources) + 1)
+        self.next_copy: dict[str, int] = {}  # key -> its next free copy number, where weights made copies
+        self.copy_keys: set[str] = set()  # the keys of those copies (a later source may not use them)
+        self.weighted = {"copies": 0, "left_out": 0}
         self.planner = StreamingPlanner(world_size=settings.world_size, num_workers=settings.num_workers,
                                         pool_bytes=settings.pool_bytes)
         self.totals = totals
-        self.pool: dict[int, tuple[str, int, list[tuple[str, bytes]]]] = {}  # seq -> (key, corpus, members)
+        self.pool: dict[int, tuple] = {}  # seq -> (key, corpus, members, copy number)
         self.keys: set[str] = set()
         self.outputs: OutputShards | None = None
         self.shard_utts: np.ndarray = np.zeros(0, np.int64)
@@ -250,9 +281,15 @@ class _Run:
         self.seen_seconds = 0.0
         self.seq = 0
         self.estimate_note: str | None = None
+        self.start = 0  # the first source this run reads (a resumed run: the one after the resume point)
+        self.duplicates = DuplicateKeys()
+        self.placed_bytes = 0
+        self.checkpoint_at = 0  # placed_bytes at the last resume point
+        self.saved_outputs: list | None = None
 
     def execute(self, where: dict, spec: str) -> PrepReport:
         started = time.perf_counter()
+        self.spec = spec
         try:
             self._stream(where)
             if self.planner.num_shards is None:
@@ -274,29 +311,84 @@ class _Run:
         from shardkit.run.executor import run_tasks
 
         tasks = [SourceTask(path, corpus, self.options, self.settings.audio, self.settings.flac_level)
-                 for path, corpus in self.sources]
+                 for path, corpus in self.sources[self.start:]]
         self.event("reading", len(tasks))
-        duplicates = DuplicateKeys()
+        if self.saved_outputs is not None:
+            self._open_outputs(self.planner.num_shards, self.saved_outputs)
         extra = _threads_per_task(tasks, where["jobs"]) if where["executor"] == "local" else {}
-        for _, result in run_tasks(read_source, tasks, ordered=True, **where, **extra):
-            apply_duplicates(result, duplicates)
+        if where["executor"] == "local":
+            from shardkit.run.executor import preload_in_forkserver
+
+            preload_in_forkserver(["shardkit.commands.prep.read"])
+        for index, result in run_tasks(read_source, tasks, ordered=True, **where, **extra):
+            apply_duplicates(result, self.duplicates)
             self._take(result)
             self.event("read", result)
             if self.planner.num_shards is None and self.planner.pool_held_bytes > self.settings.pool_bytes:
                 self._fix_shard_count(exact=False)
             if self.planner.num_shards is not None:
                 self._place(self.planner.evict())
+            if self._checkpoint_due() and self.start + index + 1 < len(self.sources):
+                self._checkpoint(self.start + index + 1)
+
+    # resume points
+    def _checkpoint_due(self) -> bool:
+        """Plain tar output, writing begun, and enough written since the last resume point: at least
+        ``checkpoint_bytes`` and POOL_FACTOR x the pool it saves (so saving costs a few % of the writes,
+        and the work folder holds at most ~1/8 more than the shards)."""
+        since = self.placed_bytes - self.checkpoint_at
+        return (self.settings.codec == "none" and self.outputs is not None
+                and since >= max(self.settings.checkpoint_bytes, resume.POOL_FACTOR * self.planner.pool_held_bytes))
+
+    def _checkpoint(self, next_source: int) -> None:
+        shards = self.outputs.checkpoint()
+        resume.save(self.out_dir, {
+            "spec": self.spec, "next_source": next_source, "shards": shards,
+            "planner": resume.planner_state(self.planner), "pool": self.pool, "keys": sorted(self.keys),
+            "shard_utts": self.shard_utts.tolist(), "shard_corpus": self.shard_corpus.tolist(),
+            "source_rows": self.source_rows, "rejects": self.rejects, "findings": self.findings,
+            "seen_bytes": self.seen_bytes, "seen_seconds": self.seen_seconds, "seq": self.seq,
+            "estimate_note": self.estimate_note, "duplicates": self.duplicates.first,
+            "placed_bytes": self.placed_bytes, "next_copy": self.next_copy, "copy_keys": sorted(self.copy_keys),
+            "weighted": self.weighted})
+        self.checkpoint_at = self.placed_bytes
+        self.event("checkpoint", next_source)
+
+    def restore(self, state: dict) -> None:
+        """Continue a killed run from its last resume point (see :mod:`.resume`)."""
+        resume.restore_planner(self.planner, state["planner"])
+        self.pool = state["pool"]
+        self.keys = set(state["keys"])
+        self.shard_utts = np.array(state["shard_utts"], np.int64)
+        self.shard_corpus = np.array(state["shard_corpus"], np.int64)
+        self.copy_keys = set(state["copy_keys"])
+        for name in ("source_rows", "rejects", "findings", "seen_bytes", "seen_seconds", "seq", "estimate_note",
+                     "placed_bytes", "next_copy", "weighted"):
+            setattr(self, name, state[name])
+        self.duplicates.first = state["duplicates"]
+        self.checkpoint_at = self.placed_bytes
+        self.start = state["next_source"]
+        self.saved_outputs = list(zip(state["shards"], state["prefixes"]))
 
     def _take(self, result: dict) -> None:
         self.rejects.extend(reject_lines(result))
         self.findings.extend(result["findings"])
         seconds = 0.0
         accepted = result.pop("accepted")
+        corpus = result["corpus"]
         for key, secs, members in accepted:
-            self.planner.add(self.seq, secs, sum(len(d) for _, d in members))
-            self.pool[self.seq] = (key, result["corpus"], members)
+            if key in self.copy_keys:
+                raise ShardkitError(f"key {key!r} is already the name of a weighted copy", shard=result["shard"])
             self.keys.add(key)
-            self.seq += 1
+            copies = weighted_copies(self.weights[corpus], self.settings.seed, corpus, key)
+            self.weighted["copies"] += max(0, len(copies) - 1)
+            self.weighted["left_out"] += not copies
+            for copy in copies:
+                self.planner.add(self.seq, secs, sum(len(d) for _, d, _ in members))
+                self.pool[self.seq] = (key, corpus, members, copy)
+                self.seq += 1
+                if copy:
+                    self._name_copy(key, copy)
             seconds += secs
         self.seen_bytes += result["bytes"] or 0
         self.seen_seconds += seconds
@@ -322,32 +414,46 @@ class _Run:
         self.planner.set_num_shards(count)
         self.shard_utts = np.zeros(count, np.int64)
         self.shard_corpus = np.zeros((count, max(c for _, c in self.sources) + 1), np.int64)
-        self.outputs = OutputShards(output_paths(self.out_dir, count, s.codec), s.codec, s.level)
+        self._open_outputs(count)
+
+    def _open_outputs(self, count: int, saved: list | None = None) -> None:
+        s = self.settings
+        self.outputs = OutputShards(output_paths(self.out_dir, count, s.codec), s.codec, s.level,
+                                    threads=_writer_threads(), resume=saved)
         self.event("writing", count)
 
     # writing
     def _place(self, placed: list[tuple[int, int]]) -> None:
         for seq, shard in placed:
-            key, corpus, members = self.pool.pop(seq)
-            self._write(shard, key, corpus, members, 0)
+            key, corpus, members, copy = self.pool.pop(seq)
+            self._write(shard, key, corpus, members, copy)
 
-    def _write(self, shard: int, key: str, corpus: int, members: list[tuple[str, bytes]], copy: int) -> None:
+    def _name_copy(self, key: str, copy: int) -> str:
+        """Record copy ``copy`` of ``key`` (a weighted copy or a pad repeat); refuses a name already a key."""
         new_key = repeat_key(key, copy)
-        if copy and new_key in self.keys:
+        if new_key in self.keys:
             raise ShardkitError(f"repeat of {key!r} would be named {new_key!r}, which is already a key in the mix")
-        for name, data in members:
-            self.outputs.add(shard, new_key + name[len(key):] if copy else name, data)
+        self.copy_keys.add(new_key)
+        self.next_copy[key] = copy + 1
+        return new_key
+
+    def _write(self, shard: int, key: str, corpus: int, members: list[tuple[str, bytes, bytes]], copy: int) -> None:
+        new_key = repeat_key(key, copy)
+        for name, data, digest in members:  # a member's digest is of its data alone: a repeat keeps it
+            self.outputs.add(shard, new_key + name[len(key):] if copy else name, data, digest)
+            self.placed_bytes += len(data)
         self.shard_utts[shard] += 1
         self.shard_corpus[shard, corpus] += 1
 
     def _write_final(self, final: FinalPlan) -> None:
         self.repeats = []
-        for seq, copy, shard in final.placed:
-            key, corpus, members = self.pool[seq]
+        for seq, pad, shard in final.placed:
+            key, corpus, members, copy = self.pool[seq]
+            if pad:  # copy numbers continue per utterance, after the weighted copies (as balance numbers them)
+                copy = self.next_copy.get(key, 1)
+                self.repeats.append([key, self._name_copy(key, copy)])
             self._write(shard, key, corpus, members, copy)
-            if copy:
-                self.repeats.append([key, repeat_key(key, copy)])
-        self.dropped = [self.pool[seq][0] for seq in final.dropped]
+        self.dropped = [repeat_key(self.pool[seq][0], self.pool[seq][3]) for seq in final.dropped]
         self.pool.clear()
 
     # reporting
@@ -378,7 +484,9 @@ class _Run:
                 "num_shards": len(entries), "utterances_per_shard": final.utts_per_shard,
                 "divides": len(entries) % (self.settings.world_size * self.settings.num_workers) == 0,
                 "sources": len(self.sources), "source_bytes": sum(r["bytes"] or 0 for r in self.source_rows),
-                "utterances_read": sum(r["utterances"] for r in self.source_rows), "accepted": self.seq,
+                "utterances_read": sum(r["utterances"] for r in self.source_rows),
+                "accepted": sum(r["accepted"] for r in self.source_rows),
+                "weighted_copies": self.weighted["copies"], "left_out_by_weight": self.weighted["left_out"],
                 "rejected_utterances": len(rejected_keys), "rejected_members": len(self.rejects),
                 "findings": len(self.findings), "by_check": dict(sorted(by_check.items())),
                 "repeated": len(self.repeats), "dropped": len(self.dropped),
@@ -386,7 +494,7 @@ class _Run:
                 "min_shard_seconds": round(float(secs.min()), 3), "max_shard_seconds": round(float(secs.max()), 3),
                 "max_deviation_seconds": round(final.max_deviation, 3), "tolerance_seconds": round(final.tolerance, 3),
                 "balanced": final.balanced, "tar_bytes_out": tar_bytes, "bytes_out": sum(e["size"] for e in entries),
-                "elapsed_seconds": round(elapsed, 3),
+                "elapsed_seconds": round(elapsed, 3), "resumed_at_source": self.start or None,
                 "notes": ([self.estimate_note] if self.estimate_note else []) + final.notes}
 
     def _save(self, report: PrepReport, spec: str, final: FinalPlan) -> None:
@@ -406,6 +514,23 @@ class _Run:
             "plan_before": report.figures_before, "plan_after": report.figures_after,
             "findings": report.findings, "repeat_key_format": "{key}-rep{copy}", "repeats": self.repeats,
             "dropped": self.dropped}))
+        resume.remove(self.out_dir)  # after prep.json: the run is finished, nothing is left to resume
+
+
+def weighted_copies(weight: float, seed: int, corpus: int, key: str) -> list[int]:
+    """The copy numbers of one utterance under its corpus weight: floor(weight) copies, plus one more for a
+    seeded fraction of the utterances (balance's rule). Balance draws that fraction as an exact count
+    from all of a corpus's durations; prep writes before it has seen them all, so each utterance is
+    drawn alone, by a hash of (seed, corpus, key): the same choice on every run and for any -j, a count
+    within sampling error of ``(weight - floor(weight)) x utterances``."""
+    whole = int(math.floor(weight))
+    copies = list(range(whole))
+    fraction = weight - whole
+    if fraction > 0:
+        digest = hashlib.blake2b(f"{seed}\0{corpus}\0{key}".encode("utf-8", "surrogateescape"), digest_size=8)
+        if int.from_bytes(digest.digest(), "big") < fraction * 2.0**64:
+            copies.append(whole)
+    return copies
 
 
 def _sizes(sources: list[tuple[str, int]]) -> list[tuple[str, int | None]]:
@@ -418,22 +543,37 @@ def _sizes(sources: list[tuple[str, int]]) -> list[tuple[str, int | None]]:
     return out
 
 
+def _writer_threads() -> int:
+    """Writer threads of the output shards: one per core (they hash, compress and write outside the GIL)."""
+    return max(1, min(len(os.sched_getaffinity(0)), 16))
+
+
 def _threads_per_task(tasks: list[SourceTask], jobs: int | None) -> dict:
-    """``run_tasks`` arguments giving each task its decompressor threads as it is submitted: the cores
-    shared among the tasks that can still run at once (convert's rule), so the last sources of a run
-    decode on the cores that finished jobs left idle. Threads never change what is read."""
+    """``run_tasks`` arguments giving each task its decompressor threads as it is submitted (threads never
+    change what is read): see :func:`decoder_threads`."""
     from dataclasses import replace
 
-    from shardkit.commands.convert import task_threads
-
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))
     jobs_n = max(1, min(jobs or cores, len(tasks) or 1))
     position = {id(task): k for k, task in enumerate(tasks)}
 
     def prepare(task: SourceTask) -> SourceTask:
-        threads = task_threads(cores, jobs_n, len(tasks) - position[id(task)])
+        threads = decoder_threads(cores, jobs_n, len(tasks), position[id(task)])
         return replace(task, options=replace(task.options, threads=threads))
 
     # results come back in list order: a window of twice the jobs keeps every core busy while a slow source
     # holds the ones after it (jobs alone would leave cores idle behind it)
     return {"prepare": prepare, "max_in_flight": 2 * jobs_n}
+
+
+def decoder_threads(cores: int, jobs: int, tasks: int, k: int) -> int:
+    """Decoder threads (indexed_bzip2's parallel mode) of source ``k`` of ``tasks``, ``jobs`` at a time.
+
+    The first ``jobs`` sources start together and share the cores (the spare ones to the first: 15
+    sources on 16 cores, or 4 on 16 cores with 4 threads each, leave no core idle and none
+    oversubscribed); a later one starts as an earlier one ends, and the last ones, which run while
+    fewer than ``jobs`` remain, get the cores the finished jobs left idle.
+    """
+    if k < jobs:
+        return max(1, cores // jobs + (1 if k < cores % jobs else 0))
+    return max(1, cores // max(1, min(jobs, tasks - k)))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from shardkit.commands import validate as v
 from shardkit.errors import ShardkitError
+from shardkit.io.files import member_digest
 
 TRANSCODE = "transcode"  # --audio flac|wav: the re-encoded audio did not decode back to the same samples
 
@@ -35,7 +36,7 @@ def read_source(task: SourceTask) -> dict:
     """Validate one source shard in full and keep its good utterances; never raises for data problems.
 
     Returns validate's result dict (``findings``, ``rejected``, ``keys``, ``seconds``...) plus
-    ``accepted``: ``[key, seconds, [(name, data), ...]]`` per utterance without a finding, in shard
+    ``accepted``: ``[key, seconds, [(name, data, sha256 digest), ...]]`` per utterance without a finding, in shard
     order, and ``corpus``.
     """
     started = time.perf_counter()
@@ -73,8 +74,8 @@ def _scan(path: str, options: v.ValidateOptions, result: dict, audio: str = "kee
             result["findings"].append(v.finding(path, key, problem.member, TRANSCODE, problem.reason))
             result["rejected"].extend([i, name, key, [TRANSCODE], [f"{TRANSCODE}: {problem.reason}"]]
                                       for i, name, _, _ in members)
-        if len(result["rejected"]) == rejected_before:
-            accepted.append([key, seconds, [(name, data) for _, name, _, data in members]])
+        if len(result["rejected"]) == rejected_before:  # digests here, in parallel, not in the writing process
+            accepted.append([key, seconds, [(name, data, member_digest(name, data)) for _, name, _, data in members]])
     v._report_scan_end(path, state, result)
     result["seconds"] = round(result["seconds"], 4)
 
@@ -122,7 +123,7 @@ def apply_duplicates(result: dict, duplicates: v.DuplicateKeys) -> None:
     kept = []
     for utterance in result["accepted"]:
         if utterance[0] in repeated:
-            for name, _ in utterance[2]:
+            for name, _, _ in utterance[2]:
                 result["rejected"].append([None, name, utterance[0], [v.DUPLICATE_KEY],
                                            [f"{v.DUPLICATE_KEY}: key is in an earlier shard"]])
         else:
