@@ -206,7 +206,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, dry_run, split)
         if not dry_run and split is None:  # a failed run leaves no half-made OUT_DIR/.balance (Ctrl-C: a rerun resumes)
             stack.push(_work_dir_remover(work_dir))
-        mix, index_files = _load_mix(corpora, work_dir, event, **where)
+        # without a filter, the unique-key check runs beside the planner (_plan), which leaves a core idle
+        mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, **where)
         trainer = None
         if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
             from shardkit.commands.trainer import filter_mix
@@ -215,7 +216,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         event("planning")
         planned = _plan(corpora, mix, index_files, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
-                        epochs=epochs)
+                        epochs=epochs, check_keys=wenet is None)
         wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
                                                                 num_workers=num_workers, seed=seed, epochs=epochs)
         if dry_run:
@@ -279,9 +280,10 @@ def _claim_out_dir(stack: ExitStack, scratch: str, corpora: Sequence[CorpusSourc
 
 
 def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..., None], *, jobs: int,
-              executor: str, ray_address: str | None) -> tuple[MixColumns, list[list[str]]]:
+              executor: str, ray_address: str | None, check_keys: bool = True) -> tuple[MixColumns, list[list[str]]]:
     """Index the corpora's shard sources and read every index into columns; refuse an empty corpus or
-    a key twice, since either would make a plan that cannot be written."""
+    (unless ``check_keys`` is false: then :func:`_plan` checks) a key twice, since either would make a
+    plan that cannot be written."""
     index_files = resolve_index_files(corpora, os.path.join(work_dir, "index"), jobs=jobs,
                                       on_index=lambda *a: event("indexed", *a),
                                       on_corpus=lambda *a: event("indexing", *a), executor=executor,
@@ -292,21 +294,35 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..
     for name, corpus in zip(names, mix.corpora):
         if not len(corpus.durations):
             raise UsageError(f"corpus {name!r} is empty (no utterances in its sources)")
-    check_unique_keys(mix)
+    if check_keys:
+        check_unique_keys(mix)
     return mix, index_files
 
 
 def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[list[str]], *, world_size: int,
           num_workers: int, shard_duration: float | None, num_shards: int | None, remainder: str, seed: int,
-          epochs: int) -> _Planned:
+          epochs: int, check_keys: bool = False) -> _Planned:
     """The plan and everything reported about it. Pure (no I/O): a dry run stops after this step,
-    and every job of a ``--split`` array computes the same result."""
+    and every job of a ``--split`` array computes the same result.
+
+    ``check_keys``: run :func:`check_unique_keys` in a thread beside the planner (whose last steps use
+    one core); a key twice is still the error reported first, before any the planner raises.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from shardkit.planning.partition import plan_figures
 
     names = [c.name for c in corpora]
-    plan = plan_balance([c.durations for c in mix.corpora], [c.weight for c in corpora], world_size=world_size,
-                        num_workers=num_workers, shard_duration=shard_duration, num_shards=num_shards,
-                        remainder=remainder, seed=seed, names=names)
+    with ThreadPoolExecutor(1) as pool:
+        checked = pool.submit(check_unique_keys, mix) if check_keys else None
+        try:
+            plan = plan_balance([c.durations for c in mix.corpora], [c.weight for c in corpora],
+                                world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
+                                num_shards=num_shards, remainder=remainder, seed=seed, names=names,
+                                threads=min(os.cpu_count() or 1, 8))
+        finally:
+            if checked is not None:
+                checked.result()
     repeats = repeated_keys(plan, mix)
     figures = plan_figures(np.full(plan.num_shards, plan.utts_per_shard), plan.shard_seconds,
                            world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed)

@@ -168,21 +168,34 @@ class IndexKeys:
 
 
 def _parquet_keys(path: str, rows: np.ndarray) -> list[str]:
-    from shardkit.io.indexfile import open_parquet_index, read_row_group
+    """Keys of rows ``rows`` of a Parquet index: the row groups that hold them read in threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardkit.io.indexfile import open_parquet_index
 
     pf = open_parquet_index(path)
     order = np.argsort(rows, kind="stable")
     wanted = rows[order]
     out = np.empty(len(rows), object)
-    start = 0
-    for group in range(pf.num_row_groups):
-        count = pf.metadata.row_group(group).num_rows
-        lo, hi = np.searchsorted(wanted, [start, start + count])
-        if hi > lo:
-            keys = read_row_group(pf, path, group, ["key"]).column("key")
-            out[order[lo:hi]] = keys.take(wanted[lo:hi] - start).to_pylist()
-        start += count
+    starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
+    bounds = np.searchsorted(wanted, starts)
+    groups = [g for g in range(pf.num_row_groups) if bounds[g + 1] > bounds[g]]
+
+    def keys_of(group: int) -> list[str]:
+        lo, hi = bounds[group], bounds[group + 1]
+        return _group_keys(path, group, wanted[lo:hi] - starts[group])
+
+    with ThreadPoolExecutor(_read_threads()) as pool:
+        for group, keys in zip(groups, pool.map(keys_of, groups)):
+            out[order[bounds[group]:bounds[group + 1]]] = keys
     return list(out)
+
+
+def _group_keys(path: str, group: int, rows: np.ndarray) -> list[str]:
+    from shardkit.io.indexfile import open_parquet_index, read_row_group
+
+    keys = read_row_group(open_parquet_index(path), path, group, ["key"]).column("key")
+    return keys.take(rows).to_pylist()
 
 
 def take_keys(corpus: CorpusColumns, utts: np.ndarray) -> list[str]:
@@ -331,37 +344,59 @@ class _LoadState:
 
 
 def _read_parquet(path: str, state: _LoadState):
-    """(durations, shard ids, key hashes, None) of a Parquet index, one row group at a time."""
-    from shardkit.io.indexfile import (
-        check_durations,
-        dictionary_codes,
-        key_hashes,
-        open_parquet_index,
-        read_row_group,
-    )
+    """(durations, shard ids, key hashes, None) of a Parquet index.
+
+    Row groups are read, checked and hashed in threads (pyarrow's reads and numpy's passes release the
+    GIL), a few at a time, and taken in row order: the shard ids (numbered in order of first appearance)
+    and the first error reported are those of a read one row group after the other.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardkit.io.indexfile import dictionary_codes, open_parquet_index
 
     pf = open_parquet_index(path)
     plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
     plausibility = plausibility if len(plausibility) == 2 else []
+    starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
     durations, shards, hashes = [], [], []
-    start = 0
-    for group in range(pf.num_row_groups):
-        table = read_row_group(pf, path, group, ["shard", "key", "duration", *plausibility])
-        try:
-            d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-            check_durations(d, path=path, first_row=start)
-            if plausibility:
-                _check_plausible(table, d, path, state)
-            shards.append(dictionary_codes(table.column("shard"), state.shards, state.shard_ids))
-            hashes.append(key_hashes(table.column("key")))
-        except (ValueError, TypeError) as err:
-            raise ShardkitError(f"row group {group} (rows {start}-{start + table.num_rows - 1}): {err} in the shard "
-                                f"or key column", shard=path) from None
-        durations.append(d)
-        start += table.num_rows
-        del table
+    with ThreadPoolExecutor(_read_threads()) as pool:
+        reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
+                 for group in range(pf.num_row_groups)]
+        for group, read in enumerate(reads):
+            d, shard_column, h = read.result()
+            try:
+                shards.append(dictionary_codes(shard_column, state.shards, state.shard_ids))
+            except (ValueError, TypeError) as err:
+                raise _group_error(group, starts[group], starts[group + 1], err, path) from None
+            durations.append(d)
+            hashes.append(h)
+            reads[group] = None  # its columns go as soon as they are taken
     cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype))
     return cat(durations, np.float64), cat(shards, np.int32), cat(hashes, np.uint64), None
+
+
+def _read_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -> ShardkitError:
+    return ShardkitError(f"row group {group} (rows {start}-{stop - 1}): {err} in the shard or key column", shard=path)
+
+
+def _read_group(path: str, group: int, start: int, plausibility: list[str], state: _LoadState):
+    """One row group: (durations, its shard column, key hashes), checked; its key strings are not kept.
+    Each read opens the file itself (a pyarrow reader is not shared between threads)."""
+    from shardkit.io.indexfile import check_durations, key_hashes, open_parquet_index, read_row_group
+
+    table = read_row_group(open_parquet_index(path), path, group, ["shard", "key", "duration", *plausibility])
+    try:
+        d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        check_durations(d, path=path, first_row=start)
+        if plausibility:
+            _check_plausible(table, d, path, state)
+        return d, table.column("shard"), key_hashes(table.column("key"))
+    except (ValueError, TypeError) as err:
+        raise _group_error(group, start, start + table.num_rows, err, path) from None
 
 
 def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState) -> None:
@@ -463,6 +498,23 @@ def _hashes(corpus: CorpusColumns) -> np.ndarray:
     return corpus.key_hash
 
 
+_SORT_RUN = 1 << 21
+
+
+def _sorted_together(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The values of ``parts`` in one sorted array: runs of 2 M sorted in place in threads (numpy's sort
+    releases the GIL), then merged by one stable sort (timsort finds the runs; ~0.1 s for 20 M)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    every = np.concatenate(parts) if len(parts) else np.zeros(0, np.uint64)
+    runs = [slice(start, start + _SORT_RUN) for start in range(0, len(every), _SORT_RUN)]
+    with ThreadPoolExecutor(_read_threads()) as pool:
+        list(pool.map(lambda run: every[run].sort(), runs))
+    if len(runs) > 1:
+        every.sort(kind="stable")
+    return every
+
+
 def check_unique_keys(mix: MixColumns) -> None:
     """Two utterances with one key would be one sample to WeNet's grouping: refuse the mix.
 
@@ -472,8 +524,7 @@ def check_unique_keys(mix: MixColumns) -> None:
     from shardkit.io.indexfile import duplicate_hashes
 
     hashes = [_hashes(corpus) for corpus in mix.corpora]
-    every = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-    every.sort()
+    every = _sorted_together(hashes)
     dups = duplicate_hashes(every, is_sorted=True)
     if not len(dups):
         # kept sorted for the repeat-name check; the per-corpus hashes of index files can be read again
