@@ -243,12 +243,14 @@ def _sort_run(key: np.ndarray, start: int, stop: int) -> np.ndarray:
 def _deal_orders(pool: ThreadPoolExecutor, seconds: list[np.ndarray], order_of_corpora, seed: int):
     """(corpus, the order its copies are dealt in), in ``order_of_corpora``: a seeded shuffle, then a stable
     sort longest first. The later corpora's orders are computed in ``pool`` while the earlier ones are dealt."""
-    keyed = {int(c): pool.submit(_deal_key, pool, seconds[c], seed, int(c)) for c in order_of_corpora
-             if len(seconds[c])}
-    while keyed:
-        c, future = next(iter(keyed.items()))
+    waiting = [int(c) for c in order_of_corpora if len(seconds[c])]
+    keyed = {}
+    while waiting or keyed:
+        while waiting and len(keyed) < 2:  # one corpus ahead of the one dealt: two corpora's keys in memory
+            keyed[waiting[0]] = pool.submit(_deal_key, pool, seconds[waiting[0]], seed, waiting[0])
+            waiting.pop(0)
+        c = next(iter(keyed))
         ids, key, runs = keyed.pop(c).result()  # popped: the future would hold its arrays
-        del future
         order = np.concatenate([run.result() for run in runs])
         del runs
         if len(order) > _SORT_RUN:  # a stable sort of stably sorted runs (timsort merges them): the stable sort

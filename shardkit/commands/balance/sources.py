@@ -18,9 +18,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from shardkit.commands.balance.plan import BalancePlan, repeat_key
+from shardkit.commands.balance.plan import REPEAT_SUFFIX, BalancePlan, repeat_key
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.planning.plausible import impossible_duration
+
+
+REPEAT_MARK = REPEAT_SUFFIX.split("{")[0]  # "-rep": in every repeat's name
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class MixColumns:
     shards: list[str]
     index_files: list[str]
     sorted_hashes: np.ndarray | None = None  # every key's hash, sorted (check_unique_keys keeps it)
+    # every key that contains REPEAT_MARK (load_columns collects them): the only keys a repeat's name can
+    # equal, so the repeat-name check needs neither the 20 M hashes nor a second read (None: not collected)
+    repeat_like: set[str] | None = None
 
 
 @dataclass
@@ -313,7 +319,7 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> 
         del parts
     if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
         sys.modules["pyarrow"].default_memory_pool().release_unused()
-    return MixColumns(list(names), corpora, state.shards, state.files)
+    return MixColumns(list(names), corpora, state.shards, state.files, repeat_like=state.repeat_like)
 
 
 class _LoadState:
@@ -325,6 +331,7 @@ class _LoadState:
         self.owner: list[int] = []
         self.files: list[str] = []
         self.corpus = ""  # the corpus whose index is being read (for messages)
+        self.repeat_like: set[str] = set()  # keys that contain REPEAT_MARK (MixColumns.repeat_like)
 
     def refuse_impossible(self, key: str, shard: str, why: str, path: str) -> None:
         """An utterance whose seconds its bytes cannot hold: no plan is built on a header lie."""
@@ -363,7 +370,8 @@ def _read_parquet(path: str, state: _LoadState):
         reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
                  for group in range(pf.num_row_groups)]
         for group, read in enumerate(reads):
-            d, shard_column, h = read.result()
+            d, shard_column, h, marked = read.result()
+            state.repeat_like.update(marked)
             try:
                 shards.append(dictionary_codes(shard_column, state.shards, state.shard_ids))
             except (ValueError, TypeError) as err:
@@ -377,6 +385,14 @@ def _read_parquet(path: str, state: _LoadState):
 
 def _read_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _repeat_like(keys) -> list[str]:
+    """The keys of a pyarrow string column that contain REPEAT_MARK (almost always none)."""
+    import pyarrow.compute as pc
+
+    marked = pc.match_substring(keys, REPEAT_MARK)
+    return keys.filter(marked).to_pylist() if pc.any(marked).as_py() else []
 
 
 def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -> ShardkitError:
@@ -394,7 +410,8 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
         check_durations(d, path=path, first_row=start)
         if plausibility:
             _check_plausible(table, d, path, state)
-        return d, table.column("shard"), key_hashes(table.column("key"))
+        keys = table.column("key")
+        return d, table.column("shard"), key_hashes(keys), _repeat_like(keys)
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, start + table.num_rows, err, path) from None
 
@@ -440,6 +457,8 @@ def _read_jsonl(path: str, state: _LoadState):
                 shards.append(shard)
             durations.append(duration)
             keys.append(key)
+            if REPEAT_MARK in key:
+                state.repeat_like.add(key)
             shard_col.append(sid)
             offsets.append(offset)
             offset += len(line)
@@ -527,8 +546,10 @@ def check_unique_keys(mix: MixColumns) -> None:
     every = _sorted_together(hashes)
     dups = duplicate_hashes(every, is_sorted=True)
     if not len(dups):
-        # kept sorted for the repeat-name check; the per-corpus hashes of index files can be read again
-        mix.sorted_hashes = every
+        # kept sorted for the repeat-name check (unless the keys it needs were collected while loading);
+        # the per-corpus hashes of index files can be read again
+        mix.sorted_hashes = every if mix.repeat_like is None else None
+        del every
         for corpus in mix.corpora:
             if isinstance(corpus.keys, IndexKeys):
                 corpus.key_hash = None
@@ -567,7 +588,12 @@ def repeated_keys(plan: BalancePlan, mix: MixColumns) -> list[list[str]]:
         if len(mine):
             keys[mine] = take_keys(corpus, plan.utt[positions[mine]])
     pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[positions])]
-    if pairs:
+    if mix.repeat_like is not None:
+        clash = next((p for p in pairs if p[1] in mix.repeat_like), None) if mix.repeat_like else None
+        if clash:
+            raise ShardkitError(f"repeat of {clash[0]!r} would be named {clash[1]!r}, which is already a key in "
+                                "the mix")
+    elif pairs:
         new = hash_strings([p[1] for p in pairs])
         every = mix.sorted_hashes
         if every is None:
