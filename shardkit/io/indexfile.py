@@ -607,6 +607,36 @@ def assemble_index(out_path: str, shards: list[str]) -> tuple[str | None, str | 
     return out_path, None
 
 
+def index_name_beside(data_list: str) -> str:
+    """Where the index of a list goes: ``data.list`` -> ``index.parquet``, ``data.slice-2-of-3.list`` ->
+    ``index.slice-2-of-3.parquet``, ``data.partial.list`` -> ``index.partial.parquet``."""
+    folder, name = os.path.split(data_list)
+    stem = name[:-len(".list")] if name.endswith(".list") else name
+    return os.path.join(folder, "index" + stem[len("data"):] + PARQUET_SUFFIX)
+
+
+def concatenate_indexes(out_path: str, parts: list[str]) -> int:
+    """Write the rows of the Parquet indexes ``parts``, in order, as one index ``out_path`` (atomically);
+    rows written. Streams a row group at a time (what ``merge-reports`` does with the slices' indexes)."""
+    from shardkit.io.files import AtomicFile
+
+    rows = 0
+    with AtomicFile(out_path, buffering=1 << 20) as out:
+        writer = open_parquet_writer(out.file)
+        try:
+            for part in parts:
+                pf = open_parquet_index(part)
+                for group in range(pf.num_row_groups):
+                    table = read_row_group(pf, part, group, pf.schema_arrow.names)
+                    writer.write_table(table.cast(writer.schema) if table.schema != writer.schema
+                                       else table, row_group_size=ROW_GROUP_ROWS)
+                    rows += table.num_rows
+        finally:
+            writer.close()
+        out.commit()
+    return rows
+
+
 def index_beside(data_list: str, listed: list[str]) -> tuple[str | None, str | None]:
     """``index.parquet`` beside ``data.list`` (``index.slice-I-of-N.parquet`` beside a slice's list) of
     the listed shards, from the parts written with them: (path, None) or (None, why not). Never
@@ -615,10 +645,7 @@ def index_beside(data_list: str, listed: list[str]) -> tuple[str | None, str | N
 
     if not is_local(data_list):
         return None, None  # the parts of shards written to a URL are not kept
-    folder, name = os.path.split(data_list)
-    stem = name[:-len(".list")] if name.endswith(".list") else name
-    path = os.path.join(folder, "index" + stem[len("data"):] + PARQUET_SUFFIX)
     try:
-        return assemble_index(path, listed)
+        return assemble_index(index_name_beside(data_list), listed)
     except (ShardkitError, OSError) as err:
         return None, f"index not written ({err})"
