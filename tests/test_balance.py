@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from shardkit.commands import balance
 from shardkit.cli import main
 from shardkit.commands.balance import plan_balance
 from shardkit.errors import UsageError
@@ -167,7 +168,7 @@ def test_balanced_shards_hold_equal_work_and_the_source_bytes(mix, tmp_path, wor
     truth = mix["truth"]
     keys = [s["__key__"] for shard in samples for s in shard]
     assert len(set(keys)) == len(keys)
-    repeats = {new: old for old, new in json.load(open(tmp_path / "out" / "balance.json"))["repeats"]}
+    repeats = {new: old for old, new in balance.read_repeats(str(tmp_path / "out"))}
     seconds = []
     for shard in samples:
         seconds.append(sum(probe(s["wav"])["duration"] for s in shard))
@@ -231,7 +232,7 @@ def test_dry_run_writes_no_shard_and_rerun_skips_finished_shards(mix, tmp_path):
     assert dry["plan"] == first["plan"]
     again = _balance(mix, tmp_path / "out", *args)
     assert again["written"] == {"ok": 0, "skipped": 4, "failed": 0}
-    assert sorted(os.listdir(tmp_path / "out")) == ["balance.json", "data.list"] + \
+    assert sorted(os.listdir(tmp_path / "out")) == ["balance.json", "balance.repeats.jsonl", "data.list"] + \
         [f"shards_00000000{i}.tar" for i in range(4)]
 
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from conftest import SMALL_CORPORA, corpus
 
 from shardkit.cli import main
+from shardkit.commands import balance
 from shardkit.commands.balance import CorpusSource, _load_mix, _plan
 from shardkit.commands.balance.plan import plan_balance, plan_digest
 from shardkit.errors import ShardkitError, UsageError
@@ -268,7 +269,7 @@ def test_convert_leaves_the_index_beside_data_list_and_balance_uses_it(make_shar
     truth = {key: (text.encode(), audio) for key, text, audio, _ in corpus(SMALL_CORPORA)}
     written = [s for shard in open(tmp_path / "bal" / "data.list").read().split()
                for s in group_samples(iter_shard_members(shard), shard=shard)]
-    repeats = {new: old for old, new in json.load(open(tmp_path / "bal" / "balance.json"))["repeats"]}
+    repeats = {new: old for old, new in balance.read_repeats(str(tmp_path / "bal"))}
     assert {repeats.get(s["__key__"], s["__key__"]) for s in written} == set(truth)
     for s in written:
         assert (s["txt"], s["wav"]) == truth[repeats.get(s["__key__"], s["__key__"])]

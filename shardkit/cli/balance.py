@@ -73,7 +73,8 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     with the same number of utterances, durations within 0.5% of the mean (or one median
     utterance), and the corpora in the mix's proportions; plus OUT_DIR/data.list and
     OUT_DIR/balance.json (per shard: utterances, seconds, per-corpus counts; per corpus: kept,
-    repeated, dropped, padded; the `plan` figures of the new list; every repeated key). Members are
+    repeated, dropped, padded; the `plan` figures of the new list) and OUT_DIR/balance.repeats.jsonl
+    (every repeated key, [original, output] a line: the report stays small at any scale). Members are
     copied byte for byte; a repeated utterance's key gets the suffix -rep<N>. Compressed sources
     are decompressed once into OUT_DIR/.balance (free disk for their uncompressed size is needed).
     A rerun resumes, skipping shards already written.

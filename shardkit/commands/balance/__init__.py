@@ -90,11 +90,14 @@ __all__ = [
     "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns",
     "CorpusSource", "IndexKeys", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
     "check_unique_keys", "line_refs", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
-    "plan_digest", "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance",
+    "plan_digest", "read_repeats", "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance",
     "shard_table", "source_stamps", "take_keys", "spool_dir_name", "spool_path", "write_output_shard",
 ]
 
 MANIFEST = "balance.json"
+# [original key, output key] of every repeat, one JSON array a line: beside balance.json, not in it, so the
+# report stays small (a weight of 2 on a 10 M-utterance corpus is 10 M repeats); every slice writes the same
+REPEATS = "balance.repeats.jsonl"
 WORK_DIR = ".balance"
 JOURNAL = ".balance.journal.jsonl"
 
@@ -505,8 +508,39 @@ def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None
         "settings": settings,
         "summary": report.plan.summary(), "sources": recorded_sources, "shards": [
             {k: v for k, v in row.items() if k != "status_this_run"} for row in table],
-        "plan": report.figures, "repeat_key_format": "{key}" + REPEAT_SUFFIX, "repeats": report.repeats,
+        "plan": report.figures, "repeat_key_format": "{key}" + REPEAT_SUFFIX,
+        "repeats_file": _write_repeats(layout.out_dir, report.repeats), "repeated_copies": len(report.repeats),
         **({"wenet_conf": report.wenet_conf} if report.wenet_conf is not None else {})})
+
+
+def _write_repeats(out_dir: str, repeats: list[list[str]]) -> str:
+    """OUT_DIR/balance.repeats.jsonl, a line at a time (atomically); its name, relative to OUT_DIR."""
+    import json
+
+    from shardkit.io.files import AtomicFile
+
+    with AtomicFile(os.path.join(out_dir, REPEATS), buffering=1 << 20) as out:
+        for pair in repeats:
+            out.file.write(json.dumps(pair, ensure_ascii=False).encode("utf-8") + b"\n")
+        out.commit()
+    return REPEATS
+
+
+def read_repeats(out_dir: str):
+    """``(original key, output key)`` of every repeat balance wrote into ``out_dir``, in output order
+    (from the file balance.json names: ``repeats_file``)."""
+    import json
+
+    from shardkit.run.manifest import load_json
+
+    manifest = load_json(os.path.join(out_dir, MANIFEST)) or {}
+    name = manifest.get("repeats_file")
+    if name is None:  # a report written before the side file: the repeats inline
+        yield from (tuple(pair) for pair in manifest.get("repeats", []))
+        return
+    with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+        for line in f:
+            yield tuple(json.loads(line))
 
 
 def _clean_up(layout: _Layout, journal: Journal) -> None:
