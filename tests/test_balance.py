@@ -308,3 +308,24 @@ def test_out_dir_holding_the_sources_is_refused(tmp_path):
                                               f"{os.path.realpath(tmp_path)} by real path), so outputs could "
                                               f"overwrite inputs; choose another folder")
     assert {p: open(p, "rb").read() for p in shards} == before
+
+
+def test_parts_written_apart_hold_every_utterance_once_each_part_balanced(mix, tmp_path):
+    """--part I/P: P runs over the same sources, each into its own OUT_DIR, each planning 1/P of every corpus:
+    every source utterance is written once as itself (in the part that holds its row), each part balanced."""
+    originals = []
+    for i in (1, 2):
+        out = tmp_path / f"part-{i}"
+        report = _balance(mix, out, "--world-size", "2", "--num-workers", "1", "--shard-duration", "6",
+                          "--part", f"{i}/2")
+        assert report["part"] == {"index": i, "count": 2} and report["balanced"]
+        assert json.load(open(out / "balance.json"))["settings"]["part"] == {"index": i, "count": 2}
+        shards, samples = _read_output(out)
+        assert {len(s) for s in samples} == {report["utterances_per_shard"]} and len(shards) % 2 == 0
+        repeats = dict((new, old) for old, new in balance.read_repeats(str(out)))
+        for sample in (s for shard in samples for s in shard):
+            original = repeats.get(sample["__key__"], sample["__key__"])
+            assert (sample["txt"], sample["wav"]) == (mix["truth"][original]["txt"], mix["truth"][original]["wav"])
+            if sample["__key__"] not in repeats:
+                originals.append(sample["__key__"])
+    assert sorted(originals) == sorted(mix["truth"])  # each utterance once, in one part

@@ -126,6 +126,7 @@ class BalanceReport:
     failures: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
     slice: dict | None = None  # with --split: the slice of the output shards this run wrote
+    part: dict | None = None  # with --part: {"index": I, "count": P}, the part of every corpus planned
     wenet_conf: dict | None = None  # with --wenet-conf: what the trainer's filter drops and how it batches
     warnings: list[str] = field(default_factory=list)
     dropped_keys: list[str] = field(default_factory=list)
@@ -141,7 +142,7 @@ class BalanceReport:
         counts = {s: sum(1 for e in self.shards if e.get("status_this_run") == s) for s in ("ok", "skipped", "failed")}
         return {"command": "balance", "dry_run": self.dry_run, "out_dir": self.out_dir,
                 "data_list": self.data_list_path or self._named("data.list"), "manifest": self._named(MANIFEST),
-                **({"slice": self.slice} if self.slice else {}),
+                **({"slice": self.slice} if self.slice else {}), **({"part": self.part} if self.part else {}),
                 **self.plan.summary(), "written": counts,
                 "this_run": {"done": counts["ok"], "skipped": counts["skipped"], "failed": counts["failed"]},
                 "failures": self.failures,
@@ -189,7 +190,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                 level: int | None = 3, remainder: str = "pad", seed: int = 0, dry_run: bool = False,
                 jobs: int = 1, epochs: int = 3, verify: bool = True, overwrite: bool = False,
                 on_event: Callable[..., None] | None = None, executor: str = "local", ray_address: str | None = None,
-                split: tuple[int, int] | None = None, wenet=None) -> BalanceReport:
+                split: tuple[int, int] | None = None, wenet=None, part: tuple[int, int] | None = None
+                ) -> BalanceReport:
     """Plan (and unless ``dry_run``, write) balanced shards; see the module docstring.
 
     ``executor``/``ray_address``: where indexing, spooling and shard writing run (shardkit.run.executor;
@@ -198,6 +200,9 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     balance.slice-I-of-N.json and data.slice-I-of-N.list for ``shardkit merge-reports``.
     ``wenet`` (a ``shardkit.commands.trainer.TrainerSpec``, from ``--wenet-conf``): plan only the
     utterances the trainer's filter keeps, and report what it drops and how the output batches.
+    ``part=(I, P)``: plan (and write) only part I of P of every corpus, the utterances whose row in the
+    corpus' indexes is I - 1 modulo P (:func:`load_columns`): P such runs, each into its own OUT_DIR, plan
+    a mix above one node's memory at 1/P of the peak (README, "Above one node's memory").
     """
     import tempfile
 
@@ -205,12 +210,14 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     event = on_event or (lambda *a, **k: None)
     where = {"jobs": jobs, "executor": executor, "ray_address": ray_address}
     _check_run_args(corpora, world_size, num_workers, remainder, split, dry_run)
+    if part is not None and wenet is not None:
+        raise UsageError("--part and --wenet-conf cannot be combined (the trainer's filter reads every row)")
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, dry_run, split)
         if not dry_run and split is None:  # a failed run leaves no half-made OUT_DIR/.balance (Ctrl-C: a rerun resumes)
             stack.push(_work_dir_remover(work_dir))
         # without a filter, the unique-key check runs beside the planner (_plan), which leaves a core idle
-        mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, **where)
+        mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, part=part, **where)
         trainer = None
         if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
             from shardkit.commands.trainer import filter_mix
@@ -222,6 +229,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                         epochs=epochs, check_keys=wenet is None)
         wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
                                                                 num_workers=num_workers, seed=seed, epochs=epochs)
+        if part is not None:
+            wenet_facts["part"] = {"index": part[0], "count": part[1]}
         if dry_run:
             return BalanceReport(None, planned.plan, planned.figures, shard_table(planned.plan, mix, None),
                                  planned.repeats, True, planned.sources, elapsed=time.perf_counter() - started,
@@ -233,7 +242,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         report = dataclasses.replace(_report(planned, layout, entries, started), **wenet_facts)
         _save_report(report, layout, {"world_size": world_size, "num_workers": num_workers,
                                        "shard_duration": shard_duration, "num_shards": num_shards, "codec": codec,
-                                       "level": level, "remainder": remainder, "seed": seed})
+                                       "level": level, "remainder": remainder, "seed": seed,
+                                       **({"part": report.part} if part is not None else {})})
         if not report.failures:
             _clean_up(layout, journal)
         else:  # the spool and indexes are rebuilt by the rerun; the journal (beside them) keeps what was written
@@ -283,7 +293,8 @@ def _claim_out_dir(stack: ExitStack, scratch: str, corpora: Sequence[CorpusSourc
 
 
 def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..., None], *, jobs: int,
-              executor: str, ray_address: str | None, check_keys: bool = True) -> tuple[MixColumns, list[list[str]]]:
+              executor: str, ray_address: str | None, check_keys: bool = True,
+              part: tuple[int, int] | None = None) -> tuple[MixColumns, list[list[str]]]:
     """Index the corpora's shard sources and read every index into columns; refuse an empty corpus or
     (unless ``check_keys`` is false: then :func:`_plan` checks) a key twice, since either would make a
     plan that cannot be written."""
@@ -293,7 +304,7 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..
                                       ray_address=ray_address)
     event("loading", sum(len(f) for f in index_files))
     names = [c.name for c in corpora]
-    mix = load_columns(names, index_files)
+    mix = load_columns(names, index_files, part)
     for name, corpus in zip(names, mix.corpora):
         if not len(corpus.durations):
             raise UsageError(f"corpus {name!r} is empty (no utterances in its sources)")

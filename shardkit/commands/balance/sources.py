@@ -295,27 +295,40 @@ def check_index_slices(corpus: str, index_files: Sequence[str]) -> None:
                              f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {count}")
 
 
-def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> MixColumns:
-    """Read each corpus' index files into arrays: Parquet column by column, JSON lines a line at a time."""
+def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]],
+                 part: tuple[int, int] | None = None) -> MixColumns:
+    """Read each corpus' index files into arrays: Parquet column by column, JSON lines a line at a time.
+
+    ``part=(I, P)``: keep only part I of P of every corpus, the utterances whose row (counted over the
+    corpus' index files, in order) is I - 1 modulo P; every row is still read and checked, and every key
+    that looks like a repeat's name collected, but only the part's columns are kept (memory: 1/P).
+    """
     from shardkit.io.indexfile import is_parquet
 
     state = _LoadState()
+    state.part = None if part is None else (part[0] - 1, part[1])
     corpora = []
     for c, (name, paths) in enumerate(zip(names, index_files)):
         parts = []
+        state.row = 0
         for path in paths:
             file_id = len(state.files)
             state.files.append(path)
             state.corpus = name
             read = _read_parquet if is_parquet(path) else _read_jsonl
-            durations, shard, hashes, offsets = read(path, state)
-            parts.append((durations, shard, hashes, _Segment(file_id, path, len(durations), offsets)))
+            first = state.row
+            durations, shard, hashes, offsets, rows, count = read(path, state)
+            parts.append((durations, shard, hashes, _Segment(file_id, path, count, offsets), rows))
+            state.row = first + (count if offsets is None else state.row - first)
         durations = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
         shard = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int32)
         state.claim_shards(shard, c, names)
         segments = [p[3] for p in parts]
-        corpora.append(CorpusColumns(durations, IndexKeys(segments), shard, key_hash=np.concatenate(
-            [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments))
+        starts = np.cumsum([0] + [seg.count for seg in segments])
+        rows = None if part is None else np.concatenate(
+            [starts[k] + p[4] for k, p in enumerate(parts)] or [np.zeros(0, np.int64)])
+        corpora.append(CorpusColumns(durations, IndexKeys(segments, rows), shard, key_hash=np.concatenate(
+            [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments, rows=rows))
         del parts
     if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
         sys.modules["pyarrow"].default_memory_pool().release_unused()
@@ -332,6 +345,8 @@ class _LoadState:
         self.files: list[str] = []
         self.corpus = ""  # the corpus whose index is being read (for messages)
         self.repeat_like: set[str] = set()  # keys that contain REPEAT_MARK (MixColumns.repeat_like)
+        self.part: tuple[int, int] | None = None  # (I - 1, P): keep the corpus rows that are I - 1 modulo P
+        self.row = 0  # rows of the corpus read so far (over its index files)
 
     def refuse_impossible(self, key: str, shard: str, why: str, path: str) -> None:
         """An utterance whose seconds its bytes cannot hold: no plan is built on a header lie."""
@@ -351,7 +366,7 @@ class _LoadState:
 
 
 def _read_parquet(path: str, state: _LoadState):
-    """(durations, shard ids, key hashes, None) of a Parquet index.
+    """(durations, shard ids, key hashes, None, kept rows (None: all), rows in the file) of a Parquet index.
 
     Row groups are read, checked and hashed in threads (pyarrow's reads and numpy's passes release the
     GIL), a few at a time, and taken in row order: the shard ids (numbered in order of first appearance)
@@ -365,12 +380,14 @@ def _read_parquet(path: str, state: _LoadState):
     plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
     plausibility = plausibility if len(plausibility) == 2 else []
     starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
-    durations, shards, hashes = [], [], []
+    durations, shards, hashes, kept = [], [], [], []
     with ThreadPoolExecutor(_read_threads()) as pool:
         reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
                  for group in range(pf.num_row_groups)]
         for group, read in enumerate(reads):
-            d, shard_column, h, marked = read.result()
+            d, shard_column, h, marked, rows = read.result()
+            if rows is not None:
+                kept.append(rows + starts[group])
             state.repeat_like.update(marked)
             try:
                 shards.append(dictionary_codes(shard_column, state.shards, state.shard_ids))
@@ -380,11 +397,18 @@ def _read_parquet(path: str, state: _LoadState):
             hashes.append(h)
             reads[group] = None  # its columns go as soon as they are taken
     cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype))
-    return cat(durations, np.float64), cat(shards, np.int32), cat(hashes, np.uint64), None
+    rows = cat(kept, np.int64) if state.part is not None else None
+    return cat(durations, np.float64), cat(shards, np.int32), cat(hashes, np.uint64), None, rows, starts[-1]
 
 
 def _read_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _part_rows(first: int, count: int, part: tuple[int, int]) -> np.ndarray:
+    """Which of ``count`` rows, the first being corpus row ``first``, are ``part[0]`` modulo ``part[1]``."""
+    index, parts = part
+    return np.arange((index - first) % parts, count, parts, dtype=np.int64)
 
 
 def _repeat_like(keys) -> list[str]:
@@ -411,7 +435,11 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
         if plausibility:
             _check_plausible(table, d, path, state)
         keys = table.column("key")
-        return d, table.column("shard"), key_hashes(keys), _repeat_like(keys)
+        marked = _repeat_like(keys)
+        if state.part is None:
+            return d, table.column("shard"), key_hashes(keys), marked, None
+        rows = _part_rows(state.row + start, table.num_rows, state.part)
+        return d[rows], table.column("shard").take(rows), key_hashes(keys.take(rows)), marked, rows
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, start + table.num_rows, err, path) from None
 
@@ -431,7 +459,8 @@ def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState)
 
 
 def _read_jsonl(path: str, state: _LoadState):
-    """(durations, shard ids, key hashes, line offsets) of a JSON lines index; one line parsed at a time."""
+    """(durations, shard ids, key hashes, line offsets, kept rows, records kept) of a JSON lines index; one
+    line parsed at a time. With a part (``state.part``) only its lines are kept: the segment is those lines."""
     from shardkit.io.indexfile import BATCH_ROWS, hash_strings, loads, open_index, parse_index_line
 
     durations, shard_col, offsets, keys, hashes = [], [], [], [], []
@@ -451,14 +480,18 @@ def _read_jsonl(path: str, state: _LoadState):
                 continue
             if (why := impossible_duration(duration, record.get("sample_rate"), record.get("bytes"))):
                 state.refuse_impossible(key, shard, why, path)
+            if REPEAT_MARK in key:
+                state.repeat_like.add(key)
+            state.row += 1
+            if state.part is not None and (state.row - 1) % state.part[1] != state.part[0]:
+                offset += len(line)
+                continue
             sid = shard_ids.get(shard)
             if sid is None:
                 sid = shard_ids[shard] = len(shards)
                 shards.append(shard)
             durations.append(duration)
             keys.append(key)
-            if REPEAT_MARK in key:
-                state.repeat_like.add(key)
             shard_col.append(sid)
             offsets.append(offset)
             offset += len(line)
@@ -466,8 +499,9 @@ def _read_jsonl(path: str, state: _LoadState):
                 hashes.append(hash_strings(keys))
                 keys = []
     hashes.append(hash_strings(keys))
+    rows = np.arange(len(offsets), dtype=np.int64) if state.part is not None else None
     return (np.array(durations, np.float64), np.array(shard_col, np.int32), np.concatenate(hashes),
-            np.array(offsets, np.int64))
+            np.array(offsets, np.int64), rows, len(offsets))
 
 
 def line_refs(mix: MixColumns, work_dir: str) -> list[str]:
