@@ -221,6 +221,12 @@ def test_key_hashes_find_duplicates_and_only_them():
     again = indexfile.key_hashes(pa.chunked_array([pa.array(keys[:100]), pa.array(keys[100:])]))
     assert np.array_equal(again, hashes)
     assert indexfile.duplicate_hashes(np.concatenate([hashes, hashes[[5, 9]]])).tolist() == sorted(hashes[[5, 9]])
+    # keys of one width take a faster path (a matrix, no gathers): the same hashes as among other widths
+    for width in (1, 8, 9, 23, 24):
+        fixed = [f"{i:0{width}d}"[-width:] + "" for i in range(300)]
+        alone = indexfile.key_hashes(pa.array(fixed))
+        assert np.array_equal(alone, indexfile.key_hashes(pa.array(fixed + ["mixed-width"]))[:-1])
+        assert np.array_equal(alone, indexfile.hash_strings(fixed))
 
 
 def test_a_key_in_two_parquet_corpora_is_refused(tmp_path):

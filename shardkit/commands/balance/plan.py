@@ -377,7 +377,7 @@ def _weigh(d: np.ndarray, weight: float, name: str, seed: int, c: int) -> tuple:
     kept = len(d) if weight >= 1 else _distinct(utt, len(d))
     stats = {"name": name, "weight": weight, "utterances": len(d), "seconds": round(float(d.sum()), 3),
              "kept": kept, "repeated": int(len(utt) - kept), "dropped": len(d) - kept}
-    chosen = d[utt]
+    chosen = d if weight == 1 else d[utt]  # at weight 1 the copies are the utterances, in order
     return utt, copy, stats, chosen.sum(), float(chosen.max())
 
 

