@@ -312,3 +312,26 @@ def test_a_repeat_named_like_a_real_key_is_refused_from_parquet(tmp_path):
     with pytest.raises(ShardkitError, match=f"repeat of '{records[3]['key']}' would be named "
                                             f"'{records[3]['key']}-rep1', which is already a key in the mix"):
         _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
+
+
+@pytest.mark.parametrize("case,digest,seconds_digest", GOLDEN[:3])
+def test_draws_started_ahead_and_any_thread_count_plan_the_same_bytes(case, digest, seconds_digest):
+    """balance starts the planner's seeded permutations while the index is read (Draws) and plans in
+    threads: a permutation is a function of its seed, purpose, corpus and length, so the plan is the same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardkit.commands.balance.plan import Draws
+
+    rng = np.random.default_rng(case["seed"])
+    durations = [np.round(rng.gamma(8, m / 8, n), 3) for n, m in zip(case["sizes"], (3.6, 12.3, 5.0))]
+    for threads in (1, 3):
+        with ThreadPoolExecutor(1) as ahead:
+            draws = Draws(ahead)
+            for c, (d, w) in enumerate(zip(durations, case["weights"])):
+                draws.prefetch(len(d), w, case["seed"], c, case["rem"])
+                draws.prefetch(len(d) + 1, w, case["seed"], c, case["rem"])  # a draw never taken: no harm
+            plan = plan_balance(durations, case["weights"], world_size=case["ws"], num_workers=case["nw"],
+                                shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"],
+                                threads=threads, draws=draws)
+        assert plan_digest(plan) == digest
+        assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest

@@ -45,6 +45,7 @@ from shardkit.commands.balance.plan import (
     REPEAT_SUFFIX,
     TOLERANCE_FRACTION,
     BalancePlan,
+    Draws,
     apportion,
     plan_balance,
     plan_digest,
@@ -87,7 +88,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SHARD_DURATION", "JOURNAL", "MANIFEST", "MAX_OPEN_SOURCES", "REFINE_FRACTION", "REMAINDER_POLICIES",
-    "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns",
+    "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns", "Draws",
     "CorpusSource", "IndexKeys", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
     "check_unique_keys", "line_refs", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
     "plan_digest", "read_repeats", "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance",
@@ -216,8 +217,12 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, dry_run, split)
         if not dry_run and split is None:  # a failed run leaves no half-made OUT_DIR/.balance (Ctrl-C: a rerun resumes)
             stack.push(_work_dir_remover(work_dir))
-        # without a filter, the unique-key check runs beside the planner (_plan), which leaves a core idle
-        mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, part=part, **where)
+        # without a filter, the unique-key check runs beside the planner (_plan), which leaves a core idle,
+        # and the planner's seeded permutations start while the index is read (the same draws, earlier)
+        draws = _drawing_ahead(stack) if wenet is None else None
+        ahead = None if draws is None else (lambda c, n: draws.prefetch(n, corpora[c].weight, seed, c, remainder))
+        mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, part=part,
+                                     on_corpus_loaded=ahead, **where)
         trainer = None
         if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
             from shardkit.commands.trainer import filter_mix
@@ -226,7 +231,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         event("planning")
         planned = _plan(corpora, mix, index_files, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
-                        epochs=epochs, check_keys=wenet is None)
+                        epochs=epochs, check_keys=wenet is None, draws=draws)
         wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
                                                                 num_workers=num_workers, seed=seed, epochs=epochs)
         if part is not None:
@@ -251,6 +256,15 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
 
             shutil.rmtree(work_dir if split is None else layout.spool_dir, ignore_errors=True)
         return report
+
+
+def _drawing_ahead(stack: ExitStack) -> Draws:
+    """A :class:`Draws` on one thread of its own; draws the planner did not take are dropped at the end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    stack.callback(pool.shutdown, wait=False, cancel_futures=True)
+    return Draws(pool)
 
 
 def _work_dir_remover(work_dir: str) -> Callable[..., bool]:
@@ -294,7 +308,8 @@ def _claim_out_dir(stack: ExitStack, scratch: str, corpora: Sequence[CorpusSourc
 
 def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..., None], *, jobs: int,
               executor: str, ray_address: str | None, check_keys: bool = True,
-              part: tuple[int, int] | None = None) -> tuple[MixColumns, list[list[str]]]:
+              part: tuple[int, int] | None = None,
+              on_corpus_loaded: Callable[[int, int], None] | None = None) -> tuple[MixColumns, list[list[str]]]:
     """Index the corpora's shard sources and read every index into columns; refuse an empty corpus or
     (unless ``check_keys`` is false: then :func:`_plan` checks) a key twice, since either would make a
     plan that cannot be written."""
@@ -304,7 +319,7 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..
                                       ray_address=ray_address)
     event("loading", sum(len(f) for f in index_files))
     names = [c.name for c in corpora]
-    mix = load_columns(names, index_files, part)
+    mix = load_columns(names, index_files, part, on_corpus_loaded)
     for name, corpus in zip(names, mix.corpora):
         if not len(corpus.durations):
             raise UsageError(f"corpus {name!r} is empty (no utterances in its sources)")
@@ -315,7 +330,7 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..
 
 def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[list[str]], *, world_size: int,
           num_workers: int, shard_duration: float | None, num_shards: int | None, remainder: str, seed: int,
-          epochs: int, check_keys: bool = False) -> _Planned:
+          epochs: int, check_keys: bool = False, draws: Draws | None = None) -> _Planned:
     """The plan and everything reported about it. Pure (no I/O): a dry run stops after this step,
     and every job of a ``--split`` array computes the same result.
 
@@ -333,7 +348,7 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
             plan = plan_balance([c.durations for c in mix.corpora], [c.weight for c in corpora],
                                 world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                                 num_shards=num_shards, remainder=remainder, seed=seed, names=names,
-                                threads=min(os.cpu_count() or 1, 8))
+                                threads=min(os.cpu_count() or 1, 8), draws=draws)
         finally:
             if checked is not None:
                 checked.result()

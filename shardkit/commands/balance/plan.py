@@ -136,13 +136,56 @@ def _distinct(utt: np.ndarray, n: int) -> int:
     return int(np.count_nonzero(np.bincount(utt, minlength=n)))
 
 
-def _apply_weight(n: int, weight: float, seed: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+class Draws:
+    """Seeded permutations the planner will draw, started ahead of it (while the index is still read).
+
+    A permutation is a function of (seed, purpose, corpus, length) alone, so one drawn early is the
+    one the planner would draw: the plan is the same, byte for byte, with or without them. The
+    planner takes each at most once (:meth:`permutation`); one it does not need is never waited for.
+    """
+
+    def __init__(self, pool):
+        self._pool = pool
+        self._futures: dict[tuple, object] = {}
+
+    def prefetch(self, n: int, weight: float, seed: int, c: int, remainder: str = "pad") -> None:
+        """Start the draws of corpus ``c`` (``n`` utterances at ``weight``): its weight's subset and its padding."""
+        whole = int(math.floor(weight))
+        extra = int(round((weight - whole) * n))
+        if extra:
+            self._submit(seed, _WEIGHT, c, n)
+        if remainder == "pad":
+            self._submit(seed, _PAD, c, whole * n + extra)
+
+    def deal_ahead(self, seed: int, c: int, length: int) -> None:
+        """Start the permutation that orders corpus c's ``length`` copies for dealing (:func:`_deal_key`)."""
+        self._submit(seed, _DEAL, c, length)
+
+    def _submit(self, seed: int, purpose: int, c: int, length: int) -> None:
+        key = (seed, purpose, c, length)
+        if key not in self._futures and length:
+            self._futures[key] = self._pool.submit(_permutation, seed, purpose, c, length)
+
+    def permutation(self, seed: int, purpose: int, c: int, length: int) -> np.ndarray:
+        # a draw is submitted before any task that takes it, so a pool thread never waits on a queued one
+        future = self._futures.pop((seed, purpose, c, length), None)
+        return future.result() if future is not None else _permutation(seed, purpose, c, length)
+
+
+def _permutation(seed: int, purpose: int, c: int, length: int) -> np.ndarray:
+    """The first draw of the stream ``[seed, purpose, c]``: a permutation of ``length`` (int32 below 2**31
+    items: the same values in half the memory, while it waits to be taken)."""
+    return np.random.default_rng([seed, purpose, c]).permutation(length).astype(_index_dtype(length))
+
+
+def _apply_weight(n: int, weight: float, seed: int, c: int, draws: Draws | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """(utterance index, copy number) of each kept copy: floor(weight) copies of all, plus a seeded fraction."""
     whole = int(math.floor(weight))
     extra = int(round((weight - whole) * n))
     index = _index_dtype(n)
     # the draw is skipped when nothing is drawn (weight 1, 2, ...): the same result, without a permutation of n
-    chosen = np.sort(np.random.default_rng([seed, _WEIGHT, c]).permutation(n)[:extra]) if extra else np.zeros(0)
+    chosen = np.sort((draws or Draws(None)).permutation(seed, _WEIGHT, c, n)[:extra]) if extra else np.zeros(0)
     utt = np.concatenate([np.tile(np.arange(n, dtype=index), whole), chosen.astype(index)])
     copy = np.concatenate([np.repeat(np.arange(whole, dtype=np.int32), n), np.full(extra, whole, np.int32)])
     return utt, copy
@@ -158,10 +201,9 @@ def _shard_dtype(num_shards: int):
     return np.uint16 if num_shards <= 1 << 16 else _index_dtype(num_shards)
 
 
-def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: int):
+def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: int, draws: Draws | None = None):
     """Add ``count`` repeats of seeded picks among the kept copies; copy numbers continue per utterance."""
-    rng = np.random.default_rng([seed, _PAD, c])
-    picks = rng.permutation(len(utt))
+    picks = (draws or Draws(None)).permutation(seed, _PAD, c, len(utt))
     extra_utt = utt[picks[np.arange(count) % len(utt)]]
     have = np.bincount(utt, minlength=n)
     order = np.argsort(extra_utt, kind="stable")
@@ -224,10 +266,10 @@ def _stable_argsort(totals: np.ndarray) -> np.ndarray:
     return order
 
 
-def _deal_key(pool: ThreadPoolExecutor, seconds: np.ndarray, seed: int, c: int):
+def _deal_key(pool: ThreadPoolExecutor, draws: Draws, seconds: np.ndarray, seed: int, c: int):
     """A corpus' copies in seeded shuffle order, their sort key (longest first), and the stable sorts of
     the key's runs of ``_SORT_RUN``, submitted to ``pool`` (a 10 M-utterance corpus is not one thread's sort)."""
-    ids = np.random.default_rng([seed, _DEAL, int(c)]).permutation(len(seconds)).astype(_index_dtype(len(seconds)))
+    ids = draws.permutation(seed, _DEAL, int(c), len(seconds)).astype(_index_dtype(len(seconds)))
     key = -seconds[ids]
     runs = [pool.submit(_sort_run, key, start, min(start + _SORT_RUN, len(key)))
             for start in range(0, len(key), _SORT_RUN)]
@@ -240,14 +282,14 @@ def _sort_run(key: np.ndarray, start: int, stop: int) -> np.ndarray:
     return order
 
 
-def _deal_orders(pool: ThreadPoolExecutor, seconds: list[np.ndarray], order_of_corpora, seed: int):
+def _deal_orders(pool: ThreadPoolExecutor, draws: Draws, seconds: list[np.ndarray], order_of_corpora, seed: int):
     """(corpus, the order its copies are dealt in), in ``order_of_corpora``: a seeded shuffle, then a stable
     sort longest first. The later corpora's orders are computed in ``pool`` while the earlier ones are dealt."""
     waiting = [int(c) for c in order_of_corpora if len(seconds[c])]
     keyed = {}
     while waiting or keyed:
         while waiting and len(keyed) < 2:  # one corpus ahead of the one dealt: two corpora's keys in memory
-            keyed[waiting[0]] = pool.submit(_deal_key, pool, seconds[waiting[0]], seed, waiting[0])
+            keyed[waiting[0]] = pool.submit(_deal_key, pool, draws, seconds[waiting[0]], seed, waiting[0])
             waiting.pop(0)
         c = next(iter(keyed))
         ids, key, runs = keyed.pop(c).result()  # popped: the future would hold its arrays
@@ -368,9 +410,9 @@ def _refine(rows, seconds, corpus_of, goal, partners=4, max_steps=None) -> None:
         stuck[[a, b]] = False
 
 
-def _weigh(d: np.ndarray, weight: float, name: str, seed: int, c: int) -> tuple:
+def _weigh(d: np.ndarray, weight: float, name: str, seed: int, c: int, draws: Draws | None) -> tuple:
     """A corpus' copies at its weight, and what the shard count needs of them: (utt, copy, stats, seconds, longest)."""
-    utt, copy = _apply_weight(len(d), weight, seed, c)
+    utt, copy = _apply_weight(len(d), weight, seed, c, draws)
     if not len(utt):
         raise UsageError(f"corpus {name!r} keeps no utterance at weight {weight:g} ({len(d)} utterances)")
     # at a weight >= 1 every utterance is kept (copy 0 of each): no count needed
@@ -381,11 +423,12 @@ def _weigh(d: np.ndarray, weight: float, name: str, seed: int, c: int) -> tuple:
     return utt, copy, stats, chosen.sum(), float(chosen.max())
 
 
-def _fill(d: np.ndarray, utt: np.ndarray, copy: np.ndarray, weight: float, target: int, seed: int, c: int):
+def _fill(d: np.ndarray, utt: np.ndarray, copy: np.ndarray, weight: float, target: int, seed: int, c: int,
+          draws: Draws | None):
     """Pad or drop a corpus' copies to its target count; (utt, copy, seconds, stats update)."""
     delta = int(target - len(utt))
     if delta > 0:
-        utt, copy = _pad(utt, copy, len(d), delta, seed, c)
+        utt, copy = _pad(utt, copy, len(d), delta, seed, c, draws)
     elif delta < 0:
         utt, copy = _drop(utt, copy, -delta, seed, c)
     # padding only repeats kept copies: at a weight >= 1 every utterance is still there
@@ -422,7 +465,8 @@ def _corpus_counts(targets: np.ndarray, count: int, per_shard: int) -> np.ndarra
 
 def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, world_size: int, num_workers: int,
                  shard_duration: float | None = None, num_shards: int | None = None, remainder: str = "pad",
-                 seed: int = 0, names: Sequence[str] | None = None, threads: int = 2) -> BalancePlan:
+                 seed: int = 0, names: Sequence[str] | None = None, threads: int = 2,
+                 draws: Draws | None = None) -> BalancePlan:
     """Plan equal shards for corpora given as arrays of utterance durations (seconds). Pure.
 
     Raises UsageError (before anything is written) for: a corpus given twice, an empty corpus, a
@@ -432,7 +476,7 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, w
     The per-corpus steps (weights, padding, the seeded shuffle and sort that order the dealing) are
     independent of each other, so they run in ``threads`` threads (numpy's sorts, permutations and
     gathers release the GIL); each draws from its own seeded stream, so the plan is the same, byte for
-    byte, whatever the number of threads.
+    byte, whatever the number of threads. ``draws``: permutations started earlier (:class:`Draws`).
     """
     names = list(names) if names is not None else [f"corpus{i}" for i in range(len(durations))]
     weights = [float(w) for w in weights]
@@ -440,16 +484,17 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, w
     _check_args(durations, weights, names, world_size, num_workers, remainder)
     with ThreadPoolExecutor(max(1, threads)) as pool:
         return _plan_in(pool, durations, weights, names, world_size=world_size, num_workers=num_workers,
-                        shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed)
+                        shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
+                        draws=draws)
 
 
 def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: list[float], names: list[str], *,
              world_size: int, num_workers: int, shard_duration: float | None, num_shards: int | None,
-             remainder: str, seed: int) -> BalancePlan:
+             remainder: str, seed: int, draws: Draws | None) -> BalancePlan:
     groups = world_size * num_workers
     notes: list[str] = []
     corpora = range(len(durations))
-    weighed = list(pool.map(lambda c: _weigh(durations[c], weights[c], names[c], seed, c), corpora))
+    weighed = list(pool.map(lambda c: _weigh(durations[c], weights[c], names[c], seed, c, draws), corpora))
     utts, copies, stats = [w[0] for w in weighed], [w[1] for w in weighed], [w[2] for w in weighed]
     weighted = np.array([len(u) for u in utts])
     total_utts = int(weighted.sum())
@@ -460,8 +505,11 @@ def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: lis
 
     per_shard = -(-total_utts // count) if remainder == "pad" else total_utts // count
     targets = apportion(weighted, count * per_shard)
-    filled = list(pool.map(lambda c: _fill(durations[c], utts[c], copies[c], weights[c], int(targets[c]), seed, c),
-                           corpora))
+    draws = draws or Draws(pool)
+    for c in np.argsort([-float(d.mean()) for d in durations], kind="stable"):  # likely dealing order: the
+        draws.deal_ahead(seed, int(c), int(targets[c]))  # permutations beside the padding, the first dealt first
+    filled = list(pool.map(lambda c: _fill(durations[c], utts[c], copies[c], weights[c], int(targets[c]), seed, c,
+                                           draws), corpora))
     del utts, copies
     utts, copies, secs = ([f[i] for f in filled] for i in range(3))
     for c, f in enumerate(filled):
@@ -470,7 +518,7 @@ def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: lis
     counts = _corpus_counts(targets, count, per_shard)
     means = [float(s.mean()) if len(s) else 0.0 for s in secs]
     order_of_corpora = np.argsort(-np.array(means), kind="stable")
-    rows = _deal(pool, secs, _deal_orders(pool, secs, order_of_corpora, seed), counts)
+    rows = _deal(pool, secs, _deal_orders(pool, draws, secs, order_of_corpora, seed), counts)
     # compact columns (int8 corpus, int32 utterance and copy where they fit): at 20 M utterances each
     # int64 column is 160 MB; the values, and so the plan and its digest, are the same; each corpus'
     # part is freed as soon as it is joined (peak memory)

@@ -295,13 +295,14 @@ def check_index_slices(corpus: str, index_files: Sequence[str]) -> None:
                              f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {count}")
 
 
-def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]],
-                 part: tuple[int, int] | None = None) -> MixColumns:
+def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], part: tuple[int, int] | None = None,
+                 on_corpus_loaded: Callable[[int, int], None] | None = None) -> MixColumns:
     """Read each corpus' index files into arrays: Parquet column by column, JSON lines a line at a time.
 
     ``part=(I, P)``: keep only part I of P of every corpus, the utterances whose row (counted over the
     corpus' index files, in order) is I - 1 modulo P; every row is still read and checked, and every key
     that looks like a repeat's name collected, but only the part's columns are kept (memory: 1/P).
+    ``on_corpus_loaded(c, utterances)`` is called as each corpus is read (balance starts its draws).
     """
     from shardkit.io.indexfile import is_parquet
 
@@ -330,6 +331,8 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]],
         corpora.append(CorpusColumns(durations, IndexKeys(segments, rows), shard, key_hash=np.concatenate(
             [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments, rows=rows))
         del parts
+        if on_corpus_loaded is not None:
+            on_corpus_loaded(c, len(durations))
     if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
         sys.modules["pyarrow"].default_memory_pool().release_unused()
     return MixColumns(list(names), corpora, state.shards, state.files, repeat_like=state.repeat_like)
@@ -560,12 +563,11 @@ def _hashes(corpus: CorpusColumns) -> np.ndarray:
 _SORT_RUN = 1 << 21
 
 
-def _sorted_together(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """The values of ``parts`` in one sorted array: runs of 2 M sorted in place in threads (numpy's sort
-    releases the GIL), then merged by one stable sort (timsort finds the runs; ~0.1 s for 20 M)."""
+def _sort_in_runs(every: np.ndarray) -> np.ndarray:
+    """``every`` sorted in place: runs of 2 M sorted in threads (numpy's sort releases the GIL), then
+    merged by one stable sort (timsort finds the runs; ~0.1 s for 20 M)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    every = np.concatenate(parts) if len(parts) else np.zeros(0, np.uint64)
     runs = [slice(start, start + _SORT_RUN) for start in range(0, len(every), _SORT_RUN)]
     with ThreadPoolExecutor(_read_threads()) as pool:
         list(pool.map(lambda run: every[run].sort(), runs))
@@ -582,18 +584,17 @@ def check_unique_keys(mix: MixColumns) -> None:
     """
     from shardkit.io.indexfile import duplicate_hashes
 
-    hashes = [_hashes(corpus) for corpus in mix.corpora]
-    every = _sorted_together(hashes)
-    dups = duplicate_hashes(every, is_sorted=True)
+    every = np.concatenate([_hashes(corpus) for corpus in mix.corpora] or [np.zeros(0, np.uint64)])
+    for corpus in mix.corpora:  # the per-corpus hashes of index files can be read again (peak memory)
+        if isinstance(corpus.keys, IndexKeys):
+            corpus.key_hash = None
+    dups = duplicate_hashes(_sort_in_runs(every), is_sorted=True)
     if not len(dups):
-        # kept sorted for the repeat-name check (unless the keys it needs were collected while loading);
-        # the per-corpus hashes of index files can be read again
+        # kept sorted for the repeat-name check (unless the keys it needs were collected while loading)
         mix.sorted_hashes = every if mix.repeat_like is None else None
-        del every
-        for corpus in mix.corpora:
-            if isinstance(corpus.keys, IndexKeys):
-                corpus.key_hash = None
         return
+    del every
+    hashes = [_hashes(corpus) for corpus in mix.corpora]  # a key twice: find where, from the hashes in row order
     every = np.concatenate(hashes)
     where = np.flatnonzero(np.isin(every, dups))
     del every
