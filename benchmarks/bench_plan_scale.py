@@ -40,7 +40,7 @@ def parse_args():
     p.add_argument("--shard-duration", type=float, default=3600.0)
     p.add_argument("--commands", default="dry_run,plan", help="dry_run and/or plan.")
     p.add_argument("--baseline", default=None, metavar="CHECKOUT",
-                   help="Also run the JSON lines dry run with the shardkit of this checkout (e.g. main's).")
+                   help="Also run the dry run (from each index kind) with the shardkit of this checkout (e.g. main's).")
     return p.parse_args()
 
 
@@ -178,8 +178,8 @@ def main(args) -> None:
         results: dict[tuple[str, str], list[tuple[float, float]]] = {}
         digests = {}
         configs = [(kind, command, None) for kind in ("parquet", "jsonl") if indexes[kind] for command in commands]
-        if args.baseline and indexes["jsonl"]:
-            configs.append(("jsonl", "dry_run_baseline", args.baseline))
+        if args.baseline:  # the same dry run with the other checkout's shardkit, from each index kind
+            configs += [(kind, "dry_run_baseline", args.baseline) for kind in ("parquet", "jsonl") if indexes[kind]]
         for _ in range(args.repeats):
             for kind, command, checkout in configs:
                 cmd = (dry_run_cmd(indexes[kind], args, os.path.join(args.work_dir, "out"))
