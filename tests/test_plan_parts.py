@@ -14,7 +14,6 @@ from click.testing import CliRunner
 
 from shardkit.cli import main
 from shardkit.commands.balance import CorpusSource, _load_mix, _plan, take_keys
-
 from tests.test_indexfile import _records, _to_parquet, _write_jsonl
 
 pytest.importorskip("pyarrow")
