@@ -376,6 +376,7 @@ def _read_parquet(path: str, state: _LoadState):
     and the first error reported are those of a read one row group after the other.
     """
     from concurrent.futures import ThreadPoolExecutor
+    from contextlib import ExitStack
 
     from shardkit.io.indexfile import dictionary_codes, open_parquet_index
 
@@ -384,7 +385,9 @@ def _read_parquet(path: str, state: _LoadState):
     plausibility = plausibility if len(plausibility) == 2 else []
     starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
     durations, shards, hashes, kept = [], [], [], []
-    with ThreadPoolExecutor(_read_threads()) as pool:
+    with ThreadPoolExecutor(_read_threads()) as pool, ExitStack() as on_error:
+        # an error (or Ctrl-C) stops the reads not yet started, rather than reading the rest of the file first
+        on_error.push(lambda kind, *_: kind is not None and pool.shutdown(wait=False, cancel_futures=True))
         reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
                  for group in range(pf.num_row_groups)]
         for group, read in enumerate(reads):
