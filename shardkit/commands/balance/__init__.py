@@ -96,6 +96,7 @@ __all__ = [
 ]
 
 MANIFEST = "balance.json"
+_KEYS_AHEAD = 200_000  # repeats per corpus whose keys _plan reads while the planner deals (more: after it)
 # [original key, output key] of every repeat, one JSON array a line: beside balance.json, not in it, so the
 # report stays small (a weight of 2 on a 10 M-utterance corpus is 10 M repeats); every slice writes the same
 REPEATS = "balance.repeats.jsonl"
@@ -342,22 +343,39 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
     from shardkit.planning.partition import plan_figures
 
     names = [c.name for c in corpora]
+    known: dict[int, tuple] = {}
+
+    def read_ahead(c: int, utts: np.ndarray) -> None:  # the repeats' keys, read while the planner deals
+        if 0 < len(utts) <= _KEYS_AHEAD:
+            unique = np.unique(utts)
+            known[c] = (unique, pool.submit(_keys_released, mix.corpora[c], unique))
+
     with ThreadPoolExecutor(1) as pool:
         checked = pool.submit(check_unique_keys, mix) if check_keys else None
         try:
             plan = plan_balance([c.durations for c in mix.corpora], [c.weight for c in corpora],
                                 world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                                 num_shards=num_shards, remainder=remainder, seed=seed, names=names,
-                                threads=min(os.cpu_count() or 1, 8), draws=draws)
+                                threads=min(os.cpu_count() or 1, 8), draws=draws, on_repeats=read_ahead)
         finally:
             if checked is not None:
                 checked.result()
-    repeats = repeated_keys(plan, mix)
+        repeats = repeated_keys(plan, mix, {c: (u, f.result()) for c, (u, f) in known.items()})
     figures = plan_figures(np.full(plan.num_shards, plan.utts_per_shard), plan.shard_seconds,
                            world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed)
     sources = {name: {"sources": list(c.sources), "index_files": files}
                for name, c, files in zip(names, corpora, index_files)}
     return _Planned(mix, plan, repeats, figures, sources)
+
+
+def _keys_released(corpus: CorpusColumns, utts: np.ndarray) -> list[str]:
+    """take_keys, then the row groups' buffers handed back (it runs while the planner is at its peak)."""
+    import sys
+
+    keys = take_keys(corpus, utts)
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+    return keys
 
 
 def _check_balanced(plan: BalancePlan) -> None:

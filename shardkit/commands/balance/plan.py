@@ -21,7 +21,7 @@ import hashlib
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -466,7 +466,8 @@ def _corpus_counts(targets: np.ndarray, count: int, per_shard: int) -> np.ndarra
 def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, world_size: int, num_workers: int,
                  shard_duration: float | None = None, num_shards: int | None = None, remainder: str = "pad",
                  seed: int = 0, names: Sequence[str] | None = None, threads: int = 2,
-                 draws: Draws | None = None) -> BalancePlan:
+                 draws: Draws | None = None, on_repeats: Callable[[int, np.ndarray], None] | None = None
+                 ) -> BalancePlan:
     """Plan equal shards for corpora given as arrays of utterance durations (seconds). Pure.
 
     Raises UsageError (before anything is written) for: a corpus given twice, an empty corpus, a
@@ -477,6 +478,8 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, w
     independent of each other, so they run in ``threads`` threads (numpy's sorts, permutations and
     gathers release the GIL); each draws from its own seeded stream, so the plan is the same, byte for
     byte, whatever the number of threads. ``draws``: permutations started earlier (:class:`Draws`).
+    ``on_repeats(c, utts)``: told, as soon as the padding is chosen, which utterances of corpus c are
+    repeated (balance starts reading their keys while the planner deals).
     """
     names = list(names) if names is not None else [f"corpus{i}" for i in range(len(durations))]
     weights = [float(w) for w in weights]
@@ -485,12 +488,12 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, w
     with ThreadPoolExecutor(max(1, threads)) as pool:
         return _plan_in(pool, durations, weights, names, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
-                        draws=draws)
+                        draws=draws, on_repeats=on_repeats)
 
 
 def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: list[float], names: list[str], *,
              world_size: int, num_workers: int, shard_duration: float | None, num_shards: int | None,
-             remainder: str, seed: int, draws: Draws | None) -> BalancePlan:
+             remainder: str, seed: int, draws: Draws | None, on_repeats=None) -> BalancePlan:
     groups = world_size * num_workers
     notes: list[str] = []
     corpora = range(len(durations))
@@ -512,6 +515,8 @@ def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: lis
                                            draws), corpora))
     del utts, copies
     utts, copies, secs = ([f[i] for f in filled] for i in range(3))
+    for c in corpora if on_repeats is not None else ():
+        on_repeats(c, utts[c][copies[c] > 0])
     for c, f in enumerate(filled):
         stats[c].update(f[3])
     del filled

@@ -621,15 +621,22 @@ def check_unique_keys(mix: MixColumns) -> None:
             seen[key] = (c, u)
 
 
-def repeated_keys(plan: BalancePlan, mix: MixColumns) -> list[list[str]]:
-    """``[original key, output key]`` for every repeat, in output order; refuses a clash with a real key."""
+def repeated_keys(plan: BalancePlan, mix: MixColumns, known: dict | None = None) -> list[list[str]]:
+    """``[original key, output key]`` for every repeat, in output order; refuses a clash with a real key.
+
+    ``known``: per corpus, (sorted utterances, their keys) read beforehand (balance reads the repeats'
+    keys while the planner deals); the other corpora's keys are read here.
+    """
     from shardkit.io.indexfile import hash_strings
 
     positions = np.flatnonzero(plan.copy > 0)
     keys = np.empty(len(positions), object)
     for c, corpus in enumerate(mix.corpora):
         mine = np.flatnonzero(plan.corpus[positions] == c)
-        if len(mine):
+        if len(mine) and known and c in known:
+            unique, found = known[c]
+            keys[mine] = np.asarray(found, object)[np.searchsorted(unique, plan.utt[positions[mine]])]
+        elif len(mine):
             keys[mine] = take_keys(corpus, plan.utt[positions[mine]])
     pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[positions])]
     if mix.repeat_like is not None:
