@@ -133,7 +133,9 @@ def ensure_indexes(work: str, millions: float, jsonl: bool) -> dict[str, dict[st
 def timed(cmd: list[str], checkout: str | None = None) -> tuple[float, float, str]:
     """(wall seconds, peak RSS MB, stdout) of one process under /usr/bin/time (shardkit from ``checkout``)."""
     env = {**os.environ, "PYTHONPATH": checkout or os.getcwd()}
-    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, env=env)
+    # run from inside the checkout: `python -m` puts the working folder first on sys.path, before PYTHONPATH
+    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, env=env,
+                          cwd=checkout or os.getcwd())
     last = proc.stderr.strip().splitlines()[-1].split()
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
