@@ -40,7 +40,7 @@ def parse_args():
     p.add_argument("--shard-duration", type=float, default=3600.0)
     p.add_argument("--commands", default="dry_run,plan", help="dry_run and/or plan.")
     p.add_argument("--baseline", default=None, metavar="CHECKOUT",
-                   help="Also run the JSON lines dry run with the shardkit of this checkout (e.g. main's).")
+                   help="Also run the dry run (from each index kind) with the shardkit of this checkout (e.g. main's).")
     return p.parse_args()
 
 
@@ -133,7 +133,9 @@ def ensure_indexes(work: str, millions: float, jsonl: bool) -> dict[str, dict[st
 def timed(cmd: list[str], checkout: str | None = None) -> tuple[float, float, str]:
     """(wall seconds, peak RSS MB, stdout) of one process under /usr/bin/time (shardkit from ``checkout``)."""
     env = {**os.environ, "PYTHONPATH": checkout or os.getcwd()}
-    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, env=env)
+    # run from inside the checkout: `python -m` puts the working folder first on sys.path, before PYTHONPATH
+    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, env=env,
+                          cwd=checkout or os.getcwd())
     last = proc.stderr.strip().splitlines()[-1].split()
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -178,8 +180,8 @@ def main(args) -> None:
         results: dict[tuple[str, str], list[tuple[float, float]]] = {}
         digests = {}
         configs = [(kind, command, None) for kind in ("parquet", "jsonl") if indexes[kind] for command in commands]
-        if args.baseline and indexes["jsonl"]:
-            configs.append(("jsonl", "dry_run_baseline", args.baseline))
+        if args.baseline:  # the same dry run with the other checkout's shardkit, from each index kind
+            configs += [(kind, "dry_run_baseline", args.baseline) for kind in ("parquet", "jsonl") if indexes[kind]]
         for _ in range(args.repeats):
             for kind, command, checkout in configs:
                 cmd = (dry_run_cmd(indexes[kind], args, os.path.join(args.work_dir, "out"))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from shardkit.commands import balance
 from shardkit.cli import main
 from shardkit.commands.balance import plan_balance
 from shardkit.errors import UsageError
@@ -167,7 +168,7 @@ def test_balanced_shards_hold_equal_work_and_the_source_bytes(mix, tmp_path, wor
     truth = mix["truth"]
     keys = [s["__key__"] for shard in samples for s in shard]
     assert len(set(keys)) == len(keys)
-    repeats = {new: old for old, new in json.load(open(tmp_path / "out" / "balance.json"))["repeats"]}
+    repeats = {new: old for old, new in balance.read_repeats(str(tmp_path / "out"))}
     seconds = []
     for shard in samples:
         seconds.append(sum(probe(s["wav"])["duration"] for s in shard))
@@ -231,7 +232,7 @@ def test_dry_run_writes_no_shard_and_rerun_skips_finished_shards(mix, tmp_path):
     assert dry["plan"] == first["plan"]
     again = _balance(mix, tmp_path / "out", *args)
     assert again["written"] == {"ok": 0, "skipped": 4, "failed": 0}
-    assert sorted(os.listdir(tmp_path / "out")) == ["balance.json", "data.list"] + \
+    assert sorted(os.listdir(tmp_path / "out")) == ["balance.json", "balance.repeats.jsonl", "data.list"] + \
         [f"shards_00000000{i}.tar" for i in range(4)]
 
 
@@ -307,3 +308,24 @@ def test_out_dir_holding_the_sources_is_refused(tmp_path):
                                               f"{os.path.realpath(tmp_path)} by real path), so outputs could "
                                               f"overwrite inputs; choose another folder")
     assert {p: open(p, "rb").read() for p in shards} == before
+
+
+def test_parts_written_apart_hold_every_utterance_once_each_part_balanced(mix, tmp_path):
+    """--part I/P: P runs over the same sources, each into its own OUT_DIR, each planning 1/P of every corpus:
+    every source utterance is written once as itself (in the part that holds its row), each part balanced."""
+    originals = []
+    for i in (1, 2):
+        out = tmp_path / f"part-{i}"
+        report = _balance(mix, out, "--world-size", "2", "--num-workers", "1", "--shard-duration", "6",
+                          "--part", f"{i}/2")
+        assert report["part"] == {"index": i, "count": 2} and report["balanced"]
+        assert json.load(open(out / "balance.json"))["settings"]["part"] == {"index": i, "count": 2}
+        shards, samples = _read_output(out)
+        assert {len(s) for s in samples} == {report["utterances_per_shard"]} and len(shards) % 2 == 0
+        repeats = dict((new, old) for old, new in balance.read_repeats(str(out)))
+        for sample in (s for shard in samples for s in shard):
+            original = repeats.get(sample["__key__"], sample["__key__"])
+            assert (sample["txt"], sample["wav"]) == (mix["truth"][original]["txt"], mix["truth"][original]["wav"])
+            if sample["__key__"] not in repeats:
+                originals.append(sample["__key__"])
+    assert sorted(originals) == sorted(mix["truth"])  # each utterance once, in one part

@@ -75,3 +75,29 @@ def test_ray_executor_writes_what_the_local_one_writes(make_shards, tmp_path):
         assert on_ray == local
     finally:
         ray.shutdown()
+
+
+def test_merge_reports_joins_the_slices_indexes_into_the_index_of_one_run(make_shards, tmp_path):
+    """convert --split writes index.slice-I-of-N.parquet beside each slice's list; merge-reports streams
+    them, in slice order, into index.parquet: the same rows as the index of one run."""
+    from shardkit.io.indexfile import iter_index
+
+    sources = make_shards("gz", utts_per_shard=2)
+    out = tmp_path / "out"
+    assert run_cli("convert", *sources, "-o", out, "-j", "1", "-q").exit_code == 0
+    single = list(iter_index(str(out / "index.parquet")))
+    shutil.rmtree(out)
+    for i in (1, 2, 3):
+        assert run_cli("convert", *sources, "-o", out, "-j", "1", "-q", "--split", f"{i}/3").exit_code == 0
+        assert (out / f"index.slice-{i}-of-3.parquet").exists()
+    assert not (out / "index.parquet").exists()
+    result = run_cli("merge-reports", out, "--json", "-q")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["index"] == str(out / "index.parquet")
+    assert list(iter_index(str(out / "index.parquet"))) == single and len(single) > 6
+    # a slice without its index: no merged index, and the summary says which slice lacks it
+    (out / "index.parquet").unlink()
+    (out / "index.slice-2-of-3.parquet").unlink()
+    summary = json.loads(run_cli("merge-reports", out, "--json", "-q").stdout)
+    assert "index" not in summary and "slice 2 wrote no index.slice-2-of-3.parquet" in summary["index_note"]
+    assert not (out / "index.parquet").exists()

@@ -98,7 +98,7 @@ def test_three_balance_slices_merged_equal_one_run(corpora, tmp_path):
     out = tmp_path / "out"
     assert balance(corpora, out).exit_code == 0
     single = folder_bytes(out)
-    assert sorted(single) == ["balance.json", "data.list"] + [f"shards_{s:09d}.tar" for s in range(4)]
+    assert sorted(single) == ["balance.json", "balance.repeats.jsonl", "data.list"] + [f"shards_{s:09d}.tar" for s in range(4)]
     shutil.rmtree(out)
     for i in (1, 2, 3):
         result = balance(corpora, out, "--split", f"{i}/3", "--json")

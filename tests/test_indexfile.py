@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from conftest import SMALL_CORPORA, corpus
 
 from shardkit.cli import main
+from shardkit.commands import balance
 from shardkit.commands.balance import CorpusSource, _load_mix, _plan
 from shardkit.commands.balance.plan import plan_balance, plan_digest
 from shardkit.errors import ShardkitError, UsageError
@@ -220,6 +221,12 @@ def test_key_hashes_find_duplicates_and_only_them():
     again = indexfile.key_hashes(pa.chunked_array([pa.array(keys[:100]), pa.array(keys[100:])]))
     assert np.array_equal(again, hashes)
     assert indexfile.duplicate_hashes(np.concatenate([hashes, hashes[[5, 9]]])).tolist() == sorted(hashes[[5, 9]])
+    # keys of one width take a faster path (a matrix, no gathers): the same hashes as among other widths
+    for width in (1, 8, 9, 23, 24):
+        fixed = [f"{i:0{width}d}"[-width:] + "" for i in range(300)]
+        alone = indexfile.key_hashes(pa.array(fixed))
+        assert np.array_equal(alone, indexfile.key_hashes(pa.array(fixed + ["mixed-width"]))[:-1])
+        assert np.array_equal(alone, indexfile.hash_strings(fixed))
 
 
 def test_a_key_in_two_parquet_corpora_is_refused(tmp_path):
@@ -268,7 +275,7 @@ def test_convert_leaves_the_index_beside_data_list_and_balance_uses_it(make_shar
     truth = {key: (text.encode(), audio) for key, text, audio, _ in corpus(SMALL_CORPORA)}
     written = [s for shard in open(tmp_path / "bal" / "data.list").read().split()
                for s in group_samples(iter_shard_members(shard), shard=shard)]
-    repeats = {new: old for old, new in json.load(open(tmp_path / "bal" / "balance.json"))["repeats"]}
+    repeats = {new: old for old, new in balance.read_repeats(str(tmp_path / "bal"))}
     assert {repeats.get(s["__key__"], s["__key__"]) for s in written} == set(truth)
     for s in written:
         assert (s["txt"], s["wav"]) == truth[repeats.get(s["__key__"], s["__key__"])]
@@ -305,3 +312,26 @@ def test_a_repeat_named_like_a_real_key_is_refused_from_parquet(tmp_path):
     with pytest.raises(ShardkitError, match=f"repeat of '{records[3]['key']}' would be named "
                                             f"'{records[3]['key']}-rep1', which is already a key in the mix"):
         _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
+
+
+@pytest.mark.parametrize("case,digest,seconds_digest", GOLDEN[:3])
+def test_draws_started_ahead_and_any_thread_count_plan_the_same_bytes(case, digest, seconds_digest):
+    """balance starts the planner's seeded permutations while the index is read (Draws) and plans in
+    threads: a permutation is a function of its seed, purpose, corpus and length, so the plan is the same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardkit.commands.balance.plan import Draws
+
+    rng = np.random.default_rng(case["seed"])
+    durations = [np.round(rng.gamma(8, m / 8, n), 3) for n, m in zip(case["sizes"], (3.6, 12.3, 5.0))]
+    for threads in (1, 3):
+        with ThreadPoolExecutor(1) as ahead:
+            draws = Draws(ahead)
+            for c, (d, w) in enumerate(zip(durations, case["weights"])):
+                draws.prefetch(len(d), w, case["seed"], c, case["rem"])
+                draws.prefetch(len(d) + 1, w, case["seed"], c, case["rem"])  # a draw never taken: no harm
+            plan = plan_balance(durations, case["weights"], world_size=case["ws"], num_workers=case["nw"],
+                                shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"],
+                                threads=threads, draws=draws)
+        assert plan_digest(plan) == digest
+        assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest

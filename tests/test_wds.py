@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from conftest import corpus
 
 from shardkit.cli import main
+from shardkit.commands import balance
 from shardkit.errors import AudioError, ShardkitError
 from shardkit.io import zstd_tarfile as hook
 from shardkit.io.synth import encode, speech_like
@@ -170,7 +171,7 @@ def test_webdataset_reads_balanced_shards_as_the_source(make_shards, tmp_path, z
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     urls = open(tmp_path / "bal" / "data.list").read().split()
-    repeats = {new: old for old, new in json.load(open(tmp_path / "bal" / "balance.json"))["repeats"]}
+    repeats = {new: old for old, new in balance.read_repeats(str(tmp_path / "bal"))}
     for reader in ("wds+stage", "shardkit.training.wds.WebDataset"):
         samples = read_with(reader, urls)
         assert len(samples) == report["num_shards"] * report["utterances_per_shard"]

@@ -45,7 +45,9 @@ Examples:
       -o /shared/balanced --split $SLURM_ARRAY_TASK_ID/4   # job array; then:
   shardkit merge-reports /shared/balanced --command balance
   shardkit balance --corpus zh=zh.index.jsonl --corpus en=en.index.jsonl --world-size 8 --num-workers 4 \\
-      --wenet-conf conf/train.yaml --dropped-keys dropped.txt -o balanced --dry-run""")
+      --wenet-conf conf/train.yaml --dropped-keys dropped.txt -o balanced --dry-run
+  for i in 1 2 3 4; do shardkit balance --corpus zh=zh.index.parquet --corpus en=en.index.parquet \
+      --world-size 64 --num-workers 4 --part $i/4 -o /shared/balanced/part-$i; done   # 1/4 of the memory""")
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
               help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl, .parquet); "
                    "WEIGHT 1 keeps each utterance once, 2 twice, 0.5 a seeded half. Repeat per corpus.")
@@ -58,6 +60,10 @@ Examples:
 @click.option("--dry-run", is_flag=True, help="Print the plan; write no shard.")
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
 @click.option("--overwrite", is_flag=True, help="Rewrite shards a previous run already finished.")
+@click.option("--part", "part", metavar="I/P", default=None,
+              help="Plan and write only part I of P of every corpus (the utterances whose index row is I-1 "
+                   "modulo P), at 1/P of the memory: P runs, each into its own OUT_DIR, balance a mix "
+                   "above one node's memory.")
 @wenet_conf_options
 @jobs_option
 @executor_options("Plan every shard, write only slice I of N of them (job arrays); join with " "`shardkit merge-reports OUT_DIR --command balance`.")
@@ -65,7 +71,7 @@ Examples:
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level, remainder,
-            seed, epochs, dry_run, verify, overwrite, wenet_conf, tokenizer, dropped_keys, jobs, executor, ray_address,
+            seed, epochs, dry_run, verify, overwrite, part, wenet_conf, tokenizer, dropped_keys, jobs, executor, ray_address,
             split, as_json, quiet):
     """Rewrite a multi-corpus mix into shards that each carry the same seconds and utterance count.
 
@@ -73,7 +79,8 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     with the same number of utterances, durations within 0.5% of the mean (or one median
     utterance), and the corpora in the mix's proportions; plus OUT_DIR/data.list and
     OUT_DIR/balance.json (per shard: utterances, seconds, per-corpus counts; per corpus: kept,
-    repeated, dropped, padded; the `plan` figures of the new list; every repeated key). Members are
+    repeated, dropped, padded; the `plan` figures of the new list) and OUT_DIR/balance.repeats.jsonl
+    (every repeated key, [original, output] a line: the report stays small at any scale). Members are
     copied byte for byte; a repeated utterance's key gets the suffix -rep<N>. Compressed sources
     are decompressed once into OUT_DIR/.balance (free disk for their uncompressed size is needed).
     A rerun resumes, skipping shards already written.
@@ -99,6 +106,10 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     if ray_address and executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     split_slice = parse_split(split) if split else None
+    try:
+        part_of = parse_split(part) if part else None
+    except UsageError as err:
+        raise UsageError(str(err).replace("--split", "--part").replace("slice", "part")) from None
     if shard_duration is not None and num_shards is not None:
         raise UsageError("give --shard-duration or --num-shards, not both")
     codec_name, level = parse_codec_spec(codec, level)
@@ -113,7 +124,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
                              shard_duration=shard_duration, num_shards=num_shards, codec=codec_name, level=level,
                              remainder=remainder, seed=seed, dry_run=dry_run, jobs=jobs or os.cpu_count() or 1,
                              epochs=epochs, verify=verify, overwrite=overwrite, on_event=on_event, executor=executor,
-                             ray_address=ray_address, split=split_slice, wenet=wenet)
+                             ray_address=ray_address, split=split_slice, wenet=wenet, part=part_of)
     except ShardkitError as err:
         if isinstance(err, UsageError) or dry_run:
             raise

@@ -32,6 +32,8 @@ def command(out_dir, report, as_json, quiet):
     checks that all N slices are there and were cut from the same input list with the same
     settings, and writes OUT_DIR/COMMAND.json and OUT_DIR/data.list as one run over the whole
     list would have (atomically; the slice files are kept). Exit 1 if a merged entry failed.
+    convert and make: the slices' by-product indexes (index.slice-I-of-N.parquet) become
+    OUT_DIR/index.parquet, row group by row group, the index one run writes.
     While it writes it holds the folder lock a run of COMMAND without --split takes (for validate,
     on the quarantine folder too): if such a run is writing there, the merge refuses (exit 2)
     naming its pid and host, and a run started during the merge refuses the same way.
@@ -54,6 +56,7 @@ def command(out_dir, report, as_json, quiet):
         if summary.get("skipped_utterances"):
             statuses += f"{'; ' if statuses else ''}{summary['skipped_utterances']} utterances skipped"
         listed = f"; list: {summary['data_list']}" if summary["data_list"] else ""
+        listed += f"; index: {summary['index']}" if summary.get("index") else ""
         click.echo(f"merged {summary['slices']} slices of {report}: {summary['entries']} entries"
                    f"{f' ({statuses})' if statuses else ''}; report: {summary['manifest']}{listed}", err=True)
     sys.exit(1 if summary["problems"] else 0)

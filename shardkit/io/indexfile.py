@@ -423,6 +423,9 @@ def hash_strings(keys: list[str]) -> np.ndarray:
 
 
 def _hash_buffer(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    lengths = offsets[1:] - offsets[:-1]
+    if len(lengths) and lengths[0] > 0 and (lengths == lengths[0]).all():
+        return _hash_fixed(data, len(lengths), int(lengths[0]))
     data = np.concatenate([data, np.zeros(8, np.uint8)])
     starts = offsets[:-1]
     lengths = offsets[1:] - offsets[:-1]
@@ -434,6 +437,22 @@ def _hash_buffer(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         mixed = (h ^ word) * _K1
         mixed ^= mixed >> np.uint64(29)
         h = np.where(lengths > j, mixed, h)  # a key's hash must not depend on the longest key beside it
+    return h
+
+
+def _hash_fixed(data: np.ndarray, n: int, length: int) -> np.ndarray:
+    """:func:`_hash_buffer` of ``n`` keys of ``length`` bytes each (the usual case: generated and many
+    corpora's keys have one width): the keys as rows of a zero-padded matrix, no gathers, the same hashes."""
+    words = -(-length // 8)
+    padded = np.zeros((n, words * 8), np.uint8)
+    padded[:, :length] = data[:n * length].reshape(n, length)
+    columns = padded.view("<u8")
+    h = np.full(n, length + 1, np.uint64)
+    h *= _K0  # (in an array: uint64 products wrap, as in _hash_buffer)
+    for j in range(words):
+        h ^= columns[:, j]
+        h *= _K1
+        h ^= h >> np.uint64(29)
     return h
 
 
@@ -607,6 +626,36 @@ def assemble_index(out_path: str, shards: list[str]) -> tuple[str | None, str | 
     return out_path, None
 
 
+def index_name_beside(data_list: str) -> str:
+    """Where the index of a list goes: ``data.list`` -> ``index.parquet``, ``data.slice-2-of-3.list`` ->
+    ``index.slice-2-of-3.parquet``, ``data.partial.list`` -> ``index.partial.parquet``."""
+    folder, name = os.path.split(data_list)
+    stem = name[:-len(".list")] if name.endswith(".list") else name
+    return os.path.join(folder, "index" + stem[len("data"):] + PARQUET_SUFFIX)
+
+
+def concatenate_indexes(out_path: str, parts: list[str]) -> int:
+    """Write the rows of the Parquet indexes ``parts``, in order, as one index ``out_path`` (atomically);
+    rows written. Streams a row group at a time (what ``merge-reports`` does with the slices' indexes)."""
+    from shardkit.io.files import AtomicFile
+
+    rows = 0
+    with AtomicFile(out_path, buffering=1 << 20) as out:
+        writer = open_parquet_writer(out.file)
+        try:
+            for part in parts:
+                pf = open_parquet_index(part)
+                for group in range(pf.num_row_groups):
+                    table = read_row_group(pf, part, group, pf.schema_arrow.names)
+                    writer.write_table(table.cast(writer.schema) if table.schema != writer.schema
+                                       else table, row_group_size=ROW_GROUP_ROWS)
+                    rows += table.num_rows
+        finally:
+            writer.close()
+        out.commit()
+    return rows
+
+
 def index_beside(data_list: str, listed: list[str]) -> tuple[str | None, str | None]:
     """``index.parquet`` beside ``data.list`` (``index.slice-I-of-N.parquet`` beside a slice's list) of
     the listed shards, from the parts written with them: (path, None) or (None, why not). Never
@@ -615,10 +664,7 @@ def index_beside(data_list: str, listed: list[str]) -> tuple[str | None, str | N
 
     if not is_local(data_list):
         return None, None  # the parts of shards written to a URL are not kept
-    folder, name = os.path.split(data_list)
-    stem = name[:-len(".list")] if name.endswith(".list") else name
-    path = os.path.join(folder, "index" + stem[len("data"):] + PARQUET_SUFFIX)
     try:
-        return assemble_index(path, listed)
+        return assemble_index(index_name_beside(data_list), listed)
     except (ShardkitError, OSError) as err:
         return None, f"index not written ({err})"

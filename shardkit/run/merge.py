@@ -160,6 +160,35 @@ def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
     return data_list, len(lines)
 
 
+def _merged_index(slices: Slices, data_list: str | None) -> tuple[str | None, str | None]:
+    """``index.parquet`` beside the merged list from each slice's ``index.slice-I-of-N.parquet`` (what
+    convert and make write beside a slice's list), rows in slice order: the index one run writes.
+    (path, None), or (None, why not) when some slices wrote one and some did not, (None, None) when none did.
+    """
+    from shardkit.io.files import partial_list_path
+    from shardkit.io.indexfile import concatenate_indexes, index_name_beside
+
+    if data_list is None:
+        return None, None
+    full = os.path.join(slices.out_dir, "data.list")
+    parts = []
+    for i in range(1, slices.count + 1):
+        names = [index_name_beside(slice_path(full, i, slices.count)),
+                 index_name_beside(partial_list_path(slice_path(full, i, slices.count)))]
+        parts.append(next((n for n in names if os.path.exists(n)), None))
+    if not any(parts):
+        return None, None
+    if None in parts:
+        return None, (f"no index merged: slice {parts.index(None) + 1} wrote no "
+                      f"{os.path.basename(index_name_beside(slice_path(full, parts.index(None) + 1, slices.count)))}")
+    path = index_name_beside(data_list)
+    try:
+        concatenate_indexes(path, parts)
+    except (ShardkitError, OSError) as err:
+        return None, f"no index merged ({err})"
+    return path, None
+
+
 def write_merged(slices: Slices, merged: dict | None = None, *, skipped: int | None = None) -> dict:
     """Write the merged report (``merged``, or the generic concatenation) and ``data.list``; the summary.
 
@@ -169,6 +198,7 @@ def write_merged(slices: Slices, merged: dict | None = None, *, skipped: int | N
     entries = merged[slices.entries_key]
     problems = failed_entries(entries)
     data_list, listed = _merged_list(slices)
+    index, index_note = _merged_index(slices, data_list)
     atomic_write_json(slices.report_path, merged)
     statuses: dict[str, int] = {}
     for entry in entries:
@@ -178,4 +208,5 @@ def write_merged(slices: Slices, merged: dict | None = None, *, skipped: int | N
     return {"command": "merge-reports", "report": slices.command, "out_dir": slices.out_dir, "slices": slices.count,
             "entries": len(entries), "statuses": statuses, "problems": len(problems) + (skipped or 0),
             **({"skipped_utterances": skipped} if skipped is not None else {}),
-            "manifest": slices.report_path, "data_list": data_list, "listed": listed}
+            "manifest": slices.report_path, "data_list": data_list, "listed": listed,
+            **({"index": index} if index else {}), **({"index_note": index_note} if index_note else {})}

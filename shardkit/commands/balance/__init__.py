@@ -45,6 +45,7 @@ from shardkit.commands.balance.plan import (
     REPEAT_SUFFIX,
     TOLERANCE_FRACTION,
     BalancePlan,
+    Draws,
     apportion,
     plan_balance,
     plan_digest,
@@ -87,14 +88,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SHARD_DURATION", "JOURNAL", "MANIFEST", "MAX_OPEN_SOURCES", "REFINE_FRACTION", "REMAINDER_POLICIES",
-    "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns",
+    "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns", "Draws",
     "CorpusSource", "IndexKeys", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
     "check_unique_keys", "line_refs", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
-    "plan_digest", "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance",
+    "plan_digest", "read_repeats", "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance",
     "shard_table", "source_stamps", "take_keys", "spool_dir_name", "spool_path", "write_output_shard",
 ]
 
 MANIFEST = "balance.json"
+_KEYS_AHEAD = 200_000  # repeats per corpus whose keys _plan reads while the planner deals (more: after it)
+# [original key, output key] of every repeat, one JSON array a line: beside balance.json, not in it, so the
+# report stays small (a weight of 2 on a 10 M-utterance corpus is 10 M repeats); every slice writes the same
+REPEATS = "balance.repeats.jsonl"
 WORK_DIR = ".balance"
 JOURNAL = ".balance.journal.jsonl"
 
@@ -123,6 +128,7 @@ class BalanceReport:
     failures: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
     slice: dict | None = None  # with --split: the slice of the output shards this run wrote
+    part: dict | None = None  # with --part: {"index": I, "count": P}, the part of every corpus planned
     wenet_conf: dict | None = None  # with --wenet-conf: what the trainer's filter drops and how it batches
     warnings: list[str] = field(default_factory=list)
     dropped_keys: list[str] = field(default_factory=list)
@@ -138,7 +144,7 @@ class BalanceReport:
         counts = {s: sum(1 for e in self.shards if e.get("status_this_run") == s) for s in ("ok", "skipped", "failed")}
         return {"command": "balance", "dry_run": self.dry_run, "out_dir": self.out_dir,
                 "data_list": self.data_list_path or self._named("data.list"), "manifest": self._named(MANIFEST),
-                **({"slice": self.slice} if self.slice else {}),
+                **({"slice": self.slice} if self.slice else {}), **({"part": self.part} if self.part else {}),
                 **self.plan.summary(), "written": counts,
                 "this_run": {"done": counts["ok"], "skipped": counts["skipped"], "failed": counts["failed"]},
                 "failures": self.failures,
@@ -186,7 +192,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                 level: int | None = 3, remainder: str = "pad", seed: int = 0, dry_run: bool = False,
                 jobs: int = 1, epochs: int = 3, verify: bool = True, overwrite: bool = False,
                 on_event: Callable[..., None] | None = None, executor: str = "local", ray_address: str | None = None,
-                split: tuple[int, int] | None = None, wenet=None) -> BalanceReport:
+                split: tuple[int, int] | None = None, wenet=None, part: tuple[int, int] | None = None
+                ) -> BalanceReport:
     """Plan (and unless ``dry_run``, write) balanced shards; see the module docstring.
 
     ``executor``/``ray_address``: where indexing, spooling and shard writing run (shardkit.run.executor;
@@ -195,6 +202,9 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     balance.slice-I-of-N.json and data.slice-I-of-N.list for ``shardkit merge-reports``.
     ``wenet`` (a ``shardkit.commands.trainer.TrainerSpec``, from ``--wenet-conf``): plan only the
     utterances the trainer's filter keeps, and report what it drops and how the output batches.
+    ``part=(I, P)``: plan (and write) only part I of P of every corpus, the utterances whose row in the
+    corpus' indexes is I - 1 modulo P (:func:`load_columns`): P such runs, each into its own OUT_DIR, plan
+    a mix above one node's memory at 1/P of the peak (README, "Above one node's memory").
     """
     import tempfile
 
@@ -202,11 +212,18 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     event = on_event or (lambda *a, **k: None)
     where = {"jobs": jobs, "executor": executor, "ray_address": ray_address}
     _check_run_args(corpora, world_size, num_workers, remainder, split, dry_run)
+    if part is not None and wenet is not None:
+        raise UsageError("--part and --wenet-conf cannot be combined (the trainer's filter reads every row)")
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, dry_run, split)
         if not dry_run and split is None:  # a failed run leaves no half-made OUT_DIR/.balance (Ctrl-C: a rerun resumes)
             stack.push(_work_dir_remover(work_dir))
-        mix, index_files = _load_mix(corpora, work_dir, event, **where)
+        # without a filter, the unique-key check runs beside the planner (_plan), which leaves a core idle,
+        # and the planner's seeded permutations start while the index is read (the same draws, earlier)
+        draws = _drawing_ahead(stack) if wenet is None else None
+        ahead = None if draws is None else (lambda c, n: draws.prefetch(n, corpora[c].weight, seed, c, remainder))
+        mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, part=part,
+                                     on_corpus_loaded=ahead, **where)
         trainer = None
         if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
             from shardkit.commands.trainer import filter_mix
@@ -215,9 +232,11 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         event("planning")
         planned = _plan(corpora, mix, index_files, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
-                        epochs=epochs)
+                        epochs=epochs, check_keys=wenet is None, draws=draws)
         wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
                                                                 num_workers=num_workers, seed=seed, epochs=epochs)
+        if part is not None:
+            wenet_facts["part"] = {"index": part[0], "count": part[1]}
         if dry_run:
             return BalanceReport(None, planned.plan, planned.figures, shard_table(planned.plan, mix, None),
                                  planned.repeats, True, planned.sources, elapsed=time.perf_counter() - started,
@@ -229,7 +248,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         report = dataclasses.replace(_report(planned, layout, entries, started), **wenet_facts)
         _save_report(report, layout, {"world_size": world_size, "num_workers": num_workers,
                                        "shard_duration": shard_duration, "num_shards": num_shards, "codec": codec,
-                                       "level": level, "remainder": remainder, "seed": seed})
+                                       "level": level, "remainder": remainder, "seed": seed,
+                                       **({"part": report.part} if part is not None else {})})
         if not report.failures:
             _clean_up(layout, journal)
         else:  # the spool and indexes are rebuilt by the rerun; the journal (beside them) keeps what was written
@@ -237,6 +257,15 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
 
             shutil.rmtree(work_dir if split is None else layout.spool_dir, ignore_errors=True)
         return report
+
+
+def _drawing_ahead(stack: ExitStack) -> Draws:
+    """A :class:`Draws` on one thread of its own; draws the planner did not take are dropped at the end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    stack.callback(pool.shutdown, wait=False, cancel_futures=True)
+    return Draws(pool)
 
 
 def _work_dir_remover(work_dir: str) -> Callable[..., bool]:
@@ -279,40 +308,74 @@ def _claim_out_dir(stack: ExitStack, scratch: str, corpora: Sequence[CorpusSourc
 
 
 def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..., None], *, jobs: int,
-              executor: str, ray_address: str | None) -> tuple[MixColumns, list[list[str]]]:
+              executor: str, ray_address: str | None, check_keys: bool = True,
+              part: tuple[int, int] | None = None,
+              on_corpus_loaded: Callable[[int, int], None] | None = None) -> tuple[MixColumns, list[list[str]]]:
     """Index the corpora's shard sources and read every index into columns; refuse an empty corpus or
-    a key twice, since either would make a plan that cannot be written."""
+    (unless ``check_keys`` is false: then :func:`_plan` checks) a key twice, since either would make a
+    plan that cannot be written."""
     index_files = resolve_index_files(corpora, os.path.join(work_dir, "index"), jobs=jobs,
                                       on_index=lambda *a: event("indexed", *a),
                                       on_corpus=lambda *a: event("indexing", *a), executor=executor,
                                       ray_address=ray_address)
     event("loading", sum(len(f) for f in index_files))
     names = [c.name for c in corpora]
-    mix = load_columns(names, index_files)
+    mix = load_columns(names, index_files, part, on_corpus_loaded)
     for name, corpus in zip(names, mix.corpora):
         if not len(corpus.durations):
             raise UsageError(f"corpus {name!r} is empty (no utterances in its sources)")
-    check_unique_keys(mix)
+    if check_keys:
+        check_unique_keys(mix)
     return mix, index_files
 
 
 def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[list[str]], *, world_size: int,
           num_workers: int, shard_duration: float | None, num_shards: int | None, remainder: str, seed: int,
-          epochs: int) -> _Planned:
+          epochs: int, check_keys: bool = False, draws: Draws | None = None) -> _Planned:
     """The plan and everything reported about it. Pure (no I/O): a dry run stops after this step,
-    and every job of a ``--split`` array computes the same result."""
+    and every job of a ``--split`` array computes the same result.
+
+    ``check_keys``: run :func:`check_unique_keys` in a thread beside the planner (whose last steps use
+    one core); a key twice is still the error reported first, before any the planner raises.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from shardkit.planning.partition import plan_figures
 
     names = [c.name for c in corpora]
-    plan = plan_balance([c.durations for c in mix.corpora], [c.weight for c in corpora], world_size=world_size,
-                        num_workers=num_workers, shard_duration=shard_duration, num_shards=num_shards,
-                        remainder=remainder, seed=seed, names=names)
-    repeats = repeated_keys(plan, mix)
+    known: dict[int, tuple] = {}
+
+    def read_ahead(c: int, utts: np.ndarray) -> None:  # the repeats' keys, read while the planner deals
+        if 0 < len(utts) <= _KEYS_AHEAD:
+            unique = np.unique(utts)
+            known[c] = (unique, pool.submit(_keys_released, mix.corpora[c], unique))
+
+    with ThreadPoolExecutor(1) as pool:
+        checked = pool.submit(check_unique_keys, mix) if check_keys else None
+        try:
+            plan = plan_balance([c.durations for c in mix.corpora], [c.weight for c in corpora],
+                                world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
+                                num_shards=num_shards, remainder=remainder, seed=seed, names=names,
+                                threads=min(os.cpu_count() or 1, 8), draws=draws, on_repeats=read_ahead)
+        finally:
+            if checked is not None:
+                checked.result()
+        repeats = repeated_keys(plan, mix, {c: (u, f.result()) for c, (u, f) in known.items()})
     figures = plan_figures(np.full(plan.num_shards, plan.utts_per_shard), plan.shard_seconds,
                            world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed)
     sources = {name: {"sources": list(c.sources), "index_files": files}
                for name, c, files in zip(names, corpora, index_files)}
     return _Planned(mix, plan, repeats, figures, sources)
+
+
+def _keys_released(corpus: CorpusColumns, utts: np.ndarray) -> list[str]:
+    """take_keys, then the row groups' buffers handed back (it runs while the planner is at its peak)."""
+    import sys
+
+    keys = take_keys(corpus, utts)
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+    return keys
 
 
 def _check_balanced(plan: BalancePlan) -> None:
@@ -489,8 +552,39 @@ def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None
         "settings": settings,
         "summary": report.plan.summary(), "sources": recorded_sources, "shards": [
             {k: v for k, v in row.items() if k != "status_this_run"} for row in table],
-        "plan": report.figures, "repeat_key_format": "{key}" + REPEAT_SUFFIX, "repeats": report.repeats,
+        "plan": report.figures, "repeat_key_format": "{key}" + REPEAT_SUFFIX,
+        "repeats_file": _write_repeats(layout.out_dir, report.repeats), "repeated_copies": len(report.repeats),
         **({"wenet_conf": report.wenet_conf} if report.wenet_conf is not None else {})})
+
+
+def _write_repeats(out_dir: str, repeats: list[list[str]]) -> str:
+    """OUT_DIR/balance.repeats.jsonl, a line at a time (atomically); its name, relative to OUT_DIR."""
+    import json
+
+    from shardkit.io.files import AtomicFile
+
+    with AtomicFile(os.path.join(out_dir, REPEATS), buffering=1 << 20) as out:
+        for pair in repeats:
+            out.file.write(json.dumps(pair, ensure_ascii=False).encode("utf-8") + b"\n")
+        out.commit()
+    return REPEATS
+
+
+def read_repeats(out_dir: str):
+    """``(original key, output key)`` of every repeat balance wrote into ``out_dir``, in output order
+    (from the file balance.json names: ``repeats_file``)."""
+    import json
+
+    from shardkit.run.manifest import load_json
+
+    manifest = load_json(os.path.join(out_dir, MANIFEST)) or {}
+    name = manifest.get("repeats_file")
+    if name is None:  # a report written before the side file: the repeats inline
+        yield from (tuple(pair) for pair in manifest.get("repeats", []))
+        return
+    with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+        for line in f:
+            yield tuple(json.loads(line))
 
 
 def _clean_up(layout: _Layout, journal: Journal) -> None:

@@ -18,9 +18,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from shardkit.commands.balance.plan import BalancePlan, repeat_key
+from shardkit.commands.balance.plan import REPEAT_SUFFIX, BalancePlan, repeat_key
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.planning.plausible import impossible_duration
+
+
+REPEAT_MARK = REPEAT_SUFFIX.split("{")[0]  # "-rep": in every repeat's name
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class MixColumns:
     shards: list[str]
     index_files: list[str]
     sorted_hashes: np.ndarray | None = None  # every key's hash, sorted (check_unique_keys keeps it)
+    # every key that contains REPEAT_MARK (load_columns collects them): the only keys a repeat's name can
+    # equal, so the repeat-name check needs neither the 20 M hashes nor a second read (None: not collected)
+    repeat_like: set[str] | None = None
 
 
 @dataclass
@@ -168,21 +174,34 @@ class IndexKeys:
 
 
 def _parquet_keys(path: str, rows: np.ndarray) -> list[str]:
-    from shardkit.io.indexfile import open_parquet_index, read_row_group
+    """Keys of rows ``rows`` of a Parquet index: the row groups that hold them read in threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardkit.io.indexfile import open_parquet_index
 
     pf = open_parquet_index(path)
     order = np.argsort(rows, kind="stable")
     wanted = rows[order]
     out = np.empty(len(rows), object)
-    start = 0
-    for group in range(pf.num_row_groups):
-        count = pf.metadata.row_group(group).num_rows
-        lo, hi = np.searchsorted(wanted, [start, start + count])
-        if hi > lo:
-            keys = read_row_group(pf, path, group, ["key"]).column("key")
-            out[order[lo:hi]] = keys.take(wanted[lo:hi] - start).to_pylist()
-        start += count
+    starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
+    bounds = np.searchsorted(wanted, starts)
+    groups = [g for g in range(pf.num_row_groups) if bounds[g + 1] > bounds[g]]
+
+    def keys_of(group: int) -> list[str]:
+        lo, hi = bounds[group], bounds[group + 1]
+        return _group_keys(path, group, wanted[lo:hi] - starts[group])
+
+    with ThreadPoolExecutor(_read_threads()) as pool:
+        for group, keys in zip(groups, pool.map(keys_of, groups)):
+            out[order[bounds[group]:bounds[group + 1]]] = keys
     return list(out)
+
+
+def _group_keys(path: str, group: int, rows: np.ndarray) -> list[str]:
+    from shardkit.io.indexfile import open_parquet_index, read_row_group
+
+    keys = read_row_group(open_parquet_index(path), path, group, ["key"]).column("key")
+    return keys.take(rows).to_pylist()
 
 
 def take_keys(corpus: CorpusColumns, utts: np.ndarray) -> list[str]:
@@ -276,31 +295,47 @@ def check_index_slices(corpus: str, index_files: Sequence[str]) -> None:
                              f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {count}")
 
 
-def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]]) -> MixColumns:
-    """Read each corpus' index files into arrays: Parquet column by column, JSON lines a line at a time."""
+def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], part: tuple[int, int] | None = None,
+                 on_corpus_loaded: Callable[[int, int], None] | None = None) -> MixColumns:
+    """Read each corpus' index files into arrays: Parquet column by column, JSON lines a line at a time.
+
+    ``part=(I, P)``: keep only part I of P of every corpus, the utterances whose row (counted over the
+    corpus' index files, in order) is I - 1 modulo P; every row is still read and checked, and every key
+    that looks like a repeat's name collected, but only the part's columns are kept (memory: 1/P).
+    ``on_corpus_loaded(c, utterances)`` is called as each corpus is read (balance starts its draws).
+    """
     from shardkit.io.indexfile import is_parquet
 
     state = _LoadState()
+    state.part = None if part is None else (part[0] - 1, part[1])
     corpora = []
     for c, (name, paths) in enumerate(zip(names, index_files)):
         parts = []
+        state.row = 0
         for path in paths:
             file_id = len(state.files)
             state.files.append(path)
             state.corpus = name
             read = _read_parquet if is_parquet(path) else _read_jsonl
-            durations, shard, hashes, offsets = read(path, state)
-            parts.append((durations, shard, hashes, _Segment(file_id, path, len(durations), offsets)))
+            first = state.row
+            durations, shard, hashes, offsets, rows, count = read(path, state)
+            parts.append((durations, shard, hashes, _Segment(file_id, path, count, offsets), rows))
+            state.row = first + (count if offsets is None else state.row - first)
         durations = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
         shard = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int32)
         state.claim_shards(shard, c, names)
         segments = [p[3] for p in parts]
-        corpora.append(CorpusColumns(durations, IndexKeys(segments), shard, key_hash=np.concatenate(
-            [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments))
+        starts = np.cumsum([0] + [seg.count for seg in segments])
+        rows = None if part is None else np.concatenate(
+            [starts[k] + p[4] for k, p in enumerate(parts)] or [np.zeros(0, np.int64)])
+        corpora.append(CorpusColumns(durations, IndexKeys(segments, rows), shard, key_hash=np.concatenate(
+            [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments, rows=rows))
         del parts
+        if on_corpus_loaded is not None:
+            on_corpus_loaded(c, len(durations))
     if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
         sys.modules["pyarrow"].default_memory_pool().release_unused()
-    return MixColumns(list(names), corpora, state.shards, state.files)
+    return MixColumns(list(names), corpora, state.shards, state.files, repeat_like=state.repeat_like)
 
 
 class _LoadState:
@@ -312,6 +347,9 @@ class _LoadState:
         self.owner: list[int] = []
         self.files: list[str] = []
         self.corpus = ""  # the corpus whose index is being read (for messages)
+        self.repeat_like: set[str] = set()  # keys that contain REPEAT_MARK (MixColumns.repeat_like)
+        self.part: tuple[int, int] | None = None  # (I - 1, P): keep the corpus rows that are I - 1 modulo P
+        self.row = 0  # rows of the corpus read so far (over its index files)
 
     def refuse_impossible(self, key: str, shard: str, why: str, path: str) -> None:
         """An utterance whose seconds its bytes cannot hold: no plan is built on a header lie."""
@@ -331,37 +369,91 @@ class _LoadState:
 
 
 def _read_parquet(path: str, state: _LoadState):
-    """(durations, shard ids, key hashes, None) of a Parquet index, one row group at a time."""
-    from shardkit.io.indexfile import (
-        check_durations,
-        dictionary_codes,
-        key_hashes,
-        open_parquet_index,
-        read_row_group,
-    )
+    """(durations, shard ids, key hashes, None, kept rows (None: all), rows in the file) of a Parquet index.
+
+    Row groups are read, checked and hashed in threads (pyarrow's reads and numpy's passes release the
+    GIL), a few at a time, and taken in row order: the shard ids (numbered in order of first appearance)
+    and the first error reported are those of a read one row group after the other.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+    from contextlib import ExitStack
+
+    from shardkit.io.indexfile import dictionary_codes, open_parquet_index
 
     pf = open_parquet_index(path)
     plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
     plausibility = plausibility if len(plausibility) == 2 else []
-    durations, shards, hashes = [], [], []
-    start = 0
-    for group in range(pf.num_row_groups):
-        table = read_row_group(pf, path, group, ["shard", "key", "duration", *plausibility])
-        try:
-            d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-            check_durations(d, path=path, first_row=start)
-            if plausibility:
-                _check_plausible(table, d, path, state)
-            shards.append(dictionary_codes(table.column("shard"), state.shards, state.shard_ids))
-            hashes.append(key_hashes(table.column("key")))
-        except (ValueError, TypeError) as err:
-            raise ShardkitError(f"row group {group} (rows {start}-{start + table.num_rows - 1}): {err} in the shard "
-                                f"or key column", shard=path) from None
-        durations.append(d)
-        start += table.num_rows
-        del table
+    starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
+    durations, shards, hashes, kept = [], [], [], []
+    with ThreadPoolExecutor(_read_threads()) as pool, ExitStack() as on_error:
+        # an error (or Ctrl-C) stops the reads not yet started, rather than reading the rest of the file first
+        on_error.push(lambda kind, *_: kind is not None and pool.shutdown(wait=False, cancel_futures=True))
+        reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
+                 for group in range(pf.num_row_groups)]
+        for group, read in enumerate(reads):
+            d, shard_column, h, marked, rows = read.result()
+            if rows is not None:
+                kept.append(rows + starts[group])
+            state.repeat_like.update(marked)
+            try:
+                shards.append(dictionary_codes(shard_column, state.shards, state.shard_ids))
+            except (ValueError, TypeError) as err:
+                raise _group_error(group, starts[group], starts[group + 1], err, path) from None
+            durations.append(d)
+            hashes.append(h)
+            reads[group] = None  # its columns go as soon as they are taken
     cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype))
-    return cat(durations, np.float64), cat(shards, np.int32), cat(hashes, np.uint64), None
+    rows = cat(kept, np.int64) if state.part is not None else None
+    return cat(durations, np.float64), cat(shards, np.int32), cat(hashes, np.uint64), None, rows, starts[-1]
+
+
+def _read_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _part_rows(first: int, count: int, part: tuple[int, int]) -> np.ndarray:
+    """Which of ``count`` rows, the first being corpus row ``first``, are ``part[0]`` modulo ``part[1]``."""
+    index, parts = part
+    return np.arange((index - first) % parts, count, parts, dtype=np.int64)
+
+
+def _repeat_like(keys) -> list[str]:
+    """The keys of a pyarrow string column that contain REPEAT_MARK (almost always none): one search of
+    the column's bytes (a byte search, ~10x faster than matching key by key) decides whether to look closer."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+    mark = REPEAT_MARK.encode("utf-8")
+    if not any(c.buffers()[2] is not None and mark in memoryview(c.buffers()[2]).tobytes() for c in chunks):
+        return []
+    marked = pc.match_substring(keys, REPEAT_MARK)
+    return keys.filter(marked).to_pylist()
+
+
+def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -> ShardkitError:
+    return ShardkitError(f"row group {group} (rows {start}-{stop - 1}): {err} in the shard or key column", shard=path)
+
+
+def _read_group(path: str, group: int, start: int, plausibility: list[str], state: _LoadState):
+    """One row group: (durations, its shard column, key hashes), checked; its key strings are not kept.
+    Each read opens the file itself (a pyarrow reader is not shared between threads)."""
+    from shardkit.io.indexfile import check_durations, key_hashes, open_parquet_index, read_row_group
+
+    table = read_row_group(open_parquet_index(path), path, group, ["shard", "key", "duration", *plausibility])
+    try:
+        d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        check_durations(d, path=path, first_row=start)
+        if plausibility:
+            _check_plausible(table, d, path, state)
+        keys = table.column("key")
+        marked = _repeat_like(keys)
+        if state.part is None:
+            return d, table.column("shard"), key_hashes(keys), marked, None
+        rows = _part_rows(state.row + start, table.num_rows, state.part)
+        return d[rows], table.column("shard").take(rows), key_hashes(keys.take(rows)), marked, rows
+    except (ValueError, TypeError) as err:
+        raise _group_error(group, start, start + table.num_rows, err, path) from None
 
 
 def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState) -> None:
@@ -379,7 +471,8 @@ def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState)
 
 
 def _read_jsonl(path: str, state: _LoadState):
-    """(durations, shard ids, key hashes, line offsets) of a JSON lines index; one line parsed at a time."""
+    """(durations, shard ids, key hashes, line offsets, kept rows, records kept) of a JSON lines index; one
+    line parsed at a time. With a part (``state.part``) only its lines are kept: the segment is those lines."""
     from shardkit.io.indexfile import BATCH_ROWS, hash_strings, loads, open_index, parse_index_line
 
     durations, shard_col, offsets, keys, hashes = [], [], [], [], []
@@ -399,6 +492,12 @@ def _read_jsonl(path: str, state: _LoadState):
                 continue
             if (why := impossible_duration(duration, record.get("sample_rate"), record.get("bytes"))):
                 state.refuse_impossible(key, shard, why, path)
+            if REPEAT_MARK in key:
+                state.repeat_like.add(key)
+            state.row += 1
+            if state.part is not None and (state.row - 1) % state.part[1] != state.part[0]:
+                offset += len(line)
+                continue
             sid = shard_ids.get(shard)
             if sid is None:
                 sid = shard_ids[shard] = len(shards)
@@ -412,8 +511,9 @@ def _read_jsonl(path: str, state: _LoadState):
                 hashes.append(hash_strings(keys))
                 keys = []
     hashes.append(hash_strings(keys))
+    rows = np.arange(len(offsets), dtype=np.int64) if state.part is not None else None
     return (np.array(durations, np.float64), np.array(shard_col, np.int32), np.concatenate(hashes),
-            np.array(offsets, np.int64))
+            np.array(offsets, np.int64), rows, len(offsets))
 
 
 def line_refs(mix: MixColumns, work_dir: str) -> list[str]:
@@ -463,6 +563,22 @@ def _hashes(corpus: CorpusColumns) -> np.ndarray:
     return corpus.key_hash
 
 
+_SORT_RUN = 1 << 21
+
+
+def _sort_in_runs(every: np.ndarray) -> np.ndarray:
+    """``every`` sorted in place: runs of 2 M sorted in threads (numpy's sort releases the GIL), then
+    merged by one stable sort (timsort finds the runs; ~0.1 s for 20 M)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runs = [slice(start, start + _SORT_RUN) for start in range(0, len(every), _SORT_RUN)]
+    with ThreadPoolExecutor(_read_threads()) as pool:
+        list(pool.map(lambda run: every[run].sort(), runs))
+    if len(runs) > 1:
+        every.sort(kind="stable")
+    return every
+
+
 def check_unique_keys(mix: MixColumns) -> None:
     """Two utterances with one key would be one sample to WeNet's grouping: refuse the mix.
 
@@ -471,17 +587,17 @@ def check_unique_keys(mix: MixColumns) -> None:
     """
     from shardkit.io.indexfile import duplicate_hashes
 
-    hashes = [_hashes(corpus) for corpus in mix.corpora]
-    every = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-    every.sort()
-    dups = duplicate_hashes(every, is_sorted=True)
+    every = np.concatenate([_hashes(corpus) for corpus in mix.corpora] or [np.zeros(0, np.uint64)])
+    for corpus in mix.corpora:  # the per-corpus hashes of index files can be read again (peak memory)
+        if isinstance(corpus.keys, IndexKeys):
+            corpus.key_hash = None
+    dups = duplicate_hashes(_sort_in_runs(every), is_sorted=True)
     if not len(dups):
-        # kept sorted for the repeat-name check; the per-corpus hashes of index files can be read again
-        mix.sorted_hashes = every
-        for corpus in mix.corpora:
-            if isinstance(corpus.keys, IndexKeys):
-                corpus.key_hash = None
+        # kept sorted for the repeat-name check (unless the keys it needs were collected while loading)
+        mix.sorted_hashes = every if mix.repeat_like is None else None
         return
+    del every
+    hashes = [_hashes(corpus) for corpus in mix.corpora]  # a key twice: find where, from the hashes in row order
     every = np.concatenate(hashes)
     where = np.flatnonzero(np.isin(every, dups))
     del every
@@ -505,18 +621,30 @@ def check_unique_keys(mix: MixColumns) -> None:
             seen[key] = (c, u)
 
 
-def repeated_keys(plan: BalancePlan, mix: MixColumns) -> list[list[str]]:
-    """``[original key, output key]`` for every repeat, in output order; refuses a clash with a real key."""
+def repeated_keys(plan: BalancePlan, mix: MixColumns, known: dict | None = None) -> list[list[str]]:
+    """``[original key, output key]`` for every repeat, in output order; refuses a clash with a real key.
+
+    ``known``: per corpus, (sorted utterances, their keys) read beforehand (balance reads the repeats'
+    keys while the planner deals); the other corpora's keys are read here.
+    """
     from shardkit.io.indexfile import hash_strings
 
     positions = np.flatnonzero(plan.copy > 0)
     keys = np.empty(len(positions), object)
     for c, corpus in enumerate(mix.corpora):
         mine = np.flatnonzero(plan.corpus[positions] == c)
-        if len(mine):
+        if len(mine) and known and c in known:
+            unique, found = known[c]
+            keys[mine] = np.asarray(found, object)[np.searchsorted(unique, plan.utt[positions[mine]])]
+        elif len(mine):
             keys[mine] = take_keys(corpus, plan.utt[positions[mine]])
     pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[positions])]
-    if pairs:
+    if mix.repeat_like is not None:
+        clash = next((p for p in pairs if p[1] in mix.repeat_like), None) if mix.repeat_like else None
+        if clash:
+            raise ShardkitError(f"repeat of {clash[0]!r} would be named {clash[1]!r}, which is already a key in "
+                                "the mix")
+    elif pairs:
         new = hash_strings([p[1] for p in pairs])
         every = mix.sorted_hashes
         if every is None:
