@@ -81,3 +81,18 @@ def tar_bytes(members, fmt=tarfile.GNU_FORMAT) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+@pytest.fixture
+def patched():
+    """tarfile with shardkit's zstd bridge (what WeNet reads through before Python 3.14) for one test, then
+    exactly as before (even if this venv has the hook on)."""
+    from shardkit.io import zstd_tarfile as hook
+
+    was_active = hook.is_patched(tarfile)
+    hook.deactivate()
+    hook.patch(tarfile)
+    yield tarfile
+    hook.deactivate()
+    if was_active:
+        hook.activate()

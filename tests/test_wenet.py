@@ -27,18 +27,6 @@ READ_MODES = ["r:*", "r|*", "r:zst", "r|zst"]
 
 
 @pytest.fixture
-def patched():
-    """tarfile with zstd for one test, then exactly as before (even if this venv has the hook on)."""
-    was_active = hook.is_patched(tarfile)
-    hook.deactivate()
-    hook.patch(tarfile)
-    yield tarfile
-    hook.deactivate()
-    if was_active:
-        hook.activate()
-
-
-@pytest.fixture
 def unpatched():
     was_active = hook.is_patched(tarfile)
     hook.deactivate()

@@ -23,7 +23,6 @@ import zstandard
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.io import zstd_tarfile as hook
 from shardkit.io.codecs import ZST_FRAME_BYTES, iter_decompressed, open_writer
 from shardkit.io.synth import CorpusSpec, write_shards
 from shardkit.io.tar import iter_shard_members
@@ -100,21 +99,6 @@ def test_a_reader_of_the_first_frame_only_would_lose_most_of_the_shard(shards):
     assert len(first) == ZST_FRAME_BYTES < os.path.getsize(shards["plain"][0]) // 3
 
 
-@pytest.fixture
-def patched_tarfile():
-    """tarfile with shardkit's zstd bridge (what WeNet reads through before Python 3.14), then as before."""
-    if not hook.needed():
-        yield tarfile
-        return
-    was_active = hook.is_patched(tarfile)
-    hook.deactivate()
-    hook.patch(tarfile)
-    yield tarfile
-    hook.deactivate()
-    if was_active:
-        hook.activate()
-
-
 def _tarfile_members(path: str, mode: str):
     with open(path, "rb") as f, tarfile.open(fileobj=f, mode=mode) as archive:
         return [(info.name, archive.extractfile(info).read()) for info in archive]
@@ -147,7 +131,7 @@ READERS = {
 
 
 @pytest.mark.parametrize("name", list(READERS))
-def test_every_member_reader_reads_a_multi_frame_shard_fully(shards, patched_tarfile, name):
+def test_every_member_reader_reads_a_multi_frame_shard_fully(shards, patched, name):
     if "zstd -dc" in name and shutil.which("zstd") is None:
         pytest.skip("no zstd command")
     for plain, path in zip(shards["plain"], shards["zst"]):
