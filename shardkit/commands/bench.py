@@ -706,11 +706,9 @@ def machine_info() -> dict:
             versions[name] = getattr(module, "__version__", "?")
         except ImportError:
             versions[name] = None
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count() or 1
-    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable, "python": platform.python_version(),
+    from shardkit.run.executor import usable_cores
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable_cores(), "python": platform.python_version(),
             "platform": platform.platform(), "libraries": versions}
 
 

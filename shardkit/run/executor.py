@@ -330,11 +330,19 @@ def forkserver_context():
     of the main process then ends the forkserver, and with it (PDEATHSIG again) every worker, and
     the resource tracker, whose last writers they were. A rerun right after finds no one writing.
     """
+    return _set_forkserver_preload([])
+
+
+_DEATHSIG_MODULE = "shardkit.run.deathsig"
+
+
+def _set_forkserver_preload(modules: list[str]):
+    """The forkserver context, its preload list set to: ``shardkit.run.deathsig`` first when this is the
+    main thread, then what was asked before, then ``modules``. (Takes effect when the server starts.)"""
     import multiprocessing
     import threading
 
     context = multiprocessing.get_context("forkserver")
-    module = "shardkit.run.deathsig"
     try:
         from multiprocessing import forkserver
 
@@ -343,11 +351,10 @@ def forkserver_context():
         current = []
     # PR_SET_PDEATHSIG follows the parent *thread*: a server started from a thread that ends
     # would die with it, so only a server started from the main thread asks for it
-    wanted = threading.current_thread() is threading.main_thread()
-    if wanted and module not in current:
-        context.set_forkserver_preload(current + [module])
-    elif not wanted and module in current:
-        context.set_forkserver_preload([m for m in current if m != module])
+    first = [_DEATHSIG_MODULE] if threading.current_thread() is threading.main_thread() else []
+    wanted = list(dict.fromkeys(first + [m for m in current + modules if m != _DEATHSIG_MODULE]))
+    if wanted != current:
+        context.set_forkserver_preload(wanted)
     return context
 
 
@@ -356,17 +363,7 @@ def preload_in_forkserver(modules: list[str]) -> None:
     that every pool worker forked from it starts with them instead of importing them itself: one
     import of numpy, soundfile and a command's task module for the run, not one per worker. No
     effect once the server is running (it is one per process, started by the first pool)."""
-    import multiprocessing
-
-    try:
-        from multiprocessing import forkserver
-
-        current = list(getattr(forkserver._forkserver, "_preload_modules", []) or [])
-    except (ImportError, AttributeError):
-        current = []
-    first = ["shardkit.run.deathsig"] if threading_is_main() else []
-    wanted = first + [m for m in current if m not in first] + [m for m in modules if m not in current]
-    multiprocessing.get_context("forkserver").set_forkserver_preload(wanted)
+    _set_forkserver_preload(modules)
 
 
 def start_forkserver(modules: list[str]) -> None:
@@ -378,10 +375,13 @@ def start_forkserver(modules: list[str]) -> None:
     forkserver.ensure_running()
 
 
-def threading_is_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a job scheduler or taskset set it), else
+    every core the machine has (platforms without affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def local_pool(jobs: int):

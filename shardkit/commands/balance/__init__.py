@@ -561,12 +561,9 @@ def _write_repeats(out_dir: str, repeats: list[list[str]]) -> str:
     """OUT_DIR/balance.repeats.jsonl, a line at a time (atomically); its name, relative to OUT_DIR."""
     import json
 
-    from shardkit.io.files import AtomicFile
+    from shardkit.io.files import atomic_write_lines
 
-    with AtomicFile(os.path.join(out_dir, REPEATS), buffering=1 << 20) as out:
-        for pair in repeats:
-            out.file.write(json.dumps(pair, ensure_ascii=False).encode("utf-8") + b"\n")
-        out.commit()
+    atomic_write_lines(os.path.join(out_dir, REPEATS), (json.dumps(pair, ensure_ascii=False) for pair in repeats))
     return REPEATS
 
 

@@ -233,13 +233,9 @@ def _remove_previous(out_dir: str, keep: set[str] = frozenset()) -> None:
     """Temporary files of a killed run (but those a resume continues, ``keep``), and the shards of an earlier
     run with other inputs or options (they would be replaced anyway; removing them first keeps the folder at
     one copy)."""
-    from shardkit.io.files import PARTIAL_SUFFIX, load_json
+    from shardkit.io.files import load_json, remove_leftovers
 
-    names = {os.path.basename(p) for p in output_leftovers(out_dir)}
-    for entry in os.scandir(out_dir):
-        stem = entry.name[1:-len(PARTIAL_SUFFIX)].rpartition(".")[0]
-        if entry.name.endswith(PARTIAL_SUFFIX) and stem in names and entry.path not in keep:
-            os.unlink(entry.path)
+    remove_leftovers(output_leftovers(out_dir), keep=keep)
     if not keep:
         resume.remove(out_dir)
     doc = load_json(os.path.join(out_dir, MANIFEST))
@@ -545,7 +541,9 @@ def _sizes(sources: list[tuple[str, int]]) -> list[tuple[str, int | None]]:
 
 def _writer_threads() -> int:
     """Writer threads of the output shards: one per core (they hash, compress and write outside the GIL)."""
-    return max(1, min(len(os.sched_getaffinity(0)), 16))
+    from shardkit.run.executor import usable_cores
+
+    return max(1, min(usable_cores(), 16))
 
 
 def _threads_per_task(tasks: list[SourceTask], jobs: int | None) -> dict:
@@ -553,7 +551,9 @@ def _threads_per_task(tasks: list[SourceTask], jobs: int | None) -> dict:
     change what is read): see :func:`decoder_threads`."""
     from dataclasses import replace
 
-    cores = len(os.sched_getaffinity(0))
+    from shardkit.run.executor import usable_cores
+
+    cores = usable_cores()
     jobs_n = max(1, min(jobs or cores, len(tasks) or 1))
     position = {id(task): k for k, task in enumerate(tasks)}
 
@@ -574,6 +574,8 @@ def decoder_threads(cores: int, jobs: int, tasks: int, k: int) -> int:
     oversubscribed); a later one starts as an earlier one ends, and the last ones, which run while
     fewer than ``jobs`` remain, get the cores the finished jobs left idle.
     """
+    from shardkit.commands.convert import task_threads
+
     if k < jobs:
         return max(1, cores // jobs + (1 if k < cores % jobs else 0))
-    return max(1, cores // max(1, min(jobs, tasks - k)))
+    return task_threads(cores, jobs, tasks - k)  # convert's rule for a task started while tasks - k wait
