@@ -428,7 +428,6 @@ def _hash_buffer(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         return _hash_fixed(data, len(lengths), int(lengths[0]))
     data = np.concatenate([data, np.zeros(8, np.uint8)])
     starts = offsets[:-1]
-    lengths = offsets[1:] - offsets[:-1]
     windows = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
     h = (lengths.astype(np.uint64) + np.uint64(1)) * _K0
     last = len(windows) - 1

@@ -35,7 +35,7 @@ REPEAT_SUFFIX = "-rep{copy}"
 
 # purposes of the seeded streams: each decision draws from its own stream
 _WEIGHT, _PAD, _DEAL, _ORDER = 1, 2, 3, 4
-_SORT_RUN = 1 << 21  # copies per stable sort run (runs sorted in threads, then merged)
+SORT_RUN = 1 << 21  # copies per stable sort run (runs sorted in threads, then merged)
 
 
 def repeat_key(key: str, copy: int) -> str:
@@ -268,11 +268,11 @@ def _stable_argsort(totals: np.ndarray) -> np.ndarray:
 
 def _deal_key(pool: ThreadPoolExecutor, draws: Draws, seconds: np.ndarray, seed: int, c: int):
     """A corpus' copies in seeded shuffle order, their sort key (longest first), and the stable sorts of
-    the key's runs of ``_SORT_RUN``, submitted to ``pool`` (a 10 M-utterance corpus is not one thread's sort)."""
+    the key's runs of ``SORT_RUN``, submitted to ``pool`` (a 10 M-utterance corpus is not one thread's sort)."""
     ids = draws.permutation(seed, _DEAL, int(c), len(seconds)).astype(_index_dtype(len(seconds)))
     key = -seconds[ids]
-    runs = [pool.submit(_sort_run, key, start, min(start + _SORT_RUN, len(key)))
-            for start in range(0, len(key), _SORT_RUN)]
+    runs = [pool.submit(_sort_run, key, start, min(start + SORT_RUN, len(key)))
+            for start in range(0, len(key), SORT_RUN)]
     return ids, key, runs
 
 
@@ -295,7 +295,7 @@ def _deal_orders(pool: ThreadPoolExecutor, draws: Draws, seconds: list[np.ndarra
         ids, key, runs = keyed.pop(c).result()  # popped: the future would hold its arrays
         order = np.concatenate([run.result() for run in runs])
         del runs
-        if len(order) > _SORT_RUN:  # a stable sort of stably sorted runs (timsort merges them): the stable sort
+        if len(order) > SORT_RUN:  # a stable sort of stably sorted runs (timsort merges them): the stable sort
             order = order[np.argsort(key[order], kind="stable")]
         del key
         ids = ids[order]

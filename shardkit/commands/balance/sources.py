@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from shardkit.commands.balance.plan import REPEAT_SUFFIX, BalancePlan, repeat_key
+from shardkit.commands.balance.plan import REPEAT_SUFFIX, SORT_RUN, BalancePlan, repeat_key
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.planning.plausible import impossible_duration
 
@@ -563,15 +563,12 @@ def _hashes(corpus: CorpusColumns) -> np.ndarray:
     return corpus.key_hash
 
 
-_SORT_RUN = 1 << 21
-
-
 def _sort_in_runs(every: np.ndarray) -> np.ndarray:
     """``every`` sorted in place: runs of 2 M sorted in threads (numpy's sort releases the GIL), then
     merged by one stable sort (timsort finds the runs; ~0.1 s for 20 M)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    runs = [slice(start, start + _SORT_RUN) for start in range(0, len(every), _SORT_RUN)]
+    runs = [slice(start, start + SORT_RUN) for start in range(0, len(every), SORT_RUN)]
     with ThreadPoolExecutor(_read_threads()) as pool:
         list(pool.map(lambda run: every[run].sort(), runs))
     if len(runs) > 1:
