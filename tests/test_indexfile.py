@@ -119,7 +119,7 @@ def test_balance_dry_run_reads_either_index_alike(generated):
     assert outs[0] == outs[1]
 
 
-# the plan of these mixes, byte for byte, as the planner before issue 25 computed it
+# the plan of these mixes, byte for byte, as the planner before issue 25 computed it (plan version 1)
 GOLDEN = [
     (dict(sizes=(3000, 2000, 1000), weights=(1, 1, 1), ws=4, nw=2, dur=600, rem="pad", seed=0),
      "4dfe8fbf3824d8f958182d421c808aafffaa13d2da2aa0da11a0ff6273d837d7", "042edcd2a08da5d7"),
@@ -137,7 +137,7 @@ def test_the_compact_planner_plans_what_the_previous_one_planned(case, digest, s
     rng = np.random.default_rng(case["seed"])
     durations = [np.round(rng.gamma(8, m / 8, n), 3) for n, m in zip(case["sizes"], (3.6, 12.3, 5.0))]
     plan = plan_balance(durations, case["weights"], world_size=case["ws"], num_workers=case["nw"],
-                        shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"])
+                        shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"], version=1)
     assert plan_digest(plan) == digest
     assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest
 
@@ -332,6 +332,6 @@ def test_draws_started_ahead_and_any_thread_count_plan_the_same_bytes(case, dige
                 draws.prefetch(len(d) + 1, w, case["seed"], c, case["rem"])  # a draw never taken: no harm
             plan = plan_balance(durations, case["weights"], world_size=case["ws"], num_workers=case["nw"],
                                 shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"],
-                                threads=threads, draws=draws)
+                                threads=threads, draws=draws, version=1)
         assert plan_digest(plan) == digest
         assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest

@@ -40,12 +40,15 @@ import numpy as np
 
 from shardkit.commands.balance.plan import (
     DEFAULT_SHARD_DURATION,
+    PLAN_VERSION,
+    PLAN_VERSIONS,
     REFINE_FRACTION,
     REMAINDER_POLICIES,
     REPEAT_SUFFIX,
     TOLERANCE_FRACTION,
     BalancePlan,
     Draws,
+    TieOrder,
     apportion,
     plan_balance,
     plan_digest,
@@ -87,7 +90,8 @@ if TYPE_CHECKING:
     from shardkit.run.lifecycle import Journal
 
 __all__ = [
-    "DEFAULT_SHARD_DURATION", "JOURNAL", "MANIFEST", "MAX_OPEN_SOURCES", "REFINE_FRACTION", "REMAINDER_POLICIES",
+    "DEFAULT_SHARD_DURATION", "JOURNAL", "MANIFEST", "MAX_OPEN_SOURCES", "PLAN_VERSION", "PLAN_VERSIONS",
+    "REFINE_FRACTION", "REMAINDER_POLICIES", "TieOrder",
     "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns", "Draws",
     "CorpusSource", "IndexKeys", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
     "check_unique_keys", "line_refs", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
@@ -192,8 +196,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                 level: int | None = 3, remainder: str = "pad", seed: int = 0, dry_run: bool = False,
                 jobs: int = 1, epochs: int = 3, verify: bool = True, overwrite: bool = False,
                 on_event: Callable[..., None] | None = None, executor: str = "local", ray_address: str | None = None,
-                split: tuple[int, int] | None = None, wenet=None, part: tuple[int, int] | None = None
-                ) -> BalanceReport:
+                split: tuple[int, int] | None = None, wenet=None, part: tuple[int, int] | None = None,
+                plan_version: int = PLAN_VERSION) -> BalanceReport:
     """Plan (and unless ``dry_run``, write) balanced shards; see the module docstring.
 
     ``executor``/``ray_address``: where indexing, spooling and shard writing run (shardkit.run.executor;
@@ -205,13 +209,15 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     ``part=(I, P)``: plan (and write) only part I of P of every corpus, the utterances whose row in the
     corpus' indexes is I - 1 modulo P (:func:`load_columns`): P such runs, each into its own OUT_DIR, plan
     a mix above one node's memory at 1/P of the peak (README, "Above one node's memory").
+    ``plan_version``: how the planner draws its seeded choices (:mod:`.plan`); the same mix, seed and
+    version give the same plan, byte for byte.
     """
     import tempfile
 
     started = time.perf_counter()
     event = on_event or (lambda *a, **k: None)
     where = {"jobs": jobs, "executor": executor, "ray_address": ray_address}
-    _check_run_args(corpora, world_size, num_workers, remainder, split, dry_run)
+    _check_run_args(corpora, world_size, num_workers, remainder, split, dry_run, plan_version)
     if part is not None and wenet is not None:
         raise UsageError("--part and --wenet-conf cannot be combined (the trainer's filter reads every row)")
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
@@ -220,7 +226,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
             stack.push(_work_dir_remover(work_dir))
         # without a filter, the unique-key check runs beside the planner (_plan), which leaves a core idle,
         # and the planner's seeded permutations start while the index is read (the same draws, earlier)
-        draws = _drawing_ahead(stack) if wenet is None else None
+        draws = _drawing_ahead(stack) if wenet is None and plan_version == 1 else None
         ahead = None if draws is None else (lambda c, n: draws.prefetch(n, corpora[c].weight, seed, c, remainder))
         mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, part=part,
                                      on_corpus_loaded=ahead, **where)
@@ -232,7 +238,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         event("planning")
         planned = _plan(corpora, mix, index_files, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
-                        epochs=epochs, check_keys=wenet is None, draws=draws)
+                        epochs=epochs, check_keys=wenet is None, draws=draws, version=plan_version)
         wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
                                                                 num_workers=num_workers, seed=seed, epochs=epochs)
         if part is not None:
@@ -249,6 +255,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         _save_report(report, layout, {"world_size": world_size, "num_workers": num_workers,
                                        "shard_duration": shard_duration, "num_shards": num_shards, "codec": codec,
                                        "level": level, "remainder": remainder, "seed": seed,
+                                       "plan_version": plan_version,
                                        **({"part": report.part} if part is not None else {})})
         if not report.failures:
             _clean_up(layout, journal)
@@ -283,13 +290,15 @@ def _work_dir_remover(work_dir: str) -> Callable[..., bool]:
 
 
 def _check_run_args(corpora: Sequence[CorpusSource], world_size: int, num_workers: int, remainder: str,
-                    split: tuple[int, int] | None, dry_run: bool) -> None:
+                    split: tuple[int, int] | None, dry_run: bool, plan_version: int = PLAN_VERSION) -> None:
     """Refuse bad arguments before the output folder is claimed or any source indexed."""
     check_corpora(corpora)
     if world_size < 1 or num_workers < 1:
         raise UsageError(f"--world-size and --num-workers must be >= 1 (got {world_size} and {num_workers})")
     if remainder not in REMAINDER_POLICIES:
         raise UsageError(f"--remainder must be one of {', '.join(REMAINDER_POLICIES)}")
+    if plan_version not in PLAN_VERSIONS:
+        raise UsageError(f"--plan-version must be one of {', '.join(map(str, PLAN_VERSIONS))} (got {plan_version!r})")
     if split is not None and dry_run:
         raise UsageError("--split writes a slice of the shards and --dry-run writes none; plan without --split")
 
@@ -331,7 +340,7 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..
 
 def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[list[str]], *, world_size: int,
           num_workers: int, shard_duration: float | None, num_shards: int | None, remainder: str, seed: int,
-          epochs: int, check_keys: bool = False, draws: Draws | None = None) -> _Planned:
+          epochs: int, check_keys: bool = False, draws: Draws | None = None, version: int = PLAN_VERSION) -> _Planned:
     """The plan and everything reported about it. Pure (no I/O): a dry run stops after this step,
     and every job of a ``--split`` array computes the same result.
 
@@ -356,7 +365,8 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
             plan = plan_balance([c.durations for c in mix.corpora], [c.weight for c in corpora],
                                 world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                                 num_shards=num_shards, remainder=remainder, seed=seed, names=names,
-                                threads=min(os.cpu_count() or 1, 8), draws=draws, on_repeats=read_ahead)
+                                threads=min(os.cpu_count() or 1, 8), draws=draws, on_repeats=read_ahead,
+                                version=version)
         finally:
             if checked is not None:
                 checked.result()

@@ -13,6 +13,17 @@ left. The guarantee is the tolerance (0.5% of the mean shard, or one median utte
 is larger); the swaps aim tighter, so that what a rank reads in an epoch (a sum of shards) agrees
 with the other ranks to about 0.05%. Within a shard the order is a seeded shuffle; the k-th
 repeat of an utterance is named ``<key>-rep<k>``.
+
+Plan versions (``version``; recorded as ``plan_version`` in the summary): both deal the same way and
+meet the same tolerance; they differ in how the seeded choices are drawn, so the same mix and seed
+give different (equally balanced) plans. Version 1 draws full permutations: the weight's subset and
+the padding take the first items of a permutation of the corpus, and the deal order is a stable sort,
+longest first, of a seeded shuffle. Version 2 (the default) draws only what it uses: the subset and
+the padding are seeded draws without replacement (``Generator.choice``), and the deal order is one
+sort of packed 64-bit keys, the duration as float32 (longest first: float32 keeps a 10-s duration to
+1 us, and the shard totals still add the float64 seconds) above a seeded bijection of the copy's
+index (ties in a seeded order, and the index read back from the key: no permutation, no argsort).
+At 20 M utterances that is half the planner's CPU. Version 1 stays for plans made before it.
 """
 
 from __future__ import annotations
@@ -36,6 +47,9 @@ REPEAT_SUFFIX = "-rep{copy}"
 # purposes of the seeded streams: each decision draws from its own stream
 _WEIGHT, _PAD, _DEAL, _ORDER = 1, 2, 3, 4
 SORT_RUN = 1 << 21  # copies per stable sort run (runs sorted in threads, then merged)
+PLAN_VERSIONS = (1, 2)
+PLAN_VERSION = 2  # what balance plans unless asked for another (``--plan-version``)
+_TIE_BITS = 32  # version 2: low bits of a deal key, a bijection of the copy's index (so < 2**32 copies a corpus)
 
 
 def repeat_key(key: str, copy: int) -> str:
@@ -78,6 +92,7 @@ class BalancePlan:
     corpora: list[dict]
     tolerance: float
     notes: list[str] = field(default_factory=list)
+    version: int = PLAN_VERSION
 
     def shard_slice(self, shard: int) -> slice:
         return slice(shard * self.utts_per_shard, (shard + 1) * self.utts_per_shard)
@@ -104,14 +119,16 @@ class BalancePlan:
         secs = self.shard_seconds
         return {"num_shards": self.num_shards, "utterances_per_shard": self.utts_per_shard,
                 "world_size": self.world_size, "num_workers": self.num_workers, "seed": self.seed,
-                "remainder": self.remainder, "utterances": int(len(self.utt)),
+                "remainder": self.remainder, "plan_version": self.version, "utterances": int(len(self.utt)),
                 "seconds": round(float(secs.sum()), 3), "mean_shard_seconds": round(float(secs.mean()), 3),
                 "min_shard_seconds": round(float(secs.min()), 3), "max_shard_seconds": round(float(secs.max()), 3),
                 "max_deviation_seconds": round(self.max_deviation, 3), "tolerance_seconds": round(self.tolerance, 3),
                 "balanced": self.balanced, "corpora": self.corpora, "notes": self.notes}
 
 
-def _check_args(durations, weights, names, world_size, num_workers, remainder) -> None:
+def _check_args(durations, weights, names, world_size, num_workers, remainder, version=PLAN_VERSION) -> None:
+    if version not in PLAN_VERSIONS:
+        raise UsageError(f"--plan-version must be one of {', '.join(map(str, PLAN_VERSIONS))} (got {version!r})")
     if world_size < 1 or num_workers < 1:
         raise UsageError(f"--world-size and --num-workers must be >= 1 (got {world_size} and {num_workers})")
     if remainder not in REMAINDER_POLICIES:
@@ -130,6 +147,9 @@ def _check_args(durations, weights, names, world_size, num_workers, remainder) -
             raise UsageError(f"corpus {name!r} is empty (no utterances)")
         if not np.all(np.isfinite(d)) or np.any(d < 0):
             raise UsageError(f"corpus {name!r} has a negative or non-finite duration")
+        if version == 2 and len(d) * max(1.0, w) >= 2**_TIE_BITS / 2:
+            raise UsageError(f"corpus {name!r}: plan version 2 deals fewer than 2**31 copies of a corpus "
+                             f"({len(d)} utterances at weight {w:g}); plan it with --plan-version 1")
 
 
 def _distinct(utt: np.ndarray, n: int) -> int:
@@ -178,14 +198,20 @@ def _permutation(seed: int, purpose: int, c: int, length: int) -> np.ndarray:
     return np.random.default_rng([seed, purpose, c]).permutation(length).astype(_index_dtype(length))
 
 
-def _apply_weight(n: int, weight: float, seed: int, c: int, draws: Draws | None = None
+def _apply_weight(n: int, weight: float, seed: int, c: int, draws: Draws | None = None, version: int = 1
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(utterance index, copy number) of each kept copy: floor(weight) copies of all, plus a seeded fraction."""
+    """(utterance index, copy number) of each kept copy: floor(weight) copies of all, plus a seeded fraction
+    (sorted, after the whole copies: :func:`_pad` counts an utterance's copies from that layout)."""
     whole = int(math.floor(weight))
     extra = int(round((weight - whole) * n))
     index = _index_dtype(n)
     # the draw is skipped when nothing is drawn (weight 1, 2, ...): the same result, without a permutation of n
-    chosen = np.sort((draws or Draws(None)).permutation(seed, _WEIGHT, c, n)[:extra]) if extra else np.zeros(0)
+    if not extra:
+        chosen = np.zeros(0)
+    elif version == 1:
+        chosen = np.sort((draws or Draws(None)).permutation(seed, _WEIGHT, c, n)[:extra])
+    else:
+        chosen = np.sort(np.random.default_rng([seed, _WEIGHT, c]).choice(n, extra, replace=False))
     utt = np.concatenate([np.tile(np.arange(n, dtype=index), whole), chosen.astype(index)])
     copy = np.concatenate([np.repeat(np.arange(whole, dtype=np.int32), n), np.full(extra, whole, np.int32)])
     return utt, copy
@@ -201,18 +227,37 @@ def _shard_dtype(num_shards: int):
     return np.uint16 if num_shards <= 1 << 16 else _index_dtype(num_shards)
 
 
-def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: int, draws: Draws | None = None):
-    """Add ``count`` repeats of seeded picks among the kept copies; copy numbers continue per utterance."""
-    picks = (draws or Draws(None)).permutation(seed, _PAD, c, len(utt))
-    extra_utt = utt[picks[np.arange(count) % len(utt)]]
-    have = np.bincount(utt, minlength=n)
+def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: int, draws: Draws | None = None,
+         version: int = 1, whole: int | None = None):
+    """Add ``count`` repeats of seeded picks among the kept copies; copy numbers continue per utterance.
+
+    ``whole``: the kept copies are ``whole`` copies of every utterance, then a sorted subset
+    (:func:`_apply_weight`), so an utterance's copies are counted without a count of all n.
+    """
+    if version == 1:
+        picks = (draws or Draws(None)).permutation(seed, _PAD, c, len(utt))
+    else:
+        picks = np.random.default_rng([seed, _PAD, c]).choice(len(utt), min(count, len(utt)), replace=False)
+    extra_utt = utt[picks[np.arange(count) % len(picks)]]
+    have = _copies_of(utt, n, whole, extra_utt)
     order = np.argsort(extra_utt, kind="stable")
     sorted_utt = extra_utt[order]
     first = np.searchsorted(sorted_utt, sorted_utt, side="left")
     occurrence = np.empty(count, np.int64)
     occurrence[order] = np.arange(count) - first
-    extra_copy = have[extra_utt] + occurrence
+    extra_copy = have + occurrence
     return np.concatenate([utt, extra_utt]), np.concatenate([copy, extra_copy.astype(copy.dtype)])
+
+
+def _copies_of(utt: np.ndarray, n: int, whole: int | None, which: np.ndarray) -> np.ndarray:
+    """How many copies of each utterance in ``which`` ``utt`` holds (``whole``: see :func:`_pad`)."""
+    if whole is None:
+        return np.bincount(utt, minlength=n)[which]
+    subset = utt[whole * n:]
+    if not len(subset):
+        return np.full(len(which), whole, np.int64)
+    at = np.searchsorted(subset, which).clip(max=len(subset) - 1)
+    return whole + (subset[at] == which).astype(np.int64)
 
 
 def _drop(utt: np.ndarray, copy: np.ndarray, count: int, seed: int, c: int):
@@ -267,13 +312,14 @@ def _stable_argsort(totals: np.ndarray) -> np.ndarray:
 
 
 def _deal_key(pool: ThreadPoolExecutor, draws: Draws, seconds: np.ndarray, seed: int, c: int):
-    """A corpus' copies in seeded shuffle order, their sort key (longest first), and the stable sorts of
-    the key's runs of ``SORT_RUN``, submitted to ``pool`` (a 10 M-utterance corpus is not one thread's sort)."""
+    """Version 1: a corpus' copies in seeded shuffle order, their sort key (longest first), and the stable
+    sorts of the key's runs of ``SORT_RUN``, submitted to ``pool`` (a 10 M-utterance corpus is not one
+    thread's sort); returns what yields the deal order once the runs are sorted."""
     ids = draws.permutation(seed, _DEAL, int(c), len(seconds)).astype(_index_dtype(len(seconds)))
     key = -seconds[ids]
     runs = [pool.submit(_sort_run, key, start, min(start + SORT_RUN, len(key)))
             for start in range(0, len(key), SORT_RUN)]
-    return ids, key, runs
+    return lambda: _merged_order(ids, key, runs)
 
 
 def _sort_run(key: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -282,24 +328,96 @@ def _sort_run(key: np.ndarray, start: int, stop: int) -> np.ndarray:
     return order
 
 
-def _deal_orders(pool: ThreadPoolExecutor, draws: Draws, seconds: list[np.ndarray], order_of_corpora, seed: int):
-    """(corpus, the order its copies are dealt in), in ``order_of_corpora``: a seeded shuffle, then a stable
-    sort longest first. The later corpora's orders are computed in ``pool`` while the earlier ones are dealt."""
+def _merged_order(ids: np.ndarray, key: np.ndarray, runs: list) -> np.ndarray:
+    order = np.concatenate([run.result() for run in runs])
+    runs.clear()
+    if len(order) > SORT_RUN:  # a stable sort of stably sorted runs (timsort merges them): the stable sort
+        order = order[np.argsort(key[order], kind="stable")]
+    return ids[order]
+
+
+class TieOrder:
+    """A seeded bijection of the 32-bit integers (version 2's order among copies of equal duration).
+
+    Each step (xor with a key, multiplication by an odd number modulo 2**32, xor with the value shifted
+    right) is invertible, so the index of a copy can be packed into its deal key and read back after
+    the sort; the multiply and shift steps mix the bits, so equal durations are dealt in a seeded,
+    shuffled-looking order of their indexes.
+    """
+
+    def __init__(self, seed: int, c: int):
+        k0, m1, m2, k1 = np.random.default_rng([seed, _DEAL, c]).integers(0, 2**32, 4, dtype=np.uint64)
+        self.k0, self.k1 = np.uint32(k0), np.uint32(k1)
+        self.m1, self.m2 = np.uint32(m1 | np.uint64(1)), np.uint32(m2 | np.uint64(1))
+        self.inv1, self.inv2 = (np.uint32(pow(int(m), -1, 2**32)) for m in (self.m1, self.m2))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """The images of ``x`` (uint32, changed in place and returned)."""
+        x ^= self.k0
+        x *= self.m1
+        x ^= x >> 16
+        x *= self.m2
+        x ^= x >> 13
+        x += self.k1
+        return x
+
+    def inverse(self, y: np.ndarray) -> np.ndarray:
+        """The values whose images are ``y`` (uint32, changed in place and returned)."""
+        y -= self.k1
+        y ^= (y >> 13) ^ (y >> 26)
+        y *= self.inv2
+        y ^= y >> 16
+        y *= self.inv1
+        y ^= self.k0
+        return y
+
+
+def _packed_deal_key(pool: ThreadPoolExecutor, draws: Draws, seconds: np.ndarray, seed: int, c: int):
+    """Version 2: each copy's deal key (float32 duration, inverted so the longest sorts first, above
+    :class:`TieOrder`'s image of its index), sorted in place in runs of ``SORT_RUN`` in ``pool``;
+    returns what yields the deal order (the indexes read back from the sorted keys)."""
+    ties = TieOrder(seed, c)
+    # +0.0 makes -0.0 (which passes the check for negative durations) +0.0: its bits would sort it mid-way
+    bits = (seconds.astype(np.float32) + np.float32(0.0)).view(np.uint32)
+    key = np.invert(bits).astype(np.uint64)
+    del bits
+    key <<= np.uint64(_TIE_BITS)
+    key |= ties.forward(np.arange(len(seconds), dtype=np.uint32))
+    runs = [pool.submit(_sort_in_place, key, start, min(start + SORT_RUN, len(key)))
+            for start in range(0, len(key), SORT_RUN)]
+    return lambda: _order_from_keys(key, runs, ties)
+
+
+def _sort_in_place(key: np.ndarray, start: int, stop: int) -> None:
+    key[start:stop].sort()
+
+
+def _order_from_keys(key: np.ndarray, runs: list, ties: TieOrder) -> np.ndarray:
+    for run in runs:
+        run.result()
+    runs.clear()
+    if len(key) > SORT_RUN:  # sorted runs: timsort merges them (keys are distinct, so stable or not is alike)
+        key.sort(kind="stable")
+    low = key.astype(np.uint32)  # the index's image: the low 32 bits (a cast to uint32 keeps them)
+    return ties.inverse(low).view(np.int32)  # < 2**31 copies (_check_args): int32, as _index_dtype says
+
+
+def _deal_orders(pool: ThreadPoolExecutor, draws: Draws, seconds: list[np.ndarray], order_of_corpora, seed: int,
+                 version: int = 1):
+    """(corpus, the order its copies are dealt in), in ``order_of_corpora``: longest first, equal durations in
+    a seeded order (see the module docstring for each version). The later corpora's orders are computed in
+    ``pool`` while the earlier ones are dealt."""
+    keyed_by = _deal_key if version == 1 else _packed_deal_key
     waiting = [int(c) for c in order_of_corpora if len(seconds[c])]
     keyed = {}
     while waiting or keyed:
         while waiting and len(keyed) < 2:  # one corpus ahead of the one dealt: two corpora's keys in memory
-            keyed[waiting[0]] = pool.submit(_deal_key, pool, draws, seconds[waiting[0]], seed, waiting[0])
+            keyed[waiting[0]] = pool.submit(keyed_by, pool, draws, seconds[waiting[0]], seed, waiting[0])
             waiting.pop(0)
         c = next(iter(keyed))
-        ids, key, runs = keyed.pop(c).result()  # popped: the future would hold its arrays
-        order = np.concatenate([run.result() for run in runs])
-        del runs
-        if len(order) > SORT_RUN:  # a stable sort of stably sorted runs (timsort merges them): the stable sort
-            order = order[np.argsort(key[order], kind="stable")]
-        del key
-        ids = ids[order]
-        del order
+        finish = keyed.pop(c).result()  # popped: the future would hold its arrays
+        ids = finish()
+        del finish
         yield c, ids
 
 
@@ -410,9 +528,10 @@ def _refine(rows, seconds, corpus_of, goal, partners=4, max_steps=None) -> None:
         stuck[[a, b]] = False
 
 
-def _weigh(d: np.ndarray, weight: float, name: str, seed: int, c: int, draws: Draws | None) -> tuple:
+def _weigh(d: np.ndarray, weight: float, name: str, seed: int, c: int, draws: Draws | None, version: int = 1
+           ) -> tuple:
     """A corpus' copies at its weight, and what the shard count needs of them: (utt, copy, stats, seconds, longest)."""
-    utt, copy = _apply_weight(len(d), weight, seed, c, draws)
+    utt, copy = _apply_weight(len(d), weight, seed, c, draws, version)
     if not len(utt):
         raise UsageError(f"corpus {name!r} keeps no utterance at weight {weight:g} ({len(d)} utterances)")
     # at a weight >= 1 every utterance is kept (copy 0 of each): no count needed
@@ -424,16 +543,20 @@ def _weigh(d: np.ndarray, weight: float, name: str, seed: int, c: int, draws: Dr
 
 
 def _fill(d: np.ndarray, utt: np.ndarray, copy: np.ndarray, weight: float, target: int, seed: int, c: int,
-          draws: Draws | None):
+          draws: Draws | None, version: int = 1):
     """Pad or drop a corpus' copies to its target count; (utt, copy, seconds, stats update)."""
     delta = int(target - len(utt))
     if delta > 0:
-        utt, copy = _pad(utt, copy, len(d), delta, seed, c, draws)
+        utt, copy = _pad(utt, copy, len(d), delta, seed, c, draws, version, whole=int(math.floor(weight)))
     elif delta < 0:
         utt, copy = _drop(utt, copy, -delta, seed, c)
     # padding only repeats kept copies: at a weight >= 1 every utterance is still there
     unique = len(d) if weight >= 1 and delta >= 0 else _distinct(utt, len(d))
-    seconds = d[utt]
+    if delta >= 0:  # whole copies of d first (_apply_weight, _pad): copied, not gathered (the same values)
+        whole = int(math.floor(weight))
+        seconds = np.concatenate([np.tile(d, whole), d[utt[whole * len(d):]]])
+    else:
+        seconds = d[utt]
     update = {"padded": max(delta, 0), "remainder_dropped": max(-delta, 0), "copies_out": int(target),
               "unique_out": unique}
     return utt, copy, seconds, update
@@ -466,8 +589,8 @@ def _corpus_counts(targets: np.ndarray, count: int, per_shard: int) -> np.ndarra
 def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, world_size: int, num_workers: int,
                  shard_duration: float | None = None, num_shards: int | None = None, remainder: str = "pad",
                  seed: int = 0, names: Sequence[str] | None = None, threads: int = 2,
-                 draws: Draws | None = None, on_repeats: Callable[[int, np.ndarray], None] | None = None
-                 ) -> BalancePlan:
+                 draws: Draws | None = None, on_repeats: Callable[[int, np.ndarray], None] | None = None,
+                 version: int = PLAN_VERSION) -> BalancePlan:
     """Plan equal shards for corpora given as arrays of utterance durations (seconds). Pure.
 
     Raises UsageError (before anything is written) for: a corpus given twice, an empty corpus, a
@@ -477,27 +600,28 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], *, w
     The per-corpus steps (weights, padding, the seeded shuffle and sort that order the dealing) are
     independent of each other, so they run in ``threads`` threads (numpy's sorts, permutations and
     gathers release the GIL); each draws from its own seeded stream, so the plan is the same, byte for
-    byte, whatever the number of threads. ``draws``: permutations started earlier (:class:`Draws`).
+    byte, whatever the number of threads. ``draws``: permutations started earlier (:class:`Draws`; version 1
+    draws permutations, version 2 none). ``version``: how the seeded choices are drawn (module docstring).
     ``on_repeats(c, utts)``: told, as soon as the padding is chosen, which utterances of corpus c are
     repeated (balance starts reading their keys while the planner deals).
     """
     names = list(names) if names is not None else [f"corpus{i}" for i in range(len(durations))]
     weights = [float(w) for w in weights]
     durations = [np.asarray(d, dtype=np.float64) for d in durations]
-    _check_args(durations, weights, names, world_size, num_workers, remainder)
+    _check_args(durations, weights, names, world_size, num_workers, remainder, version)
     with ThreadPoolExecutor(max(1, threads)) as pool:
         return _plan_in(pool, durations, weights, names, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
-                        draws=draws, on_repeats=on_repeats)
+                        draws=draws, on_repeats=on_repeats, version=version)
 
 
 def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: list[float], names: list[str], *,
              world_size: int, num_workers: int, shard_duration: float | None, num_shards: int | None,
-             remainder: str, seed: int, draws: Draws | None, on_repeats=None) -> BalancePlan:
+             remainder: str, seed: int, draws: Draws | None, on_repeats=None, version: int = 1) -> BalancePlan:
     groups = world_size * num_workers
     notes: list[str] = []
     corpora = range(len(durations))
-    weighed = list(pool.map(lambda c: _weigh(durations[c], weights[c], names[c], seed, c, draws), corpora))
+    weighed = list(pool.map(lambda c: _weigh(durations[c], weights[c], names[c], seed, c, draws, version), corpora))
     utts, copies, stats = [w[0] for w in weighed], [w[1] for w in weighed], [w[2] for w in weighed]
     weighted = np.array([len(u) for u in utts])
     total_utts = int(weighted.sum())
@@ -509,10 +633,11 @@ def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: lis
     per_shard = -(-total_utts // count) if remainder == "pad" else total_utts // count
     targets = apportion(weighted, count * per_shard)
     draws = draws or Draws(pool)
-    for c in np.argsort([-float(d.mean()) for d in durations], kind="stable"):  # likely dealing order: the
-        draws.deal_ahead(seed, int(c), int(targets[c]))  # permutations beside the padding, the first dealt first
+    for c in np.argsort([-float(d.mean()) for d in durations], kind="stable") if version == 1 else ():
+        # likely dealing order: the permutations beside the padding, the first dealt first
+        draws.deal_ahead(seed, int(c), int(targets[c]))
     filled = list(pool.map(lambda c: _fill(durations[c], utts[c], copies[c], weights[c], int(targets[c]), seed, c,
-                                           draws), corpora))
+                                           draws, version), corpora))
     del utts, copies
     utts, copies, secs = ([f[i] for f in filled] for i in range(3))
     for c in corpora if on_repeats is not None else ():
@@ -523,7 +648,7 @@ def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: lis
     counts = _corpus_counts(targets, count, per_shard)
     means = [float(s.mean()) if len(s) else 0.0 for s in secs]
     order_of_corpora = np.argsort(-np.array(means), kind="stable")
-    rows = _deal(pool, secs, _deal_orders(pool, draws, secs, order_of_corpora, seed), counts)
+    rows = _deal(pool, secs, _deal_orders(pool, draws, secs, order_of_corpora, seed, version), counts)
     # compact columns (int8 corpus, int32 utterance and copy where they fit): at 20 M utterances each
     # int64 column is 160 MB; the values, and so the plan and its digest, are the same; each corpus'
     # part is freed as soon as it is joined (peak memory)
@@ -550,7 +675,7 @@ def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: lis
     columns = dict(zip(("corpus", "utt", "copy", "seconds"), pool.map(gather, range(4))))
     return BalancePlan(names=names, world_size=world_size, num_workers=num_workers, num_shards=count,
                        utts_per_shard=per_shard, seed=seed, remainder=remainder, corpora=stats,
-                       tolerance=tolerance, notes=notes, **columns)
+                       tolerance=tolerance, notes=notes, version=version, **columns)
 
 
 def plan_digest(plan: BalancePlan) -> str:
