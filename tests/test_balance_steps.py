@@ -78,7 +78,7 @@ def test_the_plan_step_is_pure_and_repeatable():
     assert np.array_equal(first.plan.utt, again.plan.utt) and first.figures == again.figures
     assert first.sources == {"c0": {"sources": ["/src/c0"], "index_files": ["/idx/0.jsonl"]},
                              "c1": {"sources": ["/src/c1"], "index_files": ["/idx/1.jsonl"]}}
-    assert first.plan.num_shards == 4 and first.repeats == balance.repeated_keys(first.plan, mix)
+    assert first.plan.num_shards == 4 and list(first.repeats) == balance.repeated_keys(first.plan, mix)
 
 
 def test_the_layout_names_a_slice_block_and_its_own_reports():

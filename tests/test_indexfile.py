@@ -99,7 +99,7 @@ def test_jsonl_parquet_and_mixed_indexes_give_the_same_plan(generated, weights):
     for other in plans[1:]:
         assert plan_digest(other.plan) == plan_digest(plans[0].plan)
         assert np.array_equal(other.plan.seconds, plans[0].plan.seconds)
-        assert other.repeats == plans[0].repeats and other.figures == plans[0].figures
+        assert list(other.repeats) == list(plans[0].repeats) and other.figures == plans[0].figures
     assert plans[0].plan.balanced
 
 
@@ -335,3 +335,26 @@ def test_draws_started_ahead_and_any_thread_count_plan_the_same_bytes(case, dige
                                 threads=threads, draws=draws, version=1)
         assert plan_digest(plan) == digest
         assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest
+
+
+def test_repeats_are_read_a_chunk_at_a_time_in_output_order(generated, tmp_path, monkeypatch):
+    """balance never holds every repeat: the report counts them, and the file is written from chunks; the
+    chunks joined are the one list, and a clash in a later chunk is still refused before writing."""
+    from shardkit.commands.balance import sources
+
+    planned = _planned(generated["parquet"], 2.0)
+    whole = balance.repeated_keys(planned.plan, planned.mix)
+    assert len(planned.repeats) == len(whole) == int((planned.plan.copy > 0).sum()) > 3000
+    monkeypatch.setattr(sources, "REPEATS_CHUNK", 100)
+    chunks = list(sources.iter_repeated_keys(planned.plan, planned.mix))
+    assert len(chunks) == -(-len(whole) // 100) and max(len(c) for c in chunks) == 100
+    assert [pair for chunk in chunks for pair in chunk] == whole == list(planned.repeats)
+    positions = np.flatnonzero(planned.plan.copy > 0)
+    assert [p[1] for p in whole] == [balance.repeat_key(k, int(c)) for k, c in zip(
+        [p[0] for p in whole], planned.plan.copy[positions])]
+
+    records = _records("zh", 600, 0)
+    records[590]["key"] = records[5]["key"] + "-rep1"  # read in a late chunk
+    path = indexfile.write_index_file(str(tmp_path / "r.parquet"), [records])
+    with pytest.raises(ShardkitError, match=f"'{records[5]['key']}-rep1', which is already a key in the mix"):
+        _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)

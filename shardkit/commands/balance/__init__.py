@@ -62,6 +62,7 @@ from shardkit.commands.balance.sources import (
     check_corpora,
     check_index_slices,
     check_unique_keys,
+    iter_repeated_keys,
     line_refs,
     load_columns,
     parse_corpus_spec,
@@ -94,7 +95,7 @@ __all__ = [
     "REFINE_FRACTION", "REMAINDER_POLICIES", "TieOrder",
     "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns", "Draws",
     "CorpusSource", "IndexKeys", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
-    "check_unique_keys", "line_refs", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
+    "check_unique_keys", "iter_repeated_keys", "line_refs", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
     "plan_digest", "read_repeats", "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance",
     "shard_table", "source_stamps", "take_keys", "spool_dir_name", "spool_path", "write_output_shard",
 ]
@@ -118,6 +119,28 @@ def shard_table(plan: BalancePlan, mix: MixColumns, paths: Sequence[str] | None)
             for s in range(plan.num_shards)]
 
 
+class Repeats:
+    """Every repeat's ``[original key, output key]``, in output order: counted from the plan, and read a chunk
+    at a time whenever iterated (:func:`iter_repeated_keys`), never held whole (a weight of 2 on a
+    10 M-utterance corpus is 10 M pairs). ``known``: keys read ahead, as iter_repeated_keys takes them."""
+
+    def __init__(self, plan: BalancePlan, mix: MixColumns, known: dict | None = None):
+        self._plan, self._mix, self._known = plan, mix, known
+        self.count = int(np.count_nonzero(plan.copy > 0))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        for pairs in iter_repeated_keys(self._plan, self._mix, self._known):
+            yield from pairs
+
+    def check(self) -> None:
+        """Read every repeat's key once and refuse a new name that is a real key, holding a chunk at a time."""
+        for _ in iter_repeated_keys(self._plan, self._mix, self._known):
+            pass
+
+
 @dataclass
 class BalanceReport:
     """What a run returns (and the CLI prints): the plan, its figures and the rows of the shards this run owns."""
@@ -126,7 +149,7 @@ class BalanceReport:
     plan: BalancePlan
     figures: dict
     shards: list[dict]
-    repeats: list[list[str]]
+    repeats: Repeats
     dry_run: bool
     sources: dict
     failures: list[dict] = field(default_factory=list)
@@ -167,7 +190,7 @@ class _Planned:
 
     mix: MixColumns
     plan: BalancePlan
-    repeats: list[list[str]]
+    repeats: Repeats
     figures: dict
     sources: dict
 
@@ -370,7 +393,8 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
         finally:
             if checked is not None:
                 checked.result()
-        repeats = repeated_keys(plan, mix, {c: (u, f.result()) for c, (u, f) in known.items()})
+        repeats = Repeats(plan, mix, {c: (u, f.result()) for c, (u, f) in known.items()})
+        repeats.check()  # a clash is refused now, before a shard is written
     figures = plan_figures(np.full(plan.num_shards, plan.utts_per_shard), plan.shard_seconds,
                            world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed)
     sources = {name: {"sources": list(c.sources), "index_files": files}
@@ -567,7 +591,7 @@ def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None
         **({"wenet_conf": report.wenet_conf} if report.wenet_conf is not None else {})})
 
 
-def _write_repeats(out_dir: str, repeats: list[list[str]]) -> str:
+def _write_repeats(out_dir: str, repeats: Repeats) -> str:
     """OUT_DIR/balance.repeats.jsonl, a line at a time (atomically); its name, relative to OUT_DIR."""
     import json
 

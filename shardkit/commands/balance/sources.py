@@ -618,41 +618,62 @@ def check_unique_keys(mix: MixColumns) -> None:
             seen[key] = (c, u)
 
 
+REPEATS_CHUNK = 1 << 18  # repeats whose keys are read and checked at a time (bounded memory at any weight)
+
+
 def repeated_keys(plan: BalancePlan, mix: MixColumns, known: dict | None = None) -> list[list[str]]:
-    """``[original key, output key]`` for every repeat, in output order; refuses a clash with a real key.
+    """``[original key, output key]`` for every repeat, in output order, as one list (balance itself streams
+    them: :func:`iter_repeated_keys`); refuses a clash with a real key."""
+    return [pair for pairs in iter_repeated_keys(plan, mix, known) for pair in pairs]
+
+
+def iter_repeated_keys(plan: BalancePlan, mix: MixColumns, known: dict | None = None, chunk: int | None = None):
+    """Lists of ``[original key, output key]`` for every repeat, in output order, ``chunk`` (default
+    ``REPEATS_CHUNK``) at a time; each
+    list is checked (a repeat named like a real key is refused) before it is yielded.
 
     ``known``: per corpus, (sorted utterances, their keys) read beforehand (balance reads the repeats'
-    keys while the planner deals); the other corpora's keys are read here.
+    keys while the planner deals); the other corpora's keys are read here, a chunk at a time.
     """
+    positions = np.flatnonzero(plan.copy > 0)
+    chunk = chunk or REPEATS_CHUNK
+    for start in range(0, len(positions), chunk):
+        part = positions[start:start + chunk]
+        keys = np.empty(len(part), object)
+        for c, corpus in enumerate(mix.corpora):
+            mine = np.flatnonzero(plan.corpus[part] == c)
+            if len(mine) and known and c in known:
+                unique, found = known[c]
+                keys[mine] = np.asarray(found, object)[np.searchsorted(unique, plan.utt[part[mine]])]
+            elif len(mine):
+                keys[mine] = take_keys(corpus, plan.utt[part[mine]])
+        pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[part])]
+        _refuse_real_names(pairs, mix)
+        yield pairs
+
+
+def _refuse_real_names(pairs: list[list[str]], mix: MixColumns) -> None:
+    """A repeat's new name must not be a key of the mix (WeNet would group the two as one sample)."""
     from shardkit.io.indexfile import hash_strings
 
-    positions = np.flatnonzero(plan.copy > 0)
-    keys = np.empty(len(positions), object)
-    for c, corpus in enumerate(mix.corpora):
-        mine = np.flatnonzero(plan.corpus[positions] == c)
-        if len(mine) and known and c in known:
-            unique, found = known[c]
-            keys[mine] = np.asarray(found, object)[np.searchsorted(unique, plan.utt[positions[mine]])]
-        elif len(mine):
-            keys[mine] = take_keys(corpus, plan.utt[positions[mine]])
-    pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[positions])]
-    if mix.repeat_like is not None:
+    if not pairs:
+        return
+    if mix.repeat_like is not None:  # the keys that look like a repeat's name were collected while loading
         clash = next((p for p in pairs if p[1] in mix.repeat_like), None) if mix.repeat_like else None
         if clash:
             raise ShardkitError(f"repeat of {clash[0]!r} would be named {clash[1]!r}, which is already a key in "
                                 "the mix")
-    elif pairs:
-        new = hash_strings([p[1] for p in pairs])
-        every = mix.sorted_hashes
-        if every is None:
-            every = np.sort(np.concatenate([_hashes(corpus) for corpus in mix.corpora]))
-        found = np.searchsorted(every, new).clip(0, max(len(every) - 1, 0))
-        hit_hashes = set(new[every[found] == new].tolist()) if len(every) else set()
-        for c, corpus in enumerate(mix.corpora if hit_hashes else ()):
-            existing = _hashes(corpus)
-            for i in (i for i, h in enumerate(new.tolist()) if h in hit_hashes):  # equal hashes: compare strings
-                utts = np.flatnonzero(existing == new[i])
-                if pairs[i][1] in take_keys(corpus, utts):
-                    raise ShardkitError(f"repeat of {pairs[i][0]!r} would be named {pairs[i][1]!r}, which is already "
-                                        f"a key in the mix")
-    return pairs
+        return
+    new = hash_strings([p[1] for p in pairs])
+    if mix.sorted_hashes is None:  # sorted once, for every chunk
+        mix.sorted_hashes = np.sort(np.concatenate([_hashes(corpus) for corpus in mix.corpora]))
+    every = mix.sorted_hashes
+    found = np.searchsorted(every, new).clip(0, max(len(every) - 1, 0))
+    hit_hashes = set(new[every[found] == new].tolist()) if len(every) else set()
+    for corpus in mix.corpora if hit_hashes else ():
+        existing = _hashes(corpus)
+        for i in (i for i, h in enumerate(new.tolist()) if h in hit_hashes):  # equal hashes: compare strings
+            utts = np.flatnonzero(existing == new[i])
+            if pairs[i][1] in take_keys(corpus, utts):
+                raise ShardkitError(f"repeat of {pairs[i][0]!r} would be named {pairs[i][1]!r}, which is already "
+                                    f"a key in the mix")
