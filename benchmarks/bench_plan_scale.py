@@ -38,7 +38,7 @@ def parse_args():
     p.add_argument("--world-size", type=int, default=64)
     p.add_argument("--num-workers", type=int, default=4)
     p.add_argument("--shard-duration", type=float, default=3600.0)
-    p.add_argument("--commands", default="dry_run,plan", help="dry_run and/or plan.")
+    p.add_argument("--commands", default="dry_run,plan", help="dry_run, dry_run_v1 (--plan-version 1) and/or plan.")
     p.add_argument("--baseline", default=None, metavar="CHECKOUT",
                    help="Also run the dry run (from each index kind) with the shardkit of this checkout (e.g. main's).")
     return p.parse_args()
@@ -142,9 +142,11 @@ def timed(cmd: list[str], checkout: str | None = None) -> tuple[float, float, st
     return float(last[0]), int(last[1]) / 1024, proc.stdout
 
 
-def dry_run_cmd(files: dict[str, str], args, out: str) -> list[str]:
+def dry_run_cmd(files: dict[str, str], args, out: str, command: str = "dry_run") -> list[str]:
     cmd = [sys.executable, "-m", "shardkit", "balance", "--world-size", str(args.world_size), "--num-workers",
            str(args.num_workers), "--shard-duration", str(args.shard_duration), "-o", out, "--dry-run", "--json", "-q"]
+    if command == "dry_run_v1":  # this checkout's planner, asked for plan version 1 (the baseline's plans)
+        cmd += ["--plan-version", "1"]
     for corpus, path in files.items():
         cmd += ["--corpus", f"{corpus}={path}"]
     return cmd
@@ -184,23 +186,30 @@ def main(args) -> None:
             configs += [(kind, "dry_run_baseline", args.baseline) for kind in ("parquet", "jsonl") if indexes[kind]]
         for _ in range(args.repeats):
             for kind, command, checkout in configs:
-                cmd = (dry_run_cmd(indexes[kind], args, os.path.join(args.work_dir, "out"))
+                cmd = (dry_run_cmd(indexes[kind], args, os.path.join(args.work_dir, "out"), command)
                        if command.startswith("dry_run") else plan_cmd(indexes[kind], args, args.work_dir))
                 wall, rss, stdout = timed(cmd, checkout)
                 summary = json.loads(stdout)
                 if command.startswith("dry_run"):
                     assert summary["balanced"], summary["max_deviation_seconds"]
                     assert summary["utterances"] >= millions * 1e6 - 1
-                    digests.setdefault(command + kind, (summary["max_deviation_seconds"], summary["num_shards"],
-                                                        summary["seconds"], summary["mean_shard_seconds"]))
+                    # plans of one version agree (a baseline from before plan versions plans version 1)
+                    version = summary.get("plan_version", 1)
+                    digests.setdefault(version, {})[command + kind] = (
+                        summary["max_deviation_seconds"], summary["num_shards"], summary["seconds"],
+                        summary["mean_shard_seconds"])
                 results.setdefault((kind, command), []).append((wall, rss))
-        assert len(set(digests.values())) <= 1, digests  # the same plan from every index kind and checkout
+        for runs in digests.values():  # the same plan from every index kind and checkout
+            assert len(set(runs.values())) <= 1, digests
+        deviation = {name: figures[0] for runs in digests.values() for name, figures in runs.items()}
         for (kind, command), runs in results.items():
             rows.append({"utterances_M": millions, "index": kind, "command": command,
                          "seconds": round(statistics.median(r[0] for r in runs), 2),
+                         "seconds_each": [r[0] for r in runs],
                          "peak_rss_MB": round(statistics.median(r[1] for r in runs)),
+                         "peak_rss_MB_max": round(max(r[1] for r in runs)),
                          "parquet_bytes_per_utt": round(disk, 1),
-                         "max_deviation_seconds": next(iter(digests.values()))[0] if digests else None})
+                         "max_deviation_seconds": deviation.get(command + kind)})
             print(json.dumps(rows[-1]), flush=True)
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}", file=sys.stderr)

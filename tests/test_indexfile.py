@@ -337,24 +337,38 @@ def test_draws_started_ahead_and_any_thread_count_plan_the_same_bytes(case, dige
         assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest
 
 
-def test_repeats_are_read_a_chunk_at_a_time_in_output_order(generated, tmp_path, monkeypatch):
-    """balance never holds every repeat: the report counts them, and the file is written from chunks; the
-    chunks joined are the one list, and a clash in a later chunk is still refused before writing."""
+def test_repeats_are_read_a_chunk_at_a_time_in_index_order(generated, tmp_path, monkeypatch):
+    """balance never holds every repeat: the report counts them, and the file is written from chunks, corpus
+    by corpus in index order (each row group of the index read once); a mix with no key that looks like a
+    repeat's name is checked without reading a key; a clash in a later chunk is still refused."""
     from shardkit.commands.balance import sources
 
     planned = _planned(generated["parquet"], 2.0)
     whole = balance.repeated_keys(planned.plan, planned.mix)
-    assert len(planned.repeats) == len(whole) == int((planned.plan.copy > 0).sum()) > 3000
+    plan = planned.plan
+    assert len(planned.repeats) == len(whole) == int((plan.copy > 0).sum()) > 3000
     monkeypatch.setattr(sources, "REPEATS_CHUNK", 100)
-    chunks = list(sources.iter_repeated_keys(planned.plan, planned.mix))
-    assert len(chunks) == -(-len(whole) // 100) and max(len(c) for c in chunks) == 100
+    chunks = list(sources.iter_repeated_keys(plan, planned.mix))
+    assert max(len(c) for c in chunks) == 100 and len(chunks) >= len(whole) // 100
     assert [pair for chunk in chunks for pair in chunk] == whole == list(planned.repeats)
-    positions = np.flatnonzero(planned.plan.copy > 0)
-    assert [p[1] for p in whole] == [balance.repeat_key(k, int(c)) for k, c in zip(
-        [p[0] for p in whole], planned.plan.copy[positions])]
+    expected = []
+    for c, corpus in enumerate(planned.mix.corpora):  # (corpus, utterance, copy) in order, keys from the index
+        mine = (plan.corpus == c) & (plan.copy > 0)
+        for u, k in sorted(zip(plan.utt[mine].tolist(), plan.copy[mine].tolist())):
+            key = balance.take_keys(corpus, np.array([u]))[0]
+            expected.append([key, balance.repeat_key(key, k)])
+    assert whole == expected
+
+    def no_reads(*_):
+        raise AssertionError("a key was read")
+    assert planned.mix.repeat_like == set()
+    monkeypatch.setattr(sources, "take_keys", no_reads)
+    planned.repeats.check()
+    monkeypatch.undo()
 
     records = _records("zh", 600, 0)
     records[590]["key"] = records[5]["key"] + "-rep1"  # read in a late chunk
     path = indexfile.write_index_file(str(tmp_path / "r.parquet"), [records])
+    monkeypatch.setattr(sources, "REPEATS_CHUNK", 100)
     with pytest.raises(ShardkitError, match=f"'{records[5]['key']}-rep1', which is already a key in the mix"):
         _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)

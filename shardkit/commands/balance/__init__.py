@@ -120,9 +120,9 @@ def shard_table(plan: BalancePlan, mix: MixColumns, paths: Sequence[str] | None)
 
 
 class Repeats:
-    """Every repeat's ``[original key, output key]``, in output order: counted from the plan, and read a chunk
-    at a time whenever iterated (:func:`iter_repeated_keys`), never held whole (a weight of 2 on a
-    10 M-utterance corpus is 10 M pairs). ``known``: keys read ahead, as iter_repeated_keys takes them."""
+    """Every repeat's ``[original key, output key]``, corpus by corpus in index order: counted from the plan,
+    and read a chunk at a time whenever iterated (:func:`iter_repeated_keys`), never held whole (a weight of
+    2 on a 10 M-utterance corpus is 10 M pairs). ``known``: keys read ahead, as iter_repeated_keys takes them."""
 
     def __init__(self, plan: BalancePlan, mix: MixColumns, known: dict | None = None):
         self._plan, self._mix, self._known = plan, mix, known
@@ -136,7 +136,11 @@ class Repeats:
             yield from pairs
 
     def check(self) -> None:
-        """Read every repeat's key once and refuse a new name that is a real key, holding a chunk at a time."""
+        """Refuse a repeat's new name that is a real key. Every new name holds REPEAT_MARK, so when loading
+        found no real key that does (``mix.repeat_like`` empty: nearly always) there is nothing to read;
+        else every repeat's key is read once, a chunk at a time."""
+        if self._mix.repeat_like is not None and not self._mix.repeat_like:
+            return
         for _ in iter_repeated_keys(self._plan, self._mix, self._known):
             pass
 
@@ -602,8 +606,8 @@ def _write_repeats(out_dir: str, repeats: Repeats) -> str:
 
 
 def read_repeats(out_dir: str):
-    """``(original key, output key)`` of every repeat balance wrote into ``out_dir``, in output order
-    (from the file balance.json names: ``repeats_file``)."""
+    """``(original key, output key)`` of every repeat balance wrote into ``out_dir`` (from the file balance.json
+    names: ``repeats_file``; corpus by corpus, in index order; reports written before it: in output order)."""
     import json
 
     from shardkit.run.manifest import load_json

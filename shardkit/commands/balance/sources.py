@@ -622,34 +622,38 @@ REPEATS_CHUNK = 1 << 18  # repeats whose keys are read and checked at a time (bo
 
 
 def repeated_keys(plan: BalancePlan, mix: MixColumns, known: dict | None = None) -> list[list[str]]:
-    """``[original key, output key]`` for every repeat, in output order, as one list (balance itself streams
-    them: :func:`iter_repeated_keys`); refuses a clash with a real key."""
+    """``[original key, output key]`` for every repeat (in :func:`iter_repeated_keys`'s order), as one list
+    (balance itself streams them); refuses a clash with a real key."""
     return [pair for pairs in iter_repeated_keys(plan, mix, known) for pair in pairs]
 
 
 def iter_repeated_keys(plan: BalancePlan, mix: MixColumns, known: dict | None = None, chunk: int | None = None):
-    """Lists of ``[original key, output key]`` for every repeat, in output order, ``chunk`` (default
-    ``REPEATS_CHUNK``) at a time; each
-    list is checked (a repeat named like a real key is refused) before it is yielded.
+    """Lists of ``[original key, output key]`` for every repeat, ``chunk`` (default ``REPEATS_CHUNK``) at a
+    time, corpus by corpus in the order of its index (an utterance's copies in order): the keys are then
+    read from the index in one pass, each row group once, where output order would read every row group
+    for every chunk. Each list is checked (a repeat named like a real key is refused) before it is yielded.
 
     ``known``: per corpus, (sorted utterances, their keys) read beforehand (balance reads the repeats'
     keys while the planner deals); the other corpora's keys are read here, a chunk at a time.
     """
-    positions = np.flatnonzero(plan.copy > 0)
     chunk = chunk or REPEATS_CHUNK
-    for start in range(0, len(positions), chunk):
-        part = positions[start:start + chunk]
-        keys = np.empty(len(part), object)
-        for c, corpus in enumerate(mix.corpora):
-            mine = np.flatnonzero(plan.corpus[part] == c)
-            if len(mine) and known and c in known:
+    repeated = plan.copy > 0
+    for c, corpus in enumerate(mix.corpora):
+        mine = repeated & (plan.corpus == c)
+        utt, copy = plan.utt[mine], plan.copy[mine]
+        order = np.lexsort((copy, utt))
+        utt, copy = utt[order], copy[order]
+        del mine, order
+        for start in range(0, len(utt), chunk):
+            utts, copies = utt[start:start + chunk], copy[start:start + chunk]
+            if known and c in known:
                 unique, found = known[c]
-                keys[mine] = np.asarray(found, object)[np.searchsorted(unique, plan.utt[part[mine]])]
-            elif len(mine):
-                keys[mine] = take_keys(corpus, plan.utt[part[mine]])
-        pairs = [[key, repeat_key(key, int(k))] for key, k in zip(keys, plan.copy[part])]
-        _refuse_real_names(pairs, mix)
-        yield pairs
+                keys = np.asarray(found, object)[np.searchsorted(unique, utts)].tolist()
+            else:
+                keys = take_keys(corpus, utts)
+            pairs = [[key, f"{key}{REPEAT_MARK}{k}"] for key, k in zip(keys, copies.tolist())]
+            _refuse_real_names(pairs, mix)
+            yield pairs
 
 
 def _refuse_real_names(pairs: list[list[str]], mix: MixColumns) -> None:
