@@ -39,7 +39,7 @@ def _records(n=700, shards=23, seed=3, corpus_name="c"):
         audio = [key + ".wav", 1024 * u + 512, 44 + 2 * frames]
         members = [audio, txt] if u % 7 == 0 else [txt, audio]
         if u % 11 == 0:
-            members = [["other/" + key + ".lab", 3, 4], *members]  # stored whole behind a NUL in Parquet
+            members = [["other/" + key + ".txt", 3, 4], *members]  # not its .txt; stored whole behind a NUL
         record = {"shard": shard, "key": key, "duration": frames / rate, "frames": frames, "sample_rate": rate,
                   "text_chars": int(rng.integers(0, 300)), "members": members}
         if u % 5:

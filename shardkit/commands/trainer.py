@@ -389,11 +389,11 @@ def index_columns(index_files: Sequence[str], *, want_txt: bool, keep: set[str] 
             for group in range(pf.num_row_groups):
                 table = read_row_group(pf, path, group, columns)
                 try:
-                    cols.add_table(table, path, first, keep)
+                    for batch in table.to_batches():  # one array per column (a dictionary each)
+                        cols.add_table(batch, path, first, keep)
+                        first += batch.num_rows
                 except (ValueError, TypeError) as err:
-                    raise ShardkitError(f"row group {group} (rows {first}-{first + table.num_rows - 1}): {err}",
-                                        shard=path) from None
-                first += table.num_rows
+                    raise ShardkitError(f"row group {group}: {err}", shard=path) from None
             continue
         with open_index(path) as f:
             for number, line in enumerate(f, 1):
