@@ -65,8 +65,8 @@ def command(kind: str, size: str, form: str, work: str, conf: str, dropped: str)
 def timed(cmd: list[str], checkout: str) -> tuple[float, float, str]:
     """(wall seconds, peak RSS MB, stdout) of one process run from inside ``checkout`` (``python -m`` puts
     the working folder first on sys.path)."""
-    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, cwd=checkout,
-                          env={**os.environ, "PYTHONPATH": checkout})
+    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], check=False, capture_output=True, text=True,
+                          cwd=checkout, env={**os.environ, "PYTHONPATH": checkout})
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     wall, rss = proc.stderr.strip().splitlines()[-1].split()
