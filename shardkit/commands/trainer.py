@@ -124,33 +124,30 @@ class RecordTrainer:
         self.txt: list[tuple[int, int]] = []
         self.problem: tuple[str, str] | None = None
 
-    def values(self, record: dict, path: str, number: int | None = None):
-        """``(frames, rate, chars, txt)`` of a record; one the filter cannot use gives zeros and is
-        noted (the first such record is the error :func:`filter_mix` reports)."""
-        txt = (0, 0)
+    def add(self, record: dict, path: str, number: int | None = None, kept: bool = True) -> None:
+        """A record's fields, appended when ``kept`` (a ``--part`` run checks every record, keeps its own);
+        one the filter cannot use gives zeros and is noted (the first such record is the error
+        :func:`filter_mix` reports; :class:`_Columns` raises it at once)."""
         try:
-            values = int(record["frames"]), int(record["sample_rate"]), int(record["text_chars"])
+            frames, rate, chars = int(record["frames"]), int(record["sample_rate"]), int(record["text_chars"])
         except (KeyError, TypeError, ValueError):
             self._note(f"index record of {record.get('key')!r} {LACKS}", _where(path, number))
-            return 0, 0, 0, txt
+            frames = rate = chars = 0
         if self.want_txt:
-            found = _txt_range(record)
-            if found is None:
+            txt = _txt_range(record)
+            if txt is None:
                 self._note(f"index record of {record['key']!r} names no .txt member", _where(path, number))
-            else:
-                txt = found
-        return (*values, txt)
+                txt = (0, 0)
+            if kept:
+                self.txt.append(txt)
+        if kept:
+            self.frames.append(frames)
+            self.rate.append(rate)
+            self.chars.append(chars)
 
     def _note(self, message: str, where: str) -> None:
         if self.problem is None:
             self.problem = (message, where)
-
-    def append(self, values) -> None:
-        self.frames.append(values[0])
-        self.rate.append(values[1])
-        self.chars.append(values[2])
-        if self.want_txt:
-            self.txt.append(values[3])
 
     def block(self) -> TrainerBlock:
         """What was appended, as compact arrays; the lists start again (one block per file)."""
@@ -275,12 +272,18 @@ class _Columns:
     def add(self, record: dict, path: str, number: int | None = None) -> None:
         """One record (``path``/``number``: where it came from, named only in an error)."""
         shard = record["shard"]
-        sid = self._id(self.shard_ids, self.shards, shard)
-        cid = self._id(self.corpus_ids, None, record.get("corpus") or _folder(shard))
-        values = self.trainer.values(record, path, number)
-        if self.trainer.problem is not None:
-            raise ShardkitError(self.trainer.problem[0], shard=self.trainer.problem[1])
-        self.trainer.append(values)
+        sid = self.shard_ids.get(shard)  # (inline, not _id: this runs once per JSON line)
+        if sid is None:
+            sid = self.shard_ids[shard] = len(self.shards)
+            self.shards.append(shard)
+        corpus = record.get("corpus") or _folder(shard)
+        cid = self.corpus_ids.get(corpus)
+        if cid is None:
+            cid = self.corpus_ids[corpus] = len(self.corpus_ids)
+        trainer = self.trainer
+        trainer.add(record, path, number)
+        if trainer.problem is not None:
+            raise ShardkitError(trainer.problem[0], shard=trainer.problem[1])
         self.shard.append(sid)
         self.keys.append(record["key"])
         self.corpus.append(cid)

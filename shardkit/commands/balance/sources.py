@@ -548,14 +548,13 @@ def _read_jsonl(path: str, state: _LoadState):
                 state.refuse_impossible(key, shard, why, path)
             if REPEAT_MARK in key:
                 state.repeat_like.add(key)
-            if trainer is not None:
-                values = trainer.values(record, path, number)
             state.row += 1
-            if state.part is not None and (state.row - 1) % state.part[1] != state.part[0]:
+            skip = state.part is not None and (state.row - 1) % state.part[1] != state.part[0]
+            if trainer is not None:
+                trainer.add(record, path, number, not skip)
+            if skip:
                 offset += len(line)
                 continue
-            if trainer is not None:
-                trainer.append(values)
             sid = shard_ids.get(shard)
             if sid is None:
                 sid = shard_ids[shard] = len(shards)
