@@ -417,12 +417,18 @@ def token_counts(cols: UttColumns, spec: TrainerSpec, on_shard: Callable[[str], 
     """Label length per utterance: the tokenizer's over transcripts read from the shards, or ``text_chars``."""
     if spec.tokenizer is None:
         return cols.text_chars
+    return _tokenized(cols.shards, cols.shard, cols.txt, spec.tokenizer, on_shard)
+
+
+def _tokenized(shards: Sequence[str], shard: np.ndarray, txt: np.ndarray | None, tokenizer: Tokenizer,
+               on_shard: Callable[[str], None] | None) -> np.ndarray:
+    """The tokenizer's label length of each utterance, its transcript read from ``shards[shard[i]]`` at ``txt[i]``."""
     from shardkit.io.wenet_conf import transcripts_by_shard
     from shardkit.planning.trainer import count_tokens
 
-    ranges = [] if cols.txt is None else cols.txt.tolist()
-    texts = transcripts_by_shard(cols.shards, cols.shard, ranges, on_shard=on_shard)
-    return np.fromiter((count_tokens(t, spec.tokenizer) for t in texts), np.int64, len(texts))
+    ranges = [] if txt is None else txt.tolist()
+    texts = transcripts_by_shard(shards, shard, ranges, on_shard=on_shard)
+    return np.fromiter((count_tokens(t, tokenizer) for t in texts), np.int64, len(texts))
 
 
 @dataclass
@@ -437,15 +443,23 @@ class FilterResult:
 def apply_filter(cols: UttColumns, spec: TrainerSpec, *, corpus_names: Sequence[str] | None = None,
                  on_shard: Callable[[str], None] | None = None) -> FilterResult:
     """WeNet's ``filter_conf`` over the columns (see :func:`shardkit.planning.trainer.filter_reasons`)."""
-    from shardkit.planning.trainer import filter_reasons, filter_summary
+    from shardkit.planning.trainer import filter_reasons
 
     tokens = token_counts(cols, spec, on_shard)
     reasons = filter_reasons(cols.samples, cols.rate, tokens, spec.conf.filter)
     names = list(corpus_names) if corpus_names is not None else cols.corpus_names
-    summary = filter_summary(reasons, cols.corpus, names, cols.seconds, cols.keys)
+    return _verdict(reasons, cols.corpus, names, cols.seconds, cols.keys, spec)
+
+
+def _verdict(reasons: np.ndarray, corpus: np.ndarray, names: Sequence[str], seconds: np.ndarray,
+             keys: Sequence[str], spec: TrainerSpec) -> FilterResult:
+    """The FilterResult of the filter's reasons (0: kept) per utterance."""
+    from shardkit.planning.trainer import filter_summary
+
+    summary = filter_summary(reasons, corpus, names, seconds, keys)
     summary["filter_conf"] = dataclasses.asdict(spec.conf.filter)
     dropped = np.flatnonzero(reasons != 0)
-    return FilterResult(reasons == 0, summary, take_keys(cols.keys, dropped))
+    return FilterResult(reasons == 0, summary, take_keys(keys, dropped))
 
 
 def take_keys(keys: Sequence[str], positions: np.ndarray) -> list[str]:
@@ -575,18 +589,28 @@ def filter_mix(mix, spec: TrainerSpec, on_transcripts: Callable[[str], None] | N
     read again. A record the filter cannot use (no frames, sample_rate or text_chars; no ``.txt``
     member when a tokenizer counts tokens) is the error, naming its file and line or row.
     """
-    want_txt = spec.tokenizer is not None
+    from shardkit.planning.trainer import filter_reasons
+
     blocks = []
     for name, corpus in zip(mix.names, mix.corpora):
         block = corpus.trainer
-        if block is None or (want_txt and block.txt is None):
+        if block is None or (spec.tokenizer is not None and block.txt is None):
             raise ValueError(f"corpus {name!r} was loaded without the trainer's columns")
         if block.problem is not None:
             raise ShardkitError(block.problem[0], shard=block.problem[1])
         blocks.append(block)
-    joined = _joined(mix, concat_blocks(blocks, want_txt))
-    result = apply_filter(joined, spec, corpus_names=mix.names, on_shard=on_transcripts)
-    del joined
+    # corpus by corpus (the filter is per utterance): no joined copy of the columns, a corpus' temporaries at a time
+    parts = []
+    for corpus, block in zip(mix.corpora, blocks):
+        tokens = block.text_chars if spec.tokenizer is None else \
+            _tokenized(mix.shards, corpus.shard, block.txt, spec.tokenizer, on_transcripts)
+        parts.append(filter_reasons(block.frames, block.rate, tokens, spec.conf.filter))
+    reasons = np.concatenate(parts)
+    counts = [len(c.durations) for c in mix.corpora]
+    corpus_ids = np.repeat(np.arange(len(counts), dtype=np.int8 if len(counts) < 128 else np.int32), counts)
+    result = _verdict(reasons, corpus_ids, mix.names, np.concatenate([c.durations for c in mix.corpora]),
+                      _MixKeys([c.keys for c in mix.corpora]), spec)
+    del reasons, corpus_ids
     corpora, samples, rates = [], [], []
     start = 0
     for c, corpus in enumerate(mix.corpora):
@@ -601,16 +625,6 @@ def filter_mix(mix, spec: TrainerSpec, on_transcripts: Callable[[str], None] | N
         samples.append(blocks[c].frames[idx])
         rates.append(blocks[c].rate[idx])
     return dataclasses.replace(mix, corpora=corpora), MixFilter(spec, result, samples, rates)
-
-
-def _joined(mix, block: TrainerBlock) -> UttColumns:
-    """The filter's view of the whole mix: corpus ids are positions in ``mix.corpora``, shard ids ``mix.shards``'."""
-    counts = [len(c.durations) for c in mix.corpora]
-    cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype))
-    return UttColumns(mix.shards, cat([c.shard for c in mix.corpora], np.int32),
-                      _MixKeys([c.keys for c in mix.corpora]), list(mix.names),
-                      np.repeat(np.arange(len(counts), dtype=np.int32), counts), block.frames, block.rate,
-                      cat([c.durations for c in mix.corpora], np.float64), block.text_chars, block.txt)
 
 
 class _MixKeys:
