@@ -17,6 +17,7 @@ from test_wenet_conf import wenet_filter
 from shardkit.cli import main
 from shardkit.commands.balance.sources import load_columns
 from shardkit.commands.trainer import _Columns, index_columns
+from shardkit.errors import ShardkitError
 from shardkit.io import indexfile
 from shardkit.io.synth import write_shards
 
@@ -299,3 +300,20 @@ def test_balance_with_a_units_file_from_a_jsonl_and_a_parquet_index_of_real_shar
     expected = sorted(k for k, t in texts.items() if len(t.strip()) > 12)
     assert expected and sorted(docs[0][1]) == expected
     assert docs[0] == docs[1]
+
+
+def test_a_parquet_index_with_a_null_shard_is_an_error_naming_the_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = _records(10)
+    batch = indexfile.records_to_batch(records)
+    shard = batch.column(batch.schema.get_field_index("shard")).to_pylist()
+    shard[4] = None
+    batch = batch.set_column(batch.schema.get_field_index("shard"), "shard",
+                             pa.array(shard, pa.string()).dictionary_encode())
+    path = tmp_path / "index.parquet"
+    pq.write_table(pa.Table.from_batches([batch]), path)
+    with pytest.raises(ShardkitError, match=r"row group 0: a null shard") as err:
+        index_columns([str(path)], want_txt=False)
+    assert str(path) in str(err.value)

@@ -346,7 +346,7 @@ def _codes(column, nulls: bool = False) -> tuple[np.ndarray, list]:
     if not pa.types.is_dictionary(column.type):
         column = column.dictionary_encode()
     if column.null_count and not nulls:
-        raise ShardkitError("a null shard")
+        raise ValueError("a null shard")
     codes = column.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, column.dictionary.to_pylist()
 
