@@ -256,12 +256,12 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         draws = _drawing_ahead(stack) if wenet is None and plan_version == 1 else None
         ahead = None if draws is None else (lambda c, n: draws.prefetch(n, corpora[c].weight, seed, c, remainder))
         mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, part=part,
-                                     on_corpus_loaded=ahead, **where)
+                                     on_corpus_loaded=ahead, trainer=wenet, **where)
         trainer = None
         if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
             from shardkit.commands.trainer import filter_mix
 
-            mix, trainer = filter_mix(mix, index_files, wenet)
+            mix, trainer = filter_mix(mix, wenet)  # from the columns load_columns read for it
         event("planning")
         planned = _plan(corpora, mix, index_files, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
@@ -346,17 +346,20 @@ def _claim_out_dir(stack: ExitStack, scratch: str, corpora: Sequence[CorpusSourc
 def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..., None], *, jobs: int,
               executor: str, ray_address: str | None, check_keys: bool = True,
               part: tuple[int, int] | None = None,
-              on_corpus_loaded: Callable[[int, int], None] | None = None) -> tuple[MixColumns, list[list[str]]]:
+              on_corpus_loaded: Callable[[int, int], None] | None = None,
+              trainer=None) -> tuple[MixColumns, list[list[str]]]:
     """Index the corpora's shard sources and read every index into columns; refuse an empty corpus or
     (unless ``check_keys`` is false: then :func:`_plan` checks) a key twice, since either would make a
-    plan that cannot be written."""
+    plan that cannot be written. ``trainer`` (``--wenet-conf``'s TrainerSpec): the same read also
+    collects the columns its filter needs."""
     index_files = resolve_index_files(corpora, os.path.join(work_dir, "index"), jobs=jobs,
                                       on_index=lambda *a: event("indexed", *a),
                                       on_corpus=lambda *a: event("indexing", *a), executor=executor,
                                       ray_address=ray_address)
     event("loading", sum(len(f) for f in index_files))
     names = [c.name for c in corpora]
-    mix = load_columns(names, index_files, part, on_corpus_loaded)
+    mix = load_columns(names, index_files, part, on_corpus_loaded, trainer_columns=trainer is not None,
+                       txt_members=trainer is not None and trainer.tokenizer is not None)
     for name, corpus in zip(names, mix.corpora):
         if not len(corpus.durations):
             raise UsageError(f"corpus {name!r} is empty (no utterances in its sources)")

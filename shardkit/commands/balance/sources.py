@@ -85,6 +85,9 @@ class CorpusColumns:
     key_hash: np.ndarray | None = None  # shardkit.io.indexfile.key_hashes of the keys
     segments: list["_Segment"] | None = None  # the index files the rows came from (load_columns)
     rows: np.ndarray | None = None  # after a filter: the segments' rows these utterances are (None: all)
+    # load_columns(trainer_columns=True): frames, sample_rate, text_chars (and .txt places) for --wenet-conf,
+    # a shardkit.commands.trainer.TrainerBlock; None otherwise (and once the filter has used it)
+    trainer: object | None = None
 
 
 @dataclass
@@ -296,18 +299,25 @@ def check_index_slices(corpus: str, index_files: Sequence[str]) -> None:
 
 
 def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], part: tuple[int, int] | None = None,
-                 on_corpus_loaded: Callable[[int, int], None] | None = None) -> MixColumns:
+                 on_corpus_loaded: Callable[[int, int], None] | None = None, *, trainer_columns: bool = False,
+                 txt_members: bool = False) -> MixColumns:
     """Read each corpus' index files into arrays: Parquet column by column, JSON lines a line at a time.
 
     ``part=(I, P)``: keep only part I of P of every corpus, the utterances whose row (counted over the
     corpus' index files, in order) is I - 1 modulo P; every row is still read and checked, and every key
     that looks like a repeat's name collected, but only the part's columns are kept (memory: 1/P).
     ``on_corpus_loaded(c, utterances)`` is called as each corpus is read (balance starts its draws).
+
+    ``trainer_columns`` (``--wenet-conf``): also collect, in the same read, what WeNet's filter needs of
+    every kept utterance (``CorpusColumns.trainer``: frames, sample_rate, text_chars in compact dtypes,
+    and with ``txt_members`` the ``.txt`` member's offset and size), so that the index is read once.
     """
     from shardkit.io.indexfile import is_parquet
 
     state = _LoadState()
     state.part = None if part is None else (part[0] - 1, part[1])
+    state.trainer = trainer_columns
+    state.want_txt = txt_members
     corpora = []
     for c, (name, paths) in enumerate(zip(names, index_files)):
         parts = []
@@ -329,7 +339,8 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], par
         rows = None if part is None else np.concatenate(
             [starts[k] + p[4] for k, p in enumerate(parts)] or [np.zeros(0, np.int64)])
         corpora.append(CorpusColumns(durations, IndexKeys(segments, rows), shard, key_hash=np.concatenate(
-            [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments, rows=rows))
+            [p[2] for p in parts]) if parts else np.zeros(0, np.uint64), segments=segments, rows=rows,
+            trainer=state.take_trainer_columns()))
         del parts
         if on_corpus_loaded is not None:
             on_corpus_loaded(c, len(durations))
@@ -350,6 +361,19 @@ class _LoadState:
         self.repeat_like: set[str] = set()  # keys that contain REPEAT_MARK (MixColumns.repeat_like)
         self.part: tuple[int, int] | None = None  # (I - 1, P): keep the corpus rows that are I - 1 modulo P
         self.row = 0  # rows of the corpus read so far (over its index files)
+        self.trainer = False  # collect the trainer's filter columns (load_columns' trainer_columns)
+        self.want_txt = False  # ... and the .txt members' places
+        self.trainer_parts: list = []  # the corpus' TrainerBlocks so far, in row order
+
+    def take_trainer_columns(self):
+        """The corpus' trainer columns as one TrainerBlock (None unless asked); the next corpus starts afresh."""
+        if not self.trainer:
+            return None
+        from shardkit.commands.trainer import concat_blocks
+
+        block = concat_blocks(self.trainer_parts, self.want_txt)
+        self.trainer_parts = []
+        return block
 
     def refuse_impossible(self, key: str, shard: str, why: str, path: str) -> None:
         """An utterance whose seconds its bytes cannot hold: no plan is built on a header lie."""
@@ -391,7 +415,7 @@ def _read_parquet(path: str, state: _LoadState):
         reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
                  for group in range(pf.num_row_groups)]
         for group, read in enumerate(reads):
-            d, shard_column, h, marked, rows = read.result()
+            d, shard_column, h, marked, rows, trainer = read.result()
             if rows is not None:
                 kept.append(rows + starts[group])
             state.repeat_like.update(marked)
@@ -401,6 +425,8 @@ def _read_parquet(path: str, state: _LoadState):
                 raise _group_error(group, starts[group], starts[group + 1], err, path) from None
             durations.append(d)
             hashes.append(h)
+            if trainer is not None:
+                state.trainer_parts.append(trainer)
             reads[group] = None  # its columns go as soon as they are taken
     cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype))
     rows = cat(kept, np.int64) if state.part is not None else None
@@ -436,11 +462,19 @@ def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -
 
 
 def _read_group(path: str, group: int, start: int, plausibility: list[str], state: _LoadState):
-    """One row group: (durations, its shard column, key hashes), checked; its key strings are not kept.
+    """One row group: (durations, its shard column, key hashes, marked keys, part rows, trainer columns),
+    checked; its key strings are not kept.
     Each read opens the file itself (a pyarrow reader is not shared between threads)."""
     from shardkit.io.indexfile import check_durations, key_hashes, open_parquet_index, read_row_group
 
-    table = read_row_group(open_parquet_index(path), path, group, ["shard", "key", "duration", *plausibility])
+    pf = open_parquet_index(path)
+    columns = ["shard", "key", "duration", *plausibility]
+    if state.trainer:  # --wenet-conf: the filter's columns, in this same read (absent ones: the filter's error)
+        from shardkit.commands.trainer import TRAINER_FIELDS
+
+        extra = [*TRAINER_FIELDS, *(["members"] if state.want_txt else [])]
+        columns += [c for c in extra if c not in columns and c in pf.schema_arrow.names]
+    table = read_row_group(pf, path, group, columns)
     try:
         d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         check_durations(d, path=path, first_row=start)
@@ -448,12 +482,27 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
             _check_plausible(table, d, path, state)
         keys = table.column("key")
         marked = _repeat_like(keys)
-        if state.part is None:
-            return d, table.column("shard"), key_hashes(keys), marked, None
-        rows = _part_rows(state.row + start, table.num_rows, state.part)
-        return d[rows], table.column("shard").take(rows), key_hashes(keys.take(rows)), marked, rows
+        rows = None if state.part is None else _part_rows(state.row + start, table.num_rows, state.part)
+        if rows is None:
+            read = d, table.column("shard"), key_hashes(keys), marked, None
+        else:
+            read = d[rows], table.column("shard").take(rows), key_hashes(keys.take(rows)), marked, rows
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, start + table.num_rows, err, path) from None
+    return (*read, _trainer_columns(table, path, group, start, rows, state))
+
+
+def _trainer_columns(table, path: str, group: int, start: int, rows: np.ndarray | None, state: _LoadState):
+    """The trainer's filter columns of a row group's rows ``rows`` (None: all), when asked (else None)."""
+    if not state.trainer:
+        return None
+    from shardkit.commands.trainer import table_trainer_block
+
+    try:
+        return table_trainer_block(table, path, start, state.want_txt, rows)
+    except (ValueError, TypeError) as err:
+        raise ShardkitError(f"row group {group} (rows {start}-{start + table.num_rows - 1}): {err}",
+                            shard=path) from None
 
 
 def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState) -> None:
@@ -478,6 +527,11 @@ def _read_jsonl(path: str, state: _LoadState):
     durations, shard_col, offsets, keys, hashes = [], [], [], [], []
     shard_ids, shards = state.shard_ids, state.shards
     offset = 0
+    trainer = None
+    if state.trainer:  # --wenet-conf: the filter's fields of each record parsed here (no second read)
+        from shardkit.commands.trainer import RecordTrainer
+
+        trainer = RecordTrainer(state.want_txt)
     with open_index(path) as f:
         for number, line in enumerate(f, 1):
             try:
@@ -495,7 +549,10 @@ def _read_jsonl(path: str, state: _LoadState):
             if REPEAT_MARK in key:
                 state.repeat_like.add(key)
             state.row += 1
-            if state.part is not None and (state.row - 1) % state.part[1] != state.part[0]:
+            skip = state.part is not None and (state.row - 1) % state.part[1] != state.part[0]
+            if trainer is not None:
+                trainer.add(record, path, number, not skip)
+            if skip:
                 offset += len(line)
                 continue
             sid = shard_ids.get(shard)
@@ -511,6 +568,8 @@ def _read_jsonl(path: str, state: _LoadState):
                 hashes.append(hash_strings(keys))
                 keys = []
     hashes.append(hash_strings(keys))
+    if trainer is not None:
+        state.trainer_parts.append(trainer.block())
     rows = np.arange(len(offsets), dtype=np.int64) if state.part is not None else None
     return (np.array(durations, np.float64), np.array(shard_col, np.int32), np.concatenate(hashes),
             np.array(offsets, np.int64), rows, len(offsets))
