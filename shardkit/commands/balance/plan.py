@@ -495,11 +495,15 @@ def _best_swap(row_a, row_b, seconds, corpus_of, dev_a, dev_b):
     return best
 
 
-def _refine(rows, seconds, corpus_of, goal, partners=4, max_steps=None) -> None:
+def _shard_totals(rows: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    # block by block (each row sums alike): seconds[rows] at once would be a 20 M-element temporary
+    return np.concatenate([seconds[rows[a:a + 4096]].sum(axis=1) for a in range(0, rows.shape[0], 4096)])
+
+
+def _refine(rows, seconds, corpus_of, goal, partners=4, max_steps=None, totals=None) -> None:
     """Same-corpus swaps (in place on ``rows``) until every shard is within ``goal`` of the mean."""
     num_shards = rows.shape[0]
-    # block by block (each row sums alike): seconds[rows] at once would be a 20 M-element temporary
-    totals = np.concatenate([seconds[rows[a:a + 4096]].sum(axis=1) for a in range(0, num_shards, 4096)])
+    totals = _shard_totals(rows, seconds) if totals is None else totals
     mean = totals.mean()
     stuck = np.zeros(num_shards, bool)
     for _ in range(max_steps or 4 * num_shards + 100):
@@ -656,11 +660,13 @@ def _plan_in(pool: ThreadPoolExecutor, durations: list[np.ndarray], weights: lis
                                 for c, u in enumerate(utts)])
     seconds, utt_of, copy_of = (_join(parts) for parts in (secs, utts, copies))
     mean_shard = float(seconds.sum()) / count
-    tolerance = max(TOLERANCE_FRACTION * mean_shard, float(np.median(seconds)))
+    median = pool.submit(np.median, seconds)  # beside the shard totals the swaps start from
+    totals = _shard_totals(rows, seconds)
+    tolerance = max(TOLERANCE_FRACTION * mean_shard, float(median.result()))
     # aim inside the tolerance, tight enough that a consumer's sum of count / groups shards (whose
     # errors partly cancel, ~sqrt) stays within REFINE_FRACTION of the others
     goal = min(tolerance / 2, REFINE_FRACTION * mean_shard * math.sqrt(count / groups))
-    _refine(rows, seconds, corpus_of, goal=goal)
+    _refine(rows, seconds, corpus_of, goal=goal, totals=totals)
     rows = np.random.default_rng([seed, _ORDER]).permuted(rows, axis=1, out=rows)
     flat = rows.reshape(-1)
     del rows
