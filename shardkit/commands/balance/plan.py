@@ -23,7 +23,7 @@ the padding are seeded draws without replacement (``Generator.choice``), and the
 sort of packed 64-bit keys, the duration as float32 (longest first: float32 keeps a 10-s duration to
 1 us, and the shard totals still add the float64 seconds) above a seeded bijection of the copy's
 index (ties in a seeded order, and the index read back from the key: no permutation, no argsort).
-At 20 M utterances that is half the planner's CPU. Version 1 stays for plans made before it.
+At 20 M utterances the whole balance process takes 1.4x less CPU. Version 1 stays for plans made before it.
 """
 
 from __future__ import annotations
