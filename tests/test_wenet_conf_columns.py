@@ -317,3 +317,29 @@ def test_a_parquet_index_with_a_null_shard_is_an_error_naming_the_file(tmp_path)
     with pytest.raises(ShardkitError, match=r"row group 0: a null shard") as err:
         index_columns([str(path)], want_txt=False)
     assert str(path) in str(err.value)
+
+
+def test_parts_with_wenet_conf_drop_together_what_one_piece_drops(tmp_path, monkeypatch):
+    """--part with --wenet-conf: each part filters its own rows (the filter's columns are read for the part's
+    rows only), so the parts' dropped keys, and their kept utterances, add up to the one-piece run's."""
+    records = _records(900, seed=4)
+    _, parquet = _write_both(tmp_path, records, monkeypatch=monkeypatch)
+    conf = _conf(tmp_path, "{max_length: 1500, min_length: 20, token_max_length: 250}")
+    runs = []
+    for part in (None, "1/3", "2/3", "3/3"):
+        dropped = tmp_path / f"dropped-{part and part[0]}.txt"
+        extra = ("--part", part) if part else ()
+        result = _balance([f"c={parquet}"], tmp_path, "--wenet-conf", conf, "--dropped-keys", str(dropped), *extra,
+                          out=f"o{part and part[0]}")
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        assert doc["balanced"] and ("part" in doc) == bool(part)
+        runs.append((doc, dropped.read_text().split()))
+    whole, parts = runs[0], runs[1:]
+    assert sorted(k for _, keys in parts for k in keys) == sorted(whole[1]) and whole[1]
+    for field in ("utterances", "dropped_utterances"):
+        counts = [d["wenet_conf"]["filter"][field] for d, _ in runs]
+        assert sum(counts[1:]) == counts[0], field
+    for i, (_, keys) in enumerate(parts):  # a part drops only its own rows (row i modulo 3)
+        mine = {r["key"] for r in records[i::3]}
+        assert set(keys) <= mine

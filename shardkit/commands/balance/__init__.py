@@ -245,8 +245,6 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
     event = on_event or (lambda *a, **k: None)
     where = {"jobs": jobs, "executor": executor, "ray_address": ray_address}
     _check_run_args(corpora, world_size, num_workers, remainder, split, dry_run, plan_version)
-    if part is not None and wenet is not None:
-        raise UsageError("--part and --wenet-conf cannot be combined (the trainer's filter reads every row)")
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, dry_run, split)
         if not dry_run and split is None:  # a failed run leaves no half-made OUT_DIR/.balance (Ctrl-C: a rerun resumes)
