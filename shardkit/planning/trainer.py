@@ -555,7 +555,14 @@ def _positions(bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def buffered_order(frames: np.ndarray, bounds: np.ndarray, conf: TrainerConf, rng: np.random.Generator) -> np.ndarray:
     """A permutation of a consumer-contiguous sequence: each consumer's samples after the shuffle
     buffer (modelled, see the module docstring) and the sort buffer (exact: chunks of ``sort_size``
-    consecutive samples, each sorted by frames, Python's stable sort)."""
+    consecutive samples, each sorted by frames, Python's stable sort).
+
+    Long consumers are ordered one at a time (their sorts stay in cache; a sort buffer's chunks are
+    the rows of a matrix, sorted row by row, by radix when the frames fit in 16 bits); many short
+    ones together, through one sort of a combined key. Both give the same permutation."""
+    n = len(frames)
+    if n and n >= _CONSUMER_AT_A_TIME * (len(bounds) - 1):
+        return _buffered_order_per_consumer(frames, bounds, conf, rng)
     consumer, pos = _positions(bounds)
     perm = np.arange(len(frames), dtype=np.int64)
     if conf.shuffle and len(frames):
@@ -569,6 +576,48 @@ def buffered_order(frames: np.ndarray, bounds: np.ndarray, conf: TrainerConf, rn
         chunk = (np.concatenate([[0], np.cumsum(chunks)])[:-1])[consumer] + pos // conf.sort_size
         perm = perm[_stable_order(chunk, frames[perm])]
     return perm
+
+
+# samples per consumer (on average) from which buffered_order takes consumers one at a time
+_CONSUMER_AT_A_TIME = 4096
+
+
+def _buffered_order_per_consumer(frames: np.ndarray, bounds: np.ndarray, conf: TrainerConf,
+                                 rng: np.random.Generator) -> np.ndarray:
+    """:func:`buffered_order`, consumer by consumer (the shuffle's draws made for all at once, as there)."""
+    n = len(frames)
+    perm = np.arange(n, dtype=np.int64)
+    draws = rng.geometric(1.0 / conf.shuffle_size, n) if conf.shuffle else None
+    values = frames
+    if conf.sort and int(frames.min()) >= 0 and int(frames.max()) < (1 << 16):
+        values = frames.astype(np.uint16)  # the same order, sorted by radix
+    for c in range(len(bounds) - 1):
+        a, b = int(bounds[c]), int(bounds[c + 1])
+        if a == b:
+            continue
+        local = None
+        if draws is not None:
+            local = np.argsort(np.maximum(np.arange(b - a), conf.shuffle_size - 1) + draws[a:b], kind="stable")
+        if conf.sort:
+            order = _sort_chunks(values[a:b] if local is None else values[a:b][local], conf.sort_size)
+            local = order if local is None else local[order]
+        if local is not None:
+            perm[a:b] = local + a
+    return perm
+
+
+def _sort_chunks(values: np.ndarray, size: int) -> np.ndarray:
+    """The permutation that stably sorts each run of ``size`` consecutive values (the last may be shorter)."""
+    length = len(values)
+    full = length // size * size
+    out = np.empty(length, np.int64)
+    if full:
+        rows = np.argsort(values[:full].reshape(-1, size), axis=1, kind="stable")
+        rows += np.arange(0, full, size)[:, None]
+        out[:full] = rows.ravel()
+    if full < length:
+        out[full:] = np.argsort(values[full:], kind="stable") + full
+    return out
 
 
 def _stable_order(primary: np.ndarray, secondary: np.ndarray) -> np.ndarray:
@@ -871,15 +920,15 @@ class _Tally:
     def add(self, first_consumer: int, bounds: np.ndarray, ids: np.ndarray, secs: np.ndarray) -> None:
         """A block's samples: their local batch numbers (from 0) and seconds, in batch order."""
         n_batches = int(ids.max()) + 1 if len(ids) else 0
-        consumer, _ = _positions(bounds)
-        consumer += first_consumer
+        sizes = np.diff(bounds)
+        consumers = np.arange(first_consumer, first_consumer + len(sizes))
         batch_consumer = np.zeros(n_batches, np.int64)
-        batch_consumer[ids] = consumer
+        batch_consumer[ids] = np.repeat(consumers, sizes)
         self.batch_consumer.append(batch_consumer)
         self.batch_seconds.append(np.bincount(ids, weights=secs, minlength=n_batches))
         # each rank's running sum goes first: bincount adds in element order, from 0.0 + the sum so far
         w = self.world_size
-        self.rank_seconds = np.bincount(np.concatenate([np.arange(w), consumer % w]),
+        self.rank_seconds = np.bincount(np.concatenate([np.arange(w), np.repeat(consumers % w, sizes)]),
                                         weights=np.concatenate([self.rank_seconds, secs]), minlength=w)
 
     def epoch(self, epoch: int, num_workers: int) -> EpochBatches:
