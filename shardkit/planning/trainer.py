@@ -503,7 +503,10 @@ def _frames_of(samples, sample_rate, conf: TrainerConf, speed_idx, trim) -> np.n
         n = np.where(changed, -(-(n * new) // orig), n)
     if speed_idx is not None:
         speeds = np.asarray(conf.speeds, np.float64)[speed_idx]
-        n = np.where(speeds != 1.0, np.rint(n / speeds).astype(np.int64), n)
+        if len(n) and int(n.max()) < (1 << 53):  # n / 1.0 is n exactly: no need to keep those apart
+            n = np.rint(n / speeds).astype(np.int64)
+        else:
+            n = np.where(speeds != 1.0, np.rint(n / speeds).astype(np.int64), n)
     f = conf.features
     if f.feats_type == "log_mel_spectrogram":
         n = n + f.padding
@@ -683,25 +686,28 @@ def _window_lengths(frames: np.ndarray, cur: np.ndarray, end: np.ndarray, max_fr
     """The dynamic batch length from each ``cur`` (at least 1), not past ``end``: the samples of a
     window of ``width`` that keep (running maximum) x (size) within ``max_frames`` (a prefix, as both
     factors only grow); a batch that fills its window is measured again in a window twice as wide."""
-    n = len(frames)
-    length = np.zeros(len(cur), np.int64)
-    todo = np.arange(len(cur))
+    got, decided = _window_try(frames, cur, end, max_frames, width)
+    todo = np.flatnonzero(~decided)
     while len(todo):
+        width *= 2
         rows = max(1, (1 << 22) // width)  # bound the matrix when a window grows wide
         undecided = []
         for r in range(0, len(todo), rows):
             part = todo[r:r + rows]
-            start, stop = cur[part], end[part]
-            idx = start[:, None] + np.arange(width)
-            peak = np.maximum.accumulate(frames[np.minimum(idx, n - 1)], axis=1)
-            ok = (idx < stop[:, None]) & (peak * np.arange(1, width + 1) <= max_frames)
-            got = ok.sum(axis=1)
-            decided = (got < width) | (start + width >= stop)
-            length[part[decided]] = np.maximum(got[decided], 1)
+            got[part], decided = _window_try(frames, cur[part], end[part], max_frames, width)
             undecided.append(part[~decided])
         todo = np.concatenate(undecided)
-        width *= 2
-    return length
+    return np.maximum(got, 1)
+
+
+def _window_try(frames: np.ndarray, start: np.ndarray, stop: np.ndarray, max_frames: int,
+                width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(samples that fit from each start within a window of width, whether that is the batch's length)``."""
+    idx = start[:, None] + np.arange(width)
+    peak = np.maximum.accumulate(frames[np.minimum(idx, len(frames) - 1)], axis=1)
+    ok = (idx < stop[:, None]) & (peak * np.arange(1, width + 1) <= max_frames)
+    got = ok.sum(axis=1)
+    return got, (got < width) | (start + width >= stop)
 
 
 def _table_walk(f: np.ndarray, bounds: np.ndarray, max_frames: int, cur: np.ndarray, end: np.ndarray,
