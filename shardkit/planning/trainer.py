@@ -591,6 +591,8 @@ def _buffered_order_per_consumer(frames: np.ndarray, bounds: np.ndarray, conf: T
     n = len(frames)
     perm = np.arange(n, dtype=np.int64)
     draws = rng.geometric(1.0 / conf.shuffle_size, n) if conf.shuffle else None
+    if draws is not None and int(draws.max()) + conf.shuffle_size + int(np.diff(bounds).max()) < (1 << 31):
+        draws = draws.astype(np.int32)  # leaving times fit in 32 bits: the same order, a faster sort
     values = frames
     if conf.sort and int(frames.min()) >= 0 and int(frames.max()) < (1 << 16):
         values = frames.astype(np.uint16)  # the same order, sorted by radix
@@ -600,7 +602,8 @@ def _buffered_order_per_consumer(frames: np.ndarray, bounds: np.ndarray, conf: T
             continue
         local = None
         if draws is not None:
-            local = np.argsort(np.maximum(np.arange(b - a), conf.shuffle_size - 1) + draws[a:b], kind="stable")
+            leave = np.maximum(np.arange(b - a, dtype=draws.dtype), conf.shuffle_size - 1) + draws[a:b]
+            local = np.argsort(leave, kind="stable")
         if conf.sort:
             order = _sort_chunks(values[a:b] if local is None else values[a:b][local], conf.sort_size)
             local = order if local is None else local[order]
