@@ -133,8 +133,10 @@ def test_long_consumers_in_blocks_equal_the_one_shot_simulation():
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     frames = rng.integers(40, 1700, int(offsets[-1]))
     seconds = frames / 100.0 + rng.random(len(frames))
-    for batch in (BatchConf("dynamic", max_frames_in_batch=12000), BatchConf("static", batch_size=16)):
-        conf = TrainerConf(batch=batch, shuffle_size=1500, sort_size=500)
+    for batch, shuffle_size in ((BatchConf("dynamic", max_frames_in_batch=12000), 1500),
+                                (BatchConf("static", batch_size=16), 1500),
+                                (BatchConf("dynamic", max_frames_in_batch=12000), 60000)):  # leaving times > 2**16
+        conf = TrainerConf(batch=batch, shuffle_size=shuffle_size, sort_size=500)
         kw = {"world_size": 2, "num_workers": 2, "conf": conf, "seed": 7, "epoch": 1}
         expected = one_shot_epoch(offsets, frames, seconds, **kw)
         for block in (1, 5000, 20000, 1 << 30):
@@ -183,3 +185,13 @@ def test_feature_frames_widen_a_compact_dtype_that_is_too_small():
     frames = feature_frames(samples, np.full(3, 16000), TrainerConf(), dtype=np.int32, chunk=1)
     assert frames.dtype == np.int64
     assert frames.tolist() == feature_frames(samples, np.full(3, 16000), TrainerConf()).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), top=st.sampled_from([1, 300, 1 << 16, 1 << 17, 1 << 24, 1 << 25, 1 << 33]),
+       n=st.integers(0, 3000), negative=st.booleans())
+def test_radix_argsort_equals_numpys_stable_argsort(seed, top, n, negative):
+    keys = np.random.default_rng(seed).integers(-5 if negative else 0, top, n)
+    for dtype in (np.int64, np.int32):
+        if top < (1 << 31):
+            assert trainer._stable_argsort(keys.astype(dtype)).tolist() == np.argsort(keys, kind="stable").tolist()
