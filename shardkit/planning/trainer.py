@@ -680,6 +680,8 @@ def dynamic_batch_starts(frames: np.ndarray, bounds: np.ndarray, max_frames: int
     if precompute is not None:
         return _table_walk(np.asarray(frames, np.int64), bounds, max_frames, cur, end, marks, precompute)
     frames = np.asarray(frames)
+    if frames.dtype.kind not in "iu":  # as the table walks read them
+        frames = frames.astype(np.int64)
     width = _window_width(frames, bounds, max_frames)
     while len(cur):
         marks[cur] = True
