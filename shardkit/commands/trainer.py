@@ -570,8 +570,9 @@ class MixFilter:
         """Simulated batches of the balanced list: output shard s holds plan positions s*U .. (s+1)*U-1."""
         from shardkit.planning.trainer import plan_batches
 
-        samples = np.zeros(len(plan.utt), np.int64)
-        rates = np.zeros(len(plan.utt), np.int64)
+        # in the index's own dtypes (int32 / uint16 where they fit): feature_frames widens a chunk at a time
+        samples = np.zeros(len(plan.utt), np.result_type(*self.samples) if self.samples else np.int64)
+        rates = np.zeros(len(plan.utt), np.result_type(*self.rates) if self.rates else np.int64)
         for c in range(len(self.samples)):
             at = plan.corpus == c
             samples[at] = self.samples[c][plan.utt[at]]

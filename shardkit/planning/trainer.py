@@ -456,12 +456,43 @@ def _ms_samples(rate: int, ms: float) -> int:
     return int(float(rate) * ms * 0.001)
 
 
-def feature_frames(samples, sample_rate, conf: TrainerConf, *, seed_seq: Sequence[int] = (0,)) -> np.ndarray:
-    """Feature frames per utterance after resample, speed perturb, features and spec_trim (int64).
+def feature_frames(samples, sample_rate, conf: TrainerConf, *, seed_seq: Sequence[int] = (0,),
+                   dtype=np.int64, chunk: int = 1 << 20) -> np.ndarray:
+    """Feature frames per utterance after resample, speed perturb, features and spec_trim (``dtype``,
+    int64 unless asked; the simulation asks int32).
 
     The random parts (the speed of each utterance, spec_trim's length) are drawn with numpy's
-    ``default_rng(seed_seq)``: one draw, as the trainer makes one per epoch.
+    ``default_rng(seed_seq)``: one draw, as the trainer makes one per epoch. The draws are made for
+    every utterance at once (a generator's bounded integers depend on how many are drawn per call),
+    the arithmetic ``chunk`` utterances at a time, so that its int64 temporaries stay small.
     """
+    samples, sample_rate = np.asarray(samples), np.asarray(sample_rate)
+    total = len(samples)
+    rng = np.random.default_rng(list(seed_seq))
+    speed_idx = trim = None
+    if conf.speed_perturb:
+        speed_idx = _compact(rng.integers(0, len(conf.speeds), total))
+    if conf.spec_trim:
+        trim = _compact(rng.integers(1, conf.spec_trim_max_t + 1, total))
+    out = np.empty(total, dtype)
+    for a in range(0, total, chunk) if total else ():
+        b = min(a + chunk, total)
+        part = _frames_of(samples[a:b], sample_rate[a:b], conf, None if speed_idx is None else speed_idx[a:b],
+                          None if trim is None else trim[a:b])
+        if len(part) and int(part.max()) > np.iinfo(out.dtype).max:  # a compact dtype too small: widen
+            out = out.astype(np.int64)
+        out[a:b] = part
+    return out
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """Small non-negative integers in the smallest dtype that holds them."""
+    top = int(values.max()) if len(values) else 0
+    return values.astype(np.uint8 if top < 256 else np.uint16 if top < 65536 else np.int64)
+
+
+def _frames_of(samples, sample_rate, conf: TrainerConf, speed_idx, trim) -> np.ndarray:
+    """:func:`feature_frames` of one chunk, given its random draws (int64)."""
     n = np.asarray(samples, np.int64)
     rate = np.asarray(sample_rate, np.int64)
     target = conf.resample_rate
@@ -470,10 +501,12 @@ def feature_frames(samples, sample_rate, conf: TrainerConf, *, seed_seq: Sequenc
         g = np.gcd(rate, target)
         new, orig = target // g, rate // g
         n = np.where(changed, -(-(n * new) // orig), n)
-    rng = np.random.default_rng(list(seed_seq))
-    if conf.speed_perturb:
-        speeds = np.asarray(conf.speeds, np.float64)[rng.integers(0, len(conf.speeds), len(n))]
-        n = np.where(speeds != 1.0, np.rint(n / speeds).astype(np.int64), n)
+    if speed_idx is not None:
+        speeds = np.asarray(conf.speeds, np.float64)[speed_idx]
+        if len(n) and int(n.max()) < (1 << 53):  # n / 1.0 is n exactly: no need to keep those apart
+            n = np.rint(n / speeds).astype(np.int64)
+        else:
+            n = np.where(speeds != 1.0, np.rint(n / speeds).astype(np.int64), n)
     f = conf.features
     if f.feats_type == "log_mel_spectrogram":
         n = n + f.padding
@@ -484,9 +517,8 @@ def feature_frames(samples, sample_rate, conf: TrainerConf, *, seed_seq: Sequenc
         size = _ms_samples(target, f.frame_length)  # every sample is at the resample rate now
         shift = max(_ms_samples(target, f.frame_shift), 1)
         frames = np.where(n < size, 0, 1 + (n - size) // shift)
-    if conf.spec_trim:
-        length = rng.integers(1, conf.spec_trim_max_t + 1, len(frames))
-        frames = np.where(length < frames / 2, frames - length, frames)
+    if trim is not None:
+        frames = np.where(trim < frames / 2, frames - trim, frames)
     return frames.astype(np.int64)
 
 
@@ -526,7 +558,14 @@ def _positions(bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def buffered_order(frames: np.ndarray, bounds: np.ndarray, conf: TrainerConf, rng: np.random.Generator) -> np.ndarray:
     """A permutation of a consumer-contiguous sequence: each consumer's samples after the shuffle
     buffer (modelled, see the module docstring) and the sort buffer (exact: chunks of ``sort_size``
-    consecutive samples, each sorted by frames, Python's stable sort)."""
+    consecutive samples, each sorted by frames, Python's stable sort).
+
+    Long consumers are ordered one at a time (their sorts stay in cache; a sort buffer's chunks are
+    the rows of a matrix, sorted row by row, by radix when the frames fit in 16 bits); many short
+    ones together, through one sort of a combined key. Both give the same permutation."""
+    n = len(frames)
+    if n and n >= _CONSUMER_AT_A_TIME * (len(bounds) - 1):
+        return _buffered_order_per_consumer(frames, bounds, conf, rng)
     consumer, pos = _positions(bounds)
     perm = np.arange(len(frames), dtype=np.int64)
     if conf.shuffle and len(frames):
@@ -540,6 +579,66 @@ def buffered_order(frames: np.ndarray, bounds: np.ndarray, conf: TrainerConf, rn
         chunk = (np.concatenate([[0], np.cumsum(chunks)])[:-1])[consumer] + pos // conf.sort_size
         perm = perm[_stable_order(chunk, frames[perm])]
     return perm
+
+
+# samples per consumer (on average) from which buffered_order takes consumers one at a time
+_CONSUMER_AT_A_TIME = 4096
+
+
+def _buffered_order_per_consumer(frames: np.ndarray, bounds: np.ndarray, conf: TrainerConf,
+                                 rng: np.random.Generator) -> np.ndarray:
+    """:func:`buffered_order`, consumer by consumer (the shuffle's draws made for all at once, as there)."""
+    n = len(frames)
+    perm = np.arange(n, dtype=np.int64)
+    draws = rng.geometric(1.0 / conf.shuffle_size, n) if conf.shuffle else None
+    if draws is not None and int(draws.max()) + conf.shuffle_size + int(np.diff(bounds).max()) < (1 << 31):
+        draws = draws.astype(np.int32)  # leaving times fit in 32 bits: the same order, a faster sort
+    values = frames
+    if conf.sort and int(frames.min()) >= 0 and int(frames.max()) < (1 << 16):
+        values = frames.astype(np.uint16)  # the same order, sorted by radix
+    for c in range(len(bounds) - 1):
+        a, b = int(bounds[c]), int(bounds[c + 1])
+        if a == b:
+            continue
+        local = None
+        if draws is not None:
+            leave = np.maximum(np.arange(b - a, dtype=draws.dtype), conf.shuffle_size - 1) + draws[a:b]
+            local = _stable_argsort(leave)
+        if conf.sort:
+            order = _sort_chunks(values[a:b] if local is None else values[a:b][local], conf.sort_size)
+            local = order if local is None else local[order]
+        if local is not None:
+            perm[a:b] = local + a
+    return perm
+
+
+def _stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of non-negative integers; below 2**32, as a radix sort of two
+    16-bit digits (numpy sorts 8- and 16-bit integers by radix): several times faster on 100 k keys."""
+    if not len(keys):
+        return np.zeros(0, np.int64)
+    top = int(keys.max())
+    if top >= (1 << 32) or int(keys.min()) < 0:
+        return np.argsort(keys, kind="stable")
+    if top < (1 << 16):
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")  # low digit, then high (stable)
+    high = (keys >> 16)[order].astype(np.uint8 if top < (1 << 24) else np.uint16)
+    return order[np.argsort(high, kind="stable")]
+
+
+def _sort_chunks(values: np.ndarray, size: int) -> np.ndarray:
+    """The permutation that stably sorts each run of ``size`` consecutive values (the last may be shorter)."""
+    length = len(values)
+    full = length // size * size
+    out = np.empty(length, np.int64)
+    if full:
+        rows = np.argsort(values[:full].reshape(-1, size), axis=1, kind="stable")
+        rows += np.arange(0, full, size)[:, None]
+        out[:full] = rows.ravel()
+    if full < length:
+        out[full:] = np.argsort(values[full:], kind="stable") + full
+    return out
 
 
 def _stable_order(primary: np.ndarray, secondary: np.ndarray) -> np.ndarray:
@@ -563,27 +662,81 @@ def dynamic_batch_starts(frames: np.ndarray, bounds: np.ndarray, max_frames: int
 
     A batch that starts at sample s takes the next samples while (its longest frames) x (its size)
     stays within ``max_frames`` (``DynamicBatchWindow``: before adding a sample the window checks
-    ``longest x (buffer + 1)``; a sample that alone exceeds the limit is a batch of one). That
-    product only grows with the size, so a batch's length is found by binary lifting over a table
-    of range maxima. The batches are then followed from each consumer's first sample, one batch
-    per step for all consumers together: with many consumers the lengths are found at each step
-    for the current starts only, with few (long walks) for every sample at once beforehand
-    (``precompute`` forces either way; both give the same batches).
+    ``longest x (buffer + 1)``; a sample that alone exceeds the limit is a batch of one). The
+    batches are followed from each consumer's first sample, one batch per step for all consumers
+    together. By default each step reads a window of the next samples of every consumer (running
+    maxima over a small matrix, widened for the rare batch longer than the window): no per-sample
+    table. ``precompute`` True or False takes the older binary lifting over a table of range maxima
+    (lengths for every sample beforehand, or per step); all three give the same batches.
     """
     n = len(frames)
     marks = np.zeros(n, bool)
     if n == 0:
         return marks
-    f = frames.astype(np.int64)
-    table = _max_table(f, _longest_batch(f, bounds, max_frames))
-    cur, end = bounds[:-1].astype(np.int64), bounds[1:].astype(np.int64)
+    bounds = np.asarray(bounds, np.int64)
+    cur, end = bounds[:-1].copy(), bounds[1:].copy()
     keep = cur < end
     cur, end = cur[keep], end[keep]
-    # one step costs a few numpy calls on len(cur) values; lengths for all samples cost ~n element ops
-    typical = max(1, max_frames // max(1, int(np.median(f))))
+    if precompute is not None:
+        return _table_walk(np.asarray(frames, np.int64), bounds, max_frames, cur, end, marks, precompute)
+    frames = np.asarray(frames)
+    if frames.dtype.kind not in "iu":  # as the table walks read them
+        frames = frames.astype(np.int64)
+    width = _window_width(frames, bounds, max_frames)
+    while len(cur):
+        marks[cur] = True
+        cur = cur + _window_lengths(frames, cur, end, max_frames, width)
+        keep = cur < end
+        cur, end = cur[keep], end[keep]
+    return marks
+
+
+def _window_width(frames: np.ndarray, bounds: np.ndarray, max_frames: int) -> int:
+    """The window a step reads: a power of two past twice a typical batch (speed only, not the result)."""
+    sample = frames[:: max(1, len(frames) // 10001)]
+    typical = max_frames // max(1, int(np.median(sample)))
+    width = 8
+    while width < 2 * typical + 8:
+        width *= 2
+    return min(width, max(1, _longest_batch(frames, bounds, max_frames)))
+
+
+def _window_lengths(frames: np.ndarray, cur: np.ndarray, end: np.ndarray, max_frames: int,
+                    width: int) -> np.ndarray:
+    """The dynamic batch length from each ``cur`` (at least 1), not past ``end``: the samples of a
+    window of ``width`` that keep (running maximum) x (size) within ``max_frames`` (a prefix, as both
+    factors only grow); a batch that fills its window is measured again in a window twice as wide."""
+    got, decided = _window_try(frames, cur, end, max_frames, width)
+    todo = np.flatnonzero(~decided)
+    while len(todo):
+        width *= 2
+        rows = max(1, (1 << 22) // width)  # bound the matrix when a window grows wide
+        undecided = []
+        for r in range(0, len(todo), rows):
+            part = todo[r:r + rows]
+            got[part], decided = _window_try(frames, cur[part], end[part], max_frames, width)
+            undecided.append(part[~decided])
+        todo = np.concatenate(undecided)
+    return np.maximum(got, 1)
+
+
+def _window_try(frames: np.ndarray, start: np.ndarray, stop: np.ndarray, max_frames: int,
+                width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(samples that fit from each start within a window of width, whether that is the batch's length)``."""
+    idx = start[:, None] + np.arange(width)
+    peak = np.maximum.accumulate(frames[np.minimum(idx, len(frames) - 1)], axis=1)
+    ok = (idx < stop[:, None]) & (peak * np.arange(1, width + 1) <= max_frames)
+    got = ok.sum(axis=1)
+    return got, (got < width) | (start + width >= stop)
+
+
+def _table_walk(f: np.ndarray, bounds: np.ndarray, max_frames: int, cur: np.ndarray, end: np.ndarray,
+                marks: np.ndarray, precompute: bool) -> np.ndarray:
+    """:func:`dynamic_batch_starts` by binary lifting over a table of range maxima: lengths for every
+    sample at once (``precompute``) or for the current starts at each step."""
+    n = len(f)
+    table = _max_table(f, _longest_batch(f, bounds, max_frames))
     following = None
-    if precompute is None:
-        precompute = int((end - cur).max()) // typical > n // 1000
     if precompute:
         consumer = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
         following = np.arange(n, dtype=np.int64) + _batch_lengths(table, np.arange(n, dtype=np.int64),
@@ -698,40 +851,126 @@ class EpochBatches:
                                                                    / max(float(self.rank_seconds.sum()), 1e-12), 6)}}
 
 
+# utterances of consumers simulated together (their order's temporaries): ~2 M, a few hundred MB
+BLOCK_UTTERANCES = 1 << 21
+
+
 def simulate_epoch(shard_offsets, frames, seconds, *, world_size: int, num_workers: int, conf: TrainerConf,
-                   seed: int, epoch: int) -> EpochBatches:
+                   seed: int, epoch: int, block_utterances: int = BLOCK_UTTERANCES) -> EpochBatches:
     """Batches of every (rank, worker) in one epoch of the list whose shards hold the given utterances.
 
     ``shard_offsets``: CSR offsets of each list line's utterances (in shard order) into ``frames``
-    (feature frames, after the filter) and ``seconds`` (audio seconds, for what is left out).
+    (feature frames, after the filter; any integer dtype, kept) and ``seconds`` (audio seconds, for
+    what is left out).
+
+    Consumers are taken in blocks of about ``block_utterances`` utterances, in consumer order (each
+    consumer's samples, shuffle and batches are its own; the shuffle's draws come from one generator
+    in that order, as for the whole sequence at once): only the ordered frames and utterance ids of
+    the whole epoch are held, in the frames' dtype and int32. Dynamic batches are then followed for
+    all consumers together; the tallies (batch seconds, rank seconds) add in the same order as one
+    pass over the whole sequence would, so the result is the same to the last bit.
     """
     shard_offsets = np.asarray(shard_offsets, np.int64)
-    frames = np.asarray(frames, np.int64)
+    frames = np.asarray(frames)
+    if frames.dtype.kind not in "iu":
+        frames = frames.astype(np.int64)
     seconds = np.asarray(seconds, np.float64)
     consumers = world_size * num_workers
     n_shards = len(shard_offsets) - 1
     order = shuffled_order(n_shards, seed, epoch) if conf.list_shuffle else np.arange(n_shards)
     order = np.tile(order, conf.cycle)
-    utts, bounds = consumer_utterances(shard_offsets, order, consumers)
+    seq, seq_bounds, utt_bounds = _consumer_shards(shard_offsets, order, consumers)
+    blocks = _consumer_blocks(utt_bounds, block_utterances)
     rng = np.random.default_rng([seed, epoch, 1])
-    f = frames[utts]
-    perm = buffered_order(f, bounds, conf, rng)
-    ids = batch_ids(f[perm], bounds, conf.batch)
-    secs = seconds[utts][perm]
-    n_batches = int(ids.max()) + 1 if len(ids) else 0
-    batch_seconds = np.bincount(ids, weights=secs, minlength=n_batches)
-    consumer, _ = _positions(bounds)
-    batch_consumer = np.zeros(n_batches, np.int64)
-    batch_consumer[ids] = consumer
-    per_consumer = np.bincount(batch_consumer, minlength=consumers) if n_batches else np.zeros(consumers, np.int64)
-    # a consumer's batch j (in leaving order) is its j-th; consumer = worker * world_size + rank
-    first = np.concatenate([[0], np.cumsum(per_consumer)])[:-1]
-    nth = np.arange(n_batches) - first[batch_consumer]
-    worker_batches = per_consumer.reshape(num_workers, world_size).T
-    rank_steps = worker_batches.sum(axis=1)
-    rank_seconds = np.bincount(consumer % world_size, weights=secs, minlength=world_size)
-    left_b, left_s = _left_out(batch_consumer, nth, batch_seconds, rank_steps, world_size)
-    return EpochBatches(epoch, worker_batches, rank_steps, left_b, left_s, rank_seconds)
+    total = int(utt_bounds[-1])
+    ordered_frames = np.empty(total, frames.dtype)
+    ordered_utts = np.empty(total, np.int32 if len(frames) < (1 << 31) else np.int64)
+    for a, b in blocks:
+        utts = _shard_utterances(shard_offsets, seq[seq_bounds[a]:seq_bounds[b]])
+        f = frames[utts]
+        perm = buffered_order(f, utt_bounds[a:b + 1] - utt_bounds[a], conf, rng)
+        ordered_frames[utt_bounds[a]:utt_bounds[b]] = f[perm]
+        ordered_utts[utt_bounds[a]:utt_bounds[b]] = utts[perm]
+        del utts, f, perm
+    dynamic = conf.batch.batch_type == "dynamic"
+    marks = dynamic_batch_starts(ordered_frames, utt_bounds, conf.batch.max_frames_in_batch) if dynamic else None
+    tally = _Tally(consumers, world_size)
+    for a, b in blocks:
+        lo, hi = int(utt_bounds[a]), int(utt_bounds[b])
+        bounds = utt_bounds[a:b + 1] - lo
+        ids = np.cumsum(marks[lo:hi]) - 1 if dynamic else batch_ids(ordered_frames[lo:hi], bounds, conf.batch)
+        tally.add(a, bounds, ids, seconds[ordered_utts[lo:hi]])
+    return tally.epoch(epoch, num_workers)
+
+
+def _consumer_shards(shard_offsets: np.ndarray, order: np.ndarray, consumers: int):
+    """``(shards in reading order, start of each consumer in it, start of each consumer's utterances)``;
+    position p of the list goes to consumer ``p mod consumers`` (see :func:`consumer_utterances`)."""
+    positions = np.arange(len(order))
+    seq = order[np.argsort(positions % consumers, kind="stable")]
+    lengths = (shard_offsets[1:] - shard_offsets[:-1])[seq]
+    seq_bounds = np.concatenate([[0], np.cumsum(np.bincount(positions % consumers, minlength=consumers))])
+    utt_bounds = np.concatenate([[0], np.cumsum(lengths)])[seq_bounds]
+    return seq, seq_bounds, utt_bounds.astype(np.int64)
+
+
+def _shard_utterances(shard_offsets: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """The utterance ids of the shards ``seq``, in order (a vectorised concatenation of ranges)."""
+    lengths = (shard_offsets[1:] - shard_offsets[:-1])[seq]
+    ends_before = np.cumsum(lengths) - lengths
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(shard_offsets[:-1][seq] - ends_before, lengths)
+
+
+def _consumer_blocks(utt_bounds: np.ndarray, block_utterances: int) -> list[tuple[int, int]]:
+    """Runs ``[a, b)`` of consumers, each of at least one consumer and, past its first, at most
+    ``block_utterances`` utterances."""
+    blocks, a = [], 0
+    consumers = len(utt_bounds) - 1
+    for c in range(1, consumers + 1):
+        if c == consumers or utt_bounds[c + 1] - utt_bounds[a] > block_utterances:
+            blocks.append((a, c))
+            a = c
+    return blocks
+
+
+class _Tally:
+    """One epoch's batches, block by block of consumers (in consumer order): which consumer each batch
+    belongs to, its seconds, and the seconds per rank, summed in the order of the whole sequence."""
+
+    def __init__(self, consumers: int, world_size: int):
+        self.consumers, self.world_size = consumers, world_size
+        self.batch_consumer: list[np.ndarray] = []
+        self.batch_seconds: list[np.ndarray] = []
+        self.rank_seconds = np.zeros(world_size)
+
+    def add(self, first_consumer: int, bounds: np.ndarray, ids: np.ndarray, secs: np.ndarray) -> None:
+        """A block's samples: their local batch numbers (from 0) and seconds, in batch order."""
+        n_batches = int(ids.max()) + 1 if len(ids) else 0
+        sizes = np.diff(bounds)
+        consumers = np.arange(first_consumer, first_consumer + len(sizes))
+        batch_consumer = np.zeros(n_batches, np.int64)
+        batch_consumer[ids] = np.repeat(consumers, sizes)
+        self.batch_consumer.append(batch_consumer)
+        self.batch_seconds.append(np.bincount(ids, weights=secs, minlength=n_batches))
+        # each rank's running sum goes first: bincount adds in element order, from 0.0 + the sum so far
+        w = self.world_size
+        self.rank_seconds = np.bincount(np.concatenate([np.arange(w), np.repeat(consumers % w, sizes)]),
+                                        weights=np.concatenate([self.rank_seconds, secs]), minlength=w)
+
+    def epoch(self, epoch: int, num_workers: int) -> EpochBatches:
+        world_size = self.world_size
+        batch_consumer = np.concatenate(self.batch_consumer) if self.batch_consumer else np.zeros(0, np.int64)
+        batch_seconds = np.concatenate(self.batch_seconds) if self.batch_seconds else np.zeros(0)
+        n_batches = len(batch_consumer)
+        per_consumer = (np.bincount(batch_consumer, minlength=self.consumers) if n_batches
+                        else np.zeros(self.consumers, np.int64))
+        # a consumer's batch j (in leaving order) is its j-th; consumer = worker * world_size + rank
+        first = np.concatenate([[0], np.cumsum(per_consumer)])[:-1]
+        nth = np.arange(n_batches) - first[batch_consumer]
+        worker_batches = per_consumer.reshape(num_workers, world_size).T
+        rank_steps = worker_batches.sum(axis=1)
+        left_b, left_s = _left_out(batch_consumer, nth, batch_seconds, rank_steps, world_size)
+        return EpochBatches(epoch, worker_batches, rank_steps, left_b, left_s, self.rank_seconds)
 
 
 def _left_out(batch_consumer, nth, batch_seconds, rank_steps, world_size: int):
@@ -764,7 +1003,10 @@ def plan_batches(shard_offsets, samples, sample_rate, seconds, *, world_size: in
     per_epoch = []
     for epoch in range(epochs):
         if frames is None or random_frames:
-            frames = feature_frames(samples, sample_rate, conf, seed_seq=(seed, epoch, 2))
+            frames = None  # the last epoch's frames go before the next are drawn
+            frames = feature_frames(samples, sample_rate, conf, seed_seq=(seed, epoch, 2), dtype=np.int32)
+            if len(frames) and int(frames.min()) >= 0 and int(frames.max()) < (1 << 16):
+                frames = frames.astype(np.uint16)  # up to 655 s an utterance: half the memory, radix sorts
         per_epoch.append(simulate_epoch(shard_offsets, frames, seconds, world_size=world_size,
                                         num_workers=num_workers, conf=conf, seed=seed, epoch=epoch).summary())
     b = conf.batch
