@@ -660,6 +660,8 @@ def _kept(corpus, idx: np.ndarray):
 
     keys = corpus.keys.subset(idx) if hasattr(corpus.keys, "subset") else [corpus.keys[i] for i in idx]  # IndexKeys
     rows = None if corpus.segments is None else (idx if corpus.rows is None else corpus.rows[idx])
+    if rows is not None and (not len(rows) or int(rows.max()) < 2**31):  # ascending: int32 where it fits (memory)
+        rows = rows.astype(np.int32)
     return dataclasses.replace(corpus, durations=corpus.durations[idx], keys=keys, shard=corpus.shard[idx],
                                line_file=pick(corpus.line_file), line_offset=pick(corpus.line_offset),
                                key_hash=pick(corpus.key_hash), rows=rows)

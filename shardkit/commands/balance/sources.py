@@ -122,8 +122,10 @@ class IndexKeys:
 
     def subset(self, utts: np.ndarray) -> "IndexKeys":
         """The keys of utterances ``utts`` of this sequence, still read back on demand."""
-        utts = np.asarray(utts, np.int64)
-        return IndexKeys(self.segments, utts if self.rows is None else self.rows[utts])
+        # int32 rows where the files' rows fit (a filtered 20 M corpus: 74 MB less, held while it is planned)
+        dtype = np.int32 if int(self.starts[-1]) < 2**31 else np.int64
+        rows = np.asarray(utts, np.int64) if self.rows is None else self.rows[np.asarray(utts, np.int64)]
+        return IndexKeys(self.segments, rows.astype(dtype, copy=False))
 
     def __len__(self) -> int:
         return int(self.starts[-1]) if self.rows is None else len(self.rows)
