@@ -266,6 +266,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                         epochs=epochs, check_keys=wenet is None, draws=draws, version=plan_version)
         wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
                                                                 num_workers=num_workers, seed=seed, epochs=epochs)
+        if "dropped_keys" in wenet_facts:  # read back now, past the plan's peak, while the index files are there
+            wenet_facts["dropped_keys"] = list(wenet_facts["dropped_keys"])
         if part is not None:
             wenet_facts["part"] = {"index": part[0], "count": part[1]}
         if dry_run:
