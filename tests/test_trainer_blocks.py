@@ -14,6 +14,7 @@ from unittest import mock
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_wenet_conf import wenet_dynamic_batches
 
 from shardkit.planning import trainer
 from shardkit.planning.partition import shuffled_order
@@ -27,22 +28,6 @@ from shardkit.planning.trainer import (
     feature_frames,
     simulate_epoch,
 )
-
-
-def wenet_dynamic_batches(frames, max_frames):
-    """DynamicBatchDataPipe with DynamicBatchWindow, sample by sample: the batch sizes."""
-    batches, buf, longest = [], [], 0
-    for f in frames:
-        longest = max(longest, f)
-        if longest * (len(buf) + 1) > max_frames:
-            if buf:
-                batches.append(len(buf))
-            buf, longest = [f], f
-        else:
-            buf.append(f)
-    if buf:
-        batches.append(len(buf))
-    return batches
 
 
 def one_shot_epoch(shard_offsets, frames, seconds, *, world_size, num_workers, conf, seed, epoch) -> EpochBatches:
