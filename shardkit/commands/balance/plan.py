@@ -227,8 +227,8 @@ def _shard_dtype(num_shards: int):
     return np.uint16 if num_shards <= 1 << 16 else _index_dtype(num_shards)
 
 
-def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: int, draws: Draws | None = None,
-         version: int = 1, whole: int | None = None):
+def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: int, draws: Draws | None,
+         version: int, whole: int):
     """Add ``count`` repeats of seeded picks among the kept copies; copy numbers continue per utterance.
 
     ``whole``: the kept copies are ``whole`` copies of every utterance, then a sorted subset
@@ -249,10 +249,8 @@ def _pad(utt: np.ndarray, copy: np.ndarray, n: int, count: int, seed: int, c: in
     return np.concatenate([utt, extra_utt]), np.concatenate([copy, extra_copy.astype(copy.dtype)])
 
 
-def _copies_of(utt: np.ndarray, n: int, whole: int | None, which: np.ndarray) -> np.ndarray:
+def _copies_of(utt: np.ndarray, n: int, whole: int, which: np.ndarray) -> np.ndarray:
     """How many copies of each utterance in ``which`` ``utt`` holds (``whole``: see :func:`_pad`)."""
-    if whole is None:
-        return np.bincount(utt, minlength=n)[which]
     subset = utt[whole * n:]
     if not len(subset):
         return np.full(len(which), whole, np.int64)
@@ -550,14 +548,14 @@ def _fill(d: np.ndarray, utt: np.ndarray, copy: np.ndarray, weight: float, targe
           draws: Draws | None, version: int = 1):
     """Pad or drop a corpus' copies to its target count; (utt, copy, seconds, stats update)."""
     delta = int(target - len(utt))
+    whole = int(math.floor(weight))
     if delta > 0:
-        utt, copy = _pad(utt, copy, len(d), delta, seed, c, draws, version, whole=int(math.floor(weight)))
+        utt, copy = _pad(utt, copy, len(d), delta, seed, c, draws, version, whole)
     elif delta < 0:
         utt, copy = _drop(utt, copy, -delta, seed, c)
     # padding only repeats kept copies: at a weight >= 1 every utterance is still there
     unique = len(d) if weight >= 1 and delta >= 0 else _distinct(utt, len(d))
     if delta >= 0:  # whole copies of d first (_apply_weight, _pad): copied, not gathered (the same values)
-        whole = int(math.floor(weight))
         seconds = np.concatenate([np.tile(d, whole), d[utt[whole * len(d):]]])
     else:
         seconds = d[utt]
