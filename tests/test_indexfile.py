@@ -372,3 +372,18 @@ def test_repeats_are_read_a_chunk_at_a_time_in_index_order(generated, tmp_path, 
     monkeypatch.setattr(sources, "REPEATS_CHUNK", 100)
     with pytest.raises(ShardkitError, match=f"'{records[5]['key']}-rep1', which is already a key in the mix"):
         _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
+
+
+def test_a_dry_run_reads_no_repeated_key_when_no_clash_is_possible(generated, monkeypatch):
+    """A dry run only counts the repeats: with no real key that looks like a repeat's name, planning reads
+    no key back (neither ahead, while the planner deals, nor to check); a writing run reads them ahead."""
+    from shardkit.commands.balance import sources
+
+    reads = []
+    real = sources.take_keys
+    for module in (balance, sources):
+        monkeypatch.setattr(module, "take_keys", lambda corpus, utts: reads.append(len(utts)) or real(corpus, utts))
+    planned = _planned(generated["parquet"], 2.0, writing=False)
+    assert len(planned.repeats) > 3000 and planned.mix.repeat_like == set() and reads == []
+    _planned(generated["parquet"], 1.0, writing=True)  # padding only: few repeats, read while planning
+    assert reads

@@ -135,11 +135,16 @@ class Repeats:
         for pairs in iter_repeated_keys(self._plan, self._mix, self._known):
             yield from pairs
 
+    @staticmethod
+    def check_reads_keys(mix: MixColumns) -> bool:
+        """Whether :meth:`check` must read the repeats' keys: every new name holds REPEAT_MARK, so not when
+        loading found no real key that does (``mix.repeat_like`` empty: nearly always)."""
+        return mix.repeat_like is None or bool(mix.repeat_like)
+
     def check(self) -> None:
-        """Refuse a repeat's new name that is a real key. Every new name holds REPEAT_MARK, so when loading
-        found no real key that does (``mix.repeat_like`` empty: nearly always) there is nothing to read;
-        else every repeat's key is read once, a chunk at a time."""
-        if self._mix.repeat_like is not None and not self._mix.repeat_like:
+        """Refuse a repeat's new name that is a real key, reading every repeat's key once, a chunk at a time
+        (only when a clash is possible: :meth:`check_reads_keys`)."""
+        if not self.check_reads_keys(self._mix):
             return
         for _ in iter_repeated_keys(self._plan, self._mix, self._known):
             pass
@@ -263,7 +268,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
         event("planning")
         planned = _plan(corpora, mix, index_files, world_size=world_size, num_workers=num_workers,
                         shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
-                        epochs=epochs, check_keys=wenet is None, draws=draws, version=plan_version)
+                        epochs=epochs, check_keys=wenet is None, draws=draws, version=plan_version,
+                        writing=not dry_run)
         wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
                                                                 num_workers=num_workers, seed=seed, epochs=epochs)
         if "dropped_keys" in wenet_facts:  # read back now, past the plan's peak, while the index files are there
@@ -370,12 +376,14 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..
 
 def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[list[str]], *, world_size: int,
           num_workers: int, shard_duration: float | None, num_shards: int | None, remainder: str, seed: int,
-          epochs: int, check_keys: bool = False, draws: Draws | None = None, version: int = PLAN_VERSION) -> _Planned:
+          epochs: int, check_keys: bool = False, draws: Draws | None = None, version: int = PLAN_VERSION,
+          writing: bool = True) -> _Planned:
     """The plan and everything reported about it. Pure (no I/O): a dry run stops after this step,
     and every job of a ``--split`` array computes the same result.
 
     ``check_keys``: run :func:`check_unique_keys` in a thread beside the planner (whose last steps use
     one core); a key twice is still the error reported first, before any the planner raises.
+    ``writing``: the repeats' keys will be written (a dry run only counts them).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -383,9 +391,10 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
 
     names = [c.name for c in corpora]
     known: dict[int, tuple] = {}
+    keys_read = writing or Repeats.check_reads_keys(mix)
 
     def read_ahead(c: int, utts: np.ndarray) -> None:  # the repeats' keys, read while the planner deals
-        if 0 < len(utts) <= _KEYS_AHEAD:
+        if keys_read and 0 < len(utts) <= _KEYS_AHEAD:
             unique = np.unique(utts)
             known[c] = (unique, pool.submit(_keys_released, mix.corpora[c], unique))
 

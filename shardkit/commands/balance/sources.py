@@ -722,7 +722,7 @@ def iter_repeated_keys(plan: BalancePlan, mix: MixColumns, known: dict | None = 
                 keys = np.asarray(found, object)[np.searchsorted(unique, utts)].tolist()
             else:
                 keys = take_keys(corpus, utts)
-            pairs = [[key, f"{key}{REPEAT_MARK}{k}"] for key, k in zip(keys, copies.tolist())]
+            pairs = [[key, repeat_key(key, k)] for key, k in zip(keys, copies.tolist())]
             _refuse_real_names(pairs, mix)
             yield pairs
 
