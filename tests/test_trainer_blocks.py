@@ -18,6 +18,7 @@ from test_wenet_conf import wenet_dynamic_batches
 
 from shardkit.planning import trainer
 from shardkit.planning.partition import shuffled_order
+from shardkit.planning.radix import stable_argsort
 from shardkit.planning.trainer import (
     BatchConf,
     EpochBatches,
@@ -179,4 +180,16 @@ def test_radix_argsort_equals_numpys_stable_argsort(seed, top, n, negative):
     keys = np.random.default_rng(seed).integers(-5 if negative else 0, top, n)
     for dtype in (np.int64, np.int32):
         if top < (1 << 31):
-            assert trainer._stable_argsort(keys.astype(dtype)).tolist() == np.argsort(keys, kind="stable").tolist()
+            assert stable_argsort(keys.astype(dtype)).tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 3000), ties=st.booleans())
+def test_radix_argsort_of_float_bits_equals_numpys_stable_argsort_of_the_floats(seed, n, ties):
+    """balance's dealing rounds sort shard totals (floats >= 0) by their bits: 64-bit keys, four digits."""
+    rng = np.random.default_rng(seed)
+    totals = rng.gamma(8, 450, n)
+    if ties:
+        totals = np.round(totals, 0)
+    totals[: n // 10] = 0.0
+    assert stable_argsort(totals.view(np.uint64)).tolist() == np.argsort(totals, kind="stable").tolist()

@@ -39,6 +39,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from shardkit.planning.partition import shuffled_order
+from shardkit.planning.radix import stable_argsort
 
 
 class ConfError(ValueError):
@@ -603,28 +604,13 @@ def _buffered_order_per_consumer(frames: np.ndarray, bounds: np.ndarray, conf: T
         local = None
         if draws is not None:
             leave = np.maximum(np.arange(b - a, dtype=draws.dtype), conf.shuffle_size - 1) + draws[a:b]
-            local = _stable_argsort(leave)
+            local = stable_argsort(leave)
         if conf.sort:
             order = _sort_chunks(values[a:b] if local is None else values[a:b][local], conf.sort_size)
             local = order if local is None else local[order]
         if local is not None:
             perm[a:b] = local + a
     return perm
-
-
-def _stable_argsort(keys: np.ndarray) -> np.ndarray:
-    """``np.argsort(keys, kind="stable")`` of non-negative integers; below 2**32, as a radix sort of two
-    16-bit digits (numpy sorts 8- and 16-bit integers by radix): several times faster on 100 k keys."""
-    if not len(keys):
-        return np.zeros(0, np.int64)
-    top = int(keys.max())
-    if top >= (1 << 32) or int(keys.min()) < 0:
-        return np.argsort(keys, kind="stable")
-    if top < (1 << 16):
-        return np.argsort(keys.astype(np.uint16), kind="stable")
-    order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")  # low digit, then high (stable)
-    high = (keys >> 16)[order].astype(np.uint8 if top < (1 << 24) else np.uint16)
-    return order[np.argsort(high, kind="stable")]
 
 
 def _sort_chunks(values: np.ndarray, size: int) -> np.ndarray:

@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from shardkit.errors import UsageError
+from shardkit.planning.radix import stable_argsort
 
 DEFAULT_SHARD_DURATION = 3600.0
 TOLERANCE_FRACTION = 0.005
@@ -294,21 +295,6 @@ def _choose_num_shards(total_seconds, total_utts, longest, groups, shard_duratio
     return count
 
 
-def _stable_argsort(totals: np.ndarray) -> np.ndarray:
-    """``np.argsort(totals, kind="stable")`` of shard totals (sums of durations, so >= 0 and never -0.0).
-
-    The bits of a float >= 0, read as an unsigned integer, order as the float does; a stable sort of
-    16-bit digits is numpy's radix sort, so four of them, lowest digit first (LSD radix), are the
-    stable sort of the floats: the same order, ties by index, ~2.5x faster than timsort on 36 k shards.
-    """
-    bits = totals.view(np.uint64)
-    order = np.argsort(bits.astype(np.uint16), kind="stable")
-    for shift in (16, 32, 48):
-        digit = (bits >> np.uint64(shift)).astype(np.uint16)[order]
-        order = order[np.argsort(digit, kind="stable")]
-    return order
-
-
 def _deal_key(pool: ThreadPoolExecutor, draws: Draws, seconds: np.ndarray, seed: int, c: int):
     """Version 1: a corpus' copies in seeded shuffle order, their sort key (longest first), and the stable
     sorts of the key's runs of ``SORT_RUN``, submitted to ``pool`` (a 10 M-utterance corpus is not one
@@ -438,7 +424,7 @@ def _deal(pool: ThreadPoolExecutor, seconds: list[np.ndarray], orders, counts: n
         dealt = np.empty(len(ids), _shard_dtype(num_shards))
         base = int(counts[:, c].min())
         for r in range(base):
-            lightest = _stable_argsort(totals)
+            lightest = stable_argsort(totals.view(np.uint64))  # sums of durations: >= 0, never -0.0
             dealt[r * num_shards:(r + 1) * num_shards] = lightest
             totals[lightest] += ranked[r * num_shards:(r + 1) * num_shards]
         rest = slice(base * num_shards, len(ids))

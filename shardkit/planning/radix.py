@@ -1,0 +1,30 @@
+"""A stable argsort of non-negative integers by LSD radix (numpy sorts 8- and 16-bit integers by radix)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of integers: for non-negative ones, a radix sort of their 16-bit
+    digits, lowest first, each a stable numpy sort (radix for 8- and 16-bit types; the last digit in 8
+    bits when it fits): the same order, ties by index, several times faster than timsort on 10-100 k
+    keys. Floats >= 0 (never -0.0) sort the same as their bits: pass ``values.view(np.uint64)``."""
+    keys = np.asarray(keys)
+    if not len(keys):
+        return np.zeros(0, np.int64)
+    if keys.dtype.kind == "i" and int(keys.min()) < 0:
+        return np.argsort(keys, kind="stable")
+    top = int(keys.max())
+    order = None
+    shift = 0
+    while True:
+        left = top >> shift
+        digit = (keys >> shift) if shift else keys
+        if order is not None:
+            digit = digit[order]
+        step = np.argsort(digit.astype(np.uint8 if left < (1 << 8) else np.uint16), kind="stable")
+        order = step if order is None else order[step]
+        shift += 16
+        if left < (1 << 16):
+            return order
