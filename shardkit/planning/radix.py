@@ -20,10 +20,9 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
     shift = 0
     while True:
         left = top >> shift
-        digit = (keys >> shift) if shift else keys
-        if order is not None:
-            digit = digit[order]
-        step = np.argsort(digit.astype(np.uint8 if left < (1 << 8) else np.uint16), kind="stable")
+        # cast, then gather: 1-2 bytes a key moved, not 8
+        digit = ((keys >> shift) if shift else keys).astype(np.uint8 if left < (1 << 8) else np.uint16)
+        step = np.argsort(digit if order is None else digit[order], kind="stable")
         order = step if order is None else order[step]
         shift += 16
         if left < (1 << 16):
