@@ -44,10 +44,17 @@ def test_the_planner_module_does_no_io():
     imported = {alias.name.split(".")[0] if isinstance(node, ast.Import) else node.module
                 for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                 for alias in node.names}
-    # threads are no I/O: the per-corpus steps run in a thread pool (the plan is the same for any count)
+    # threads are no I/O: the per-corpus steps run in a thread pool (the plan is the same for any count);
+    # shardkit.planning.radix is checked below in the same way (numpy only)
     assert imported <= {"__future__", "hashlib", "math", "dataclasses", "typing", "numpy", "shardkit.errors",
-                        "concurrent.futures"}
+                        "concurrent.futures", "shardkit.planning.radix"}
     assert "open" not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    with open(os.path.join(os.path.dirname(os.path.dirname(PACKAGE)), "planning", "radix.py"),
+              encoding="utf-8") as f:
+        radix = ast.parse(f.read())
+    assert {node.module if isinstance(node, ast.ImportFrom) else alias.name for node in ast.walk(radix)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names} <= {"__future__", "numpy"}
+    assert "open" not in {n.id for n in ast.walk(radix) if isinstance(n, ast.Name)}
 
 
 def test_every_name_of_the_layers_is_importable_from_the_package():
