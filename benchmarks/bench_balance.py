@@ -157,6 +157,7 @@ def bench_write(args, machine) -> None:
 
     from shardkit.commands.balance import CorpusSource, run_balance
     from shardkit.commands.convert import ConvertSettings, run_convert
+    from shardkit.run.options import RunOptions
     from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 
     root = os.path.join(args.work_dir, "write")
@@ -180,7 +181,7 @@ def bench_write(args, machine) -> None:
                                      world_size=2, num_workers=2, shard_duration=600.0, jobs=1)
                 assert report.exit_code == 0 and report.plan.balanced
             else:
-                report = run_convert(sources, out, ConvertSettings(codec="zst", level=3), jobs=1, keep_tree=True)
+                report = run_convert(sources, out, ConvertSettings(codec="zst", level=3), RunOptions(jobs=1), keep_tree=True)
                 assert report.exit_code == 0
             times[name].append(time.perf_counter() - t0)
     medians = {k: statistics.median(v) for k, v in times.items()}

@@ -60,12 +60,13 @@ def worker(args) -> dict:
             times[n] = time.perf_counter() - t
         return {"fixed_ms": times[2] * 1000, "marginal_ms": (times[200] - times[2]) / 198 * 1000}
     from shardkit.commands.convert import ConvertSettings, run_convert
+    from shardkit.run.options import RunOptions
 
     with open(args.sources) as f:
         sources = f.read().split()
     shutil.rmtree(args.out, ignore_errors=True)
     t, cpu = time.perf_counter(), os.times()
-    report = run_convert(sources, args.out, ConvertSettings(codec="zst", level=3, threads=1), jobs=1)
+    report = run_convert(sources, args.out, ConvertSettings(codec="zst", level=3, threads=1), RunOptions(jobs=1))
     seconds = time.perf_counter() - t
     cpu_s = sum(os.times()[:2]) - sum(cpu[:2])  # user + system: what load from others changes least
     assert all(e["status"] == "ok" for e in report.shards), [e["error"] for e in report.shards]

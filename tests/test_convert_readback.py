@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from shardkit.run.options import RunOptions
 from shardkit.commands import convert as convert_module
 from shardkit.commands.convert import (
     ConvertSettings,
@@ -91,7 +92,7 @@ def test_default_threads_give_the_same_bytes_for_any_jobs(make_shards, tmp_path)
     outputs = {}
     for jobs, threads in ((1, 1), (1, None), (2, None), (3, None)):
         out = tmp_path / f"j{jobs}-{threads}"
-        report = run_convert(sources, str(out), ConvertSettings(threads=threads), jobs=jobs)
+        report = run_convert(sources, str(out), ConvertSettings(threads=threads), RunOptions(jobs=jobs))
         assert report.exit_code == 0
         outputs[jobs, threads] = [open(e["output"]["path"], "rb").read() for e in report.shards]
         manifest = json.load(open(out / "convert.json"))

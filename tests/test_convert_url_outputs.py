@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import moto_s3
 
+from shardkit.run.options import RunOptions
 from shardkit.cli import main
 from shardkit.commands.convert import (
     ConvertSettings,
@@ -47,7 +48,7 @@ def listing(fs, prefix):
 
 def test_url_outputs_equal_local_ones_and_a_rerun_skips_them(make_shards, s3, tmp_path):
     sources = make_shards("bz2", utts_per_shard=5)
-    local = run_convert(sources, str(tmp_path / "local"), ConvertSettings(), jobs=1)
+    local = run_convert(sources, str(tmp_path / "local"), ConvertSettings(), RunOptions(jobs=1))
     result = run_cli("convert", *sources, "-o", "s3://corpus/zst/", "-j", "1", "-q", "--json", "--codec", "zst")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)

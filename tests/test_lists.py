@@ -9,6 +9,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+from shardkit.run.options import RunOptions
 from shardkit.cli import main
 from shardkit.commands.lists import check_lists, concat_lists, rewrite_entry
 from shardkit.errors import UsageError
@@ -35,7 +36,7 @@ def lines(path):
 @pytest.mark.parametrize("codec", ["none", "gz", "bz2", "xz", "zst"])
 def test_check_reports_counts_and_compression_per_line(make_shards, codec):
     paths = make_shards(codec)
-    report = check_lists([list_of(paths)], jobs=1)
+    report = check_lists([list_of(paths)], RunOptions(jobs=1))
     summary = report.summary()
     assert report.exit_code == 0
     assert [(e["line"], e["status"], e["compression"], e["members"], e["utterances"], e["path"])
@@ -86,7 +87,7 @@ def test_check_finds_every_bad_line_and_names_it(make_shards, tmp_path):
         str(not_tar),                  # 10 not a tar, wrong name
         "http://example.com/s.tar",    # 11 URL
     ]) + "\n")
-    summary = check_lists([str(listed)], jobs=1).summary()
+    summary = check_lists([str(listed)], RunOptions(jobs=1)).summary()
     rows = {e["line"]: (e["status"], e["error"], e["warnings"]) for e in summary["entries"]}
     assert rows == {
         1: ("ok", None, []),
@@ -117,7 +118,7 @@ def test_check_reports_a_name_that_disagrees_with_the_content(make_shards, tmp_p
     misnamed = tmp_path / "shard.tar.gz"
     shutil.copy(source, misnamed)
     (tmp_path / "data.list").write_text(f"{misnamed}\n")
-    entry = check_lists([str(tmp_path / "data.list")], jobs=1).entries[0]
+    entry = check_lists([str(tmp_path / "data.list")], RunOptions(jobs=1)).entries[0]
     assert (entry["status"], entry["compression"], entry["warnings"]) == ("ok", "zst", ["name says gz, content is zst"])
 
 

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import corpus
+from shardkit.run.options import RunOptions
 from shardkit.cli import main
 from shardkit.commands.balance import CorpusSource, run_balance
 from shardkit.commands.convert import ConvertSettings, run_convert
@@ -91,7 +92,7 @@ def _chain(folders, root, audio="keep") -> tuple[str, set[tuple]]:
     corpora = []
     for name, folder in folders.items():
         converted, quarantine = root / "conv" / name, root / "quar" / name
-        run_convert([folder], str(converted), ConvertSettings(codec="none", level=None, audio=audio), jobs=1)
+        run_convert([folder], str(converted), ConvertSettings(codec="none", level=None, audio=audio), RunOptions(jobs=1))
         run_validate([str(converted / "data.list")], CHECKS, jobs=1, quarantine_dir=str(quarantine))
         rejects |= _reject_rows(str(quarantine / "rejects.jsonl"))
         corpora.append(CorpusSource(name, (str(quarantine / "data.list"),)))

@@ -7,6 +7,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+from shardkit.run.options import RunOptions
 from shardkit.cli import main
 from shardkit.commands import merge_reports
 from shardkit.commands.convert import ConvertSettings, run_convert
@@ -70,7 +71,7 @@ def test_slice_names_and_records():
 
 def convert_slice(sources, out_dir, index, count, settings):
     """What `shardkit convert --split I/N` does: the slice of the full list, reports under slice names."""
-    run_convert(select_slice(sources, index, count), str(out_dir), settings, jobs=1)
+    run_convert(select_slice(sources, index, count), str(out_dir), settings, RunOptions(jobs=1))
     doc = load_json(os.path.join(out_dir, "convert.json"))
     doc["slice"] = slice_record(sources, index, count)
     atomic_write_json(slice_path(os.path.join(out_dir, "convert.json"), index, count), doc)
@@ -102,7 +103,7 @@ def sliced_run(sources, tmp_path):
     """One whole run's outputs and reports, then the same folder rebuilt by 3 slices (not merged)."""
     out = tmp_path / "out"
     settings = ConvertSettings(codec="zst", level=3)
-    report = run_convert(sources, str(out), settings, jobs=1)
+    report = run_convert(sources, str(out), settings, RunOptions(jobs=1))
     single = {"manifest": load_json(str(out / "convert.json")), "list": read(out / "data.list"),
               "shards": {p: read(p) for p in [e["output"]["path"] for e in report.shards]}}
     shutil.rmtree(out)

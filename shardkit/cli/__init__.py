@@ -96,6 +96,9 @@ class _Commands(click.Group):
 
 _json_emitted = False
 
+# the shared click options, defined in cli/_options.py; here too for code that imported them from shardkit.cli
+from shardkit.cli._options import executor_options, io_options, jobs_option, json_option  # noqa: E402,F401
+
 
 @click.group(cls=_Commands, context_settings=CONTEXT_SETTINGS,
              epilog=f"{EXIT_CODES_HELP}\n\nExample: shardkit convert data/bz2/data.list -o data/zst")
@@ -121,112 +124,3 @@ def emit_json(obj) -> None:
     out = report_stdout()  # stdout, also while Ray has sent everything else there to stderr
     out.write(json.dumps(json_safe(obj), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     out.flush()
-
-
-def jobs_option(f):
-    return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-                        help="Parallel processes, one shard per task [default: all cores].")(f)
-
-
-def json_option(f):
-    return click.option("--json", "as_json", is_flag=True,
-                        help="Print one JSON report on stdout and nothing else there.")(f)
-
-
-def executor_options(split_help: str, executor_help: str = "local: processes on this machine; ray: one Ray task "
-                     "per shard on a cluster (which must see the inputs and outputs at the same paths)."):
-    """--executor, --ray-address and --split, shared by the commands that scale past one machine."""
-
-    def decorate(f):
-        f = click.option("--split", default=None, metavar="I/N", help=split_help)(f)
-        f = click.option("--ray-address", default=None,
-                         help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, "
-                              "else a local instance].")(f)
-        return click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                            help=executor_help)(f)
-
-    return decorate
-
-
-def io_options(f=None, *, pipes: bool = True):
-    """--io-timeout, --io-retries and --allow-pipes: how a command reads URL and ``pipe:`` inputs.
-
-    They set ``shardkit.io.remote``'s settings as the command line is parsed (no parameter reaches
-    the command), and the executor hands them to every worker process and Ray task. ``pipes=False``
-    leaves --allow-pipes out, for a command that declares its own (make).
-    """
-    from shardkit.io.remote import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_RETRIES
-
-    def set_timeout(ctx, param, value):
-        from shardkit.io.remote import configure_io, parse_io_timeout
-
-        try:
-            connect, read = parse_io_timeout(value)
-        except UsageError as err:
-            raise click.BadParameter(err.reason) from None
-        configure_io(connect_timeout=connect, read_timeout=read)
-
-    def set_retries(ctx, param, value):
-        from shardkit.io.remote import configure_io
-
-        configure_io(retries=value)
-
-    def set_pipes(ctx, param, value):
-        from shardkit.io.remote import configure_io
-
-        configure_io(allow_pipes=value)
-
-    def decorate(f):
-        if pipes:
-            f = click.option("--allow-pipes", is_flag=True, expose_value=False, callback=set_pipes,
-                             help="Run the commands of `pipe:CMD` inputs (refused otherwise: a list can name any "
-                                  "command); or set SHARDKIT_ALLOW_PIPES=1.")(f)
-        f = click.option("--io-retries", type=click.IntRange(min=0), default=DEFAULT_RETRIES, show_default=True,
-                         expose_value=False, callback=set_retries,
-                         help="Further attempts at a URL after a transient failure (5xx, reset, short body, "
-                              "stall), 0.5 s apart and doubling.")(f)
-        return click.option("--io-timeout", default=f"{DEFAULT_CONNECT_TIMEOUT:g}:{DEFAULT_READ_TIMEOUT:g}",
-                            show_default=True, metavar="[CONNECT:]READ", expose_value=False, callback=set_timeout,
-                            help="Seconds to connect to a URL, and that a read of a URL or pipe: command may "
-                                 "wait for data before the input fails as stalled.")(f)
-
-    return decorate(f) if f is not None else decorate
-
-
-class ShardProgress:
-    """A tqdm bar on stderr, one tick per finished shard: ``on_plan``/``on_result`` for the library.
-
-    ``byte_key`` names a result field of uncompressed bytes to show a MB/s rate (shards whose ``status``
-    is "skipped", done by an earlier run, count no bytes: no rate for a rerun that did nothing); a result whose
-    ``status`` is "failed" has its ``error`` written above the bar.
-    """
-
-    def __init__(self, desc: str, *, quiet: bool = False, byte_key: str | None = None, min_total: int = 1):
-        self.desc, self.quiet, self.byte_key, self.min_total = desc, quiet, byte_key, min_total
-        self.bar = None
-        self.bytes = 0
-
-    def on_plan(self, total: int) -> None:
-        if self.quiet:  # no bar: tqdm is not even imported (~20 ms of a short run's start-up)
-            return
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, unit="shard", file=sys.stderr, dynamic_ncols=True, desc=self.desc,
-                        disable=self.quiet or total < self.min_total)
-
-    def on_result(self, entry: dict) -> None:
-        if self.bar is None:
-            if self.quiet and entry.get("status") == "failed" and entry.get("error"):
-                print(f"failed: {entry['error']}", file=sys.stderr)  # as the disabled bar's write did
-            return
-        self.bar.update(1)
-        if self.byte_key and entry.get("status") != "skipped":  # a skipped shard moved no bytes
-            self.bytes += entry.get(self.byte_key) or 0
-            elapsed = self.bar.format_dict["elapsed"] or 1e-9
-            self.bar.set_postfix_str(f"{self.bytes / elapsed / 1e6:.1f} MB/s", refresh=False)
-        if entry.get("status") == "failed" and entry.get("error"):
-            self.bar.write(f"failed: {entry['error']}", file=sys.stderr)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()

@@ -14,7 +14,7 @@ from shardkit.cli import (
     json_option,
 )
 from shardkit.cli._outcome import balanced_layout_options
-from shardkit.cli.plan import trainer_spec, wenet_conf_options
+from shardkit.cli._wenet_conf import trainer_spec, wenet_conf_options
 
 
 def format_plan(summary: dict) -> str:
@@ -100,7 +100,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     import os
 
     from shardkit.cli._outcome import stopped, zstd_note
-    from shardkit.cli.plan import format_figures
+    from shardkit.cli._figures import format_figures
     from shardkit.commands.balance import parse_corpus_spec, run_balance
     from shardkit.errors import ShardkitError, UsageError
     from shardkit.io.codecs import parse_codec_spec

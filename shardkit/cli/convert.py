@@ -4,16 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli import (
-    CONTEXT_SETTINGS,
-    EXIT_CODES_HELP,
-    ShardProgress,
-    emit_json,
-    executor_options,
-    io_options,
-    jobs_option,
-    json_option,
-)
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
 from shardkit.cli._outcome import codec_option
 
 
@@ -80,35 +72,28 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     data.list and convert.json are published the same way. A rerun checks each finished output's
     size and sha256 (reading the object back) against convert.json.
     """
-    from shardkit.cli._outcome import failure_line, zstd_note
-    from shardkit.cli._outcome import shards as shards_text
+    from shardkit.cli._outcome import zstd_note
+    from shardkit.cli._progress import ProgressBars
     from shardkit.commands.convert import ConvertSettings, run_convert
-    from shardkit.errors import UsageError
     from shardkit.io.codecs import parse_codec_spec
-    from shardkit.run.split import parse_split
 
-    if ray_address and executor != "ray":
-        raise UsageError("--ray-address needs --executor ray")
-    split_slice = parse_split(split) if split else None
     if "-" in shards and sys.stdin is not None and sys.stdin.isatty():
+        from shardkit.errors import UsageError
+
         raise UsageError("SOURCE - reads a shard from standard input, which is a terminal here; pipe one in: "
                          "curl -s URL | shardkit convert - -o OUT_DIR")
-
     name, default_level = parse_codec_spec(codec, level)
-    # default: cores // min(jobs, shards not yet started), chosen as each task starts; Ray: 1 CPU per task
-    default_threads = 1 if executor == "ray" else None
     settings = ConvertSettings(codec=name, level=default_level, verify=verify, salvage=salvage,
-                               max_member_bytes=max_member_bytes, threads=threads or default_threads,
+                               max_member_bytes=max_member_bytes, threads=_threads(threads, executor),
                                audio=audio, flac_level=flac_level,
                                max_decoded_seconds=max_decoded_seconds)
     if audio == "flac" and name != "none" and not quiet:
         click.echo("note: FLAC members gain ~1% from further compression; --codec none keeps shards plain "
                    "and fastest to read.", err=True)
-    progress = ShardProgress("convert", quiet=quiet, byte_key="tar_bytes")
-    report = run_convert(list(shards), out_dir, settings, jobs=jobs, keep_tree=keep_tree, overwrite=overwrite,
-                         on_result=progress.on_result, on_plan=progress.on_plan, executor=executor,
-                         ray_address=ray_address, split=split_slice, stdin_name=stdin_name)
-    progress.close()
+    with ProgressBars(quiet=quiet) as bars:
+        options = run_options(jobs=jobs, executor=executor, ray_address=ray_address, split=split,
+                              overwrite=overwrite, on_event=bars)
+        report = run_convert(list(shards), out_dir, settings, options, keep_tree=keep_tree, stdin_name=stdin_name)
     summary = report.summary()
     note = zstd_note(name)
     if note:
@@ -116,27 +101,43 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     if as_json:
         emit_json(summary)
     if not quiet:
-        click.echo(f"converted {summary['ok']}, skipped {summary['skipped']} (already done), "
-                   f"salvaged {summary['salvaged']}, failed {summary['failed']} of {summary['shards']} shards; "
-                   + (f"{summary['tar_bytes_converted'] / 1e6:.1f} MB of tar in {summary['seconds']:.1f} s; "
-                      if summary["ok"] or summary["salvaged"] else "")
-                   + f"list: {summary['data_list']}", err=True)
-        if "audio" in summary:
-            audio_summary = summary["audio"]
-            reasons = ", ".join(f"{n} {why}" for why, n in sorted(audio_summary["kept_by_reason"].items()))
-            click.echo(f"audio: {audio_summary['transcoded']} members transcoded to {audio}, "
-                       f"{audio_summary['kept']} kept as they were{f' ({reasons})' if reasons else ''}", err=True)
-            for problem in audio_summary["undecodable_kept"]:
-                click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
-                           f"{problem['reason']}",
-                           err=True)
-        if note:
-            click.echo(f"note: {note['text']}", err=True)
-        if summary["failed"]:
-            done = summary["shards"] - summary["failed"]
-            click.echo(failure_line("convert", failed=[f["shard"] for f in summary["failures"]],
-                                    total=summary["shards"], args=list(shards),
-                                    written=f"{shards_text(done)}, {summary['data_list']} (the list without the failed "
-                                            f"shards), {summary['manifest']}",
-                                    not_written=f"{shards_text(summary['failed'])}, and no data.list"), err=True)
+        _print_summary(summary, list(shards), audio)
     sys.exit(report.exit_code)
+
+
+def _threads(threads: int | None, executor: str) -> int | None:
+    """--threads, else None (cores // min(jobs, shards not yet started), chosen as each task starts) or, on
+    Ray, 1 (one CPU per task)."""
+    return threads or (1 if executor == "ray" else None)
+
+
+def _print_summary(summary: dict, args: list[str], audio: str) -> None:
+    """The closing lines on stderr: counts, the audio transcoding, the zstd note, and after a failure what was not written."""
+    from shardkit.cli._outcome import failure_line
+    from shardkit.cli._outcome import shards as shards_text
+
+    converted = (f"{summary['tar_bytes_converted'] / 1e6:.1f} MB of tar in {summary['seconds']:.1f} s; "
+                 if summary["ok"] or summary["salvaged"] else "")
+    click.echo(f"converted {summary['ok']}, skipped {summary['skipped']} (already done), "
+               f"salvaged {summary['salvaged']}, failed {summary['failed']} of {summary['shards']} shards; "
+               f"{converted}list: {summary['data_list']}", err=True)
+    if "audio" in summary:
+        _print_audio(summary["audio"], audio)
+    if "zstd" in summary:
+        click.echo(f"note: {summary['zstd']['text']}", err=True)
+    if summary["failed"]:
+        done = summary["shards"] - summary["failed"]
+        click.echo(failure_line("convert", failed=[f["shard"] for f in summary["failures"]],
+                                total=summary["shards"], args=args,
+                                written=f"{shards_text(done)}, {summary['data_list']} (the list without the failed "
+                                        f"shards), {summary['manifest']}",
+                                not_written=f"{shards_text(summary['failed'])}, and no data.list"), err=True)
+
+
+def _print_audio(audio_summary: dict, audio: str) -> None:
+    reasons = ", ".join(f"{n} {why}" for why, n in sorted(audio_summary["kept_by_reason"].items()))
+    click.echo(f"audio: {audio_summary['transcoded']} members transcoded to {audio}, "
+               f"{audio_summary['kept']} kept as they were{f' ({reasons})' if reasons else ''}", err=True)
+    for problem in audio_summary["undecodable_kept"]:
+        click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
+                   f"{problem['reason']}", err=True)

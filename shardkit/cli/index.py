@@ -45,7 +45,7 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
 
     from tqdm import tqdm
 
-    from shardkit.cli.plan import audio_length
+    from shardkit.cli._figures import audio_length
     from shardkit.commands.index import build_index
     from shardkit.errors import UsageError
     from shardkit.io.inputs import expand_shards

@@ -4,7 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, ShardProgress, emit_json, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import jobs_option, json_option, run_options
 
 
 @click.group("list", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -38,12 +39,11 @@ def check(lists, jobs, max_member_bytes, as_json, quiet):
     Exit 1 if any line is bad.
     """
 
+    from shardkit.cli._progress import ProgressBars
     from shardkit.commands.lists import check_lists
 
-    progress = ShardProgress("check", quiet=quiet, min_total=2)
-    report = check_lists(list(lists), jobs=jobs, max_member_bytes=max_member_bytes, on_result=progress.on_result,
-                         on_plan=progress.on_plan)
-    progress.close()
+    with ProgressBars(quiet=quiet, min_total=2) as bars:
+        report = check_lists(list(lists), run_options(jobs=jobs, on_event=bars), max_member_bytes=max_member_bytes)
     summary = report.summary()
     if as_json:
         emit_json(summary)

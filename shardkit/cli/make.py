@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 
 import click
 
+from shardkit.cli._progress import ShardProgress
 from shardkit.cli import (
     CONTEXT_SETTINGS,
     EXIT_CODES_HELP,
-    ShardProgress,
+
     emit_json,
     executor_options,
     io_options,

@@ -37,7 +37,7 @@ from shardkit.io.tar import (
     iter_shard_members,
     split_key,
 )
-from shardkit.run.executor import run_tasks
+from shardkit.run.options import RunOptions
 from shardkit.run.lifecycle import (
     AtomicFile,
     Journal,
@@ -353,15 +353,9 @@ def run_convert(
     shard_args: list[str],
     out_dir: str,
     settings: ConvertSettings,
+    options: RunOptions | None = None,
     *,
-    jobs: int | None = None,
     keep_tree: bool | None = None,
-    overwrite: bool = False,
-    on_result: Callable[[dict], None] | None = None,
-    on_plan: Callable[[int], None] | None = None,
-    executor: str = "local",
-    ray_address: str | None = None,
-    split: tuple[int, int] | None = None,
     stdin_name: str | None = None,
 ) -> ConvertReport:
     """Convert every shard named by ``shard_args`` into ``out_dir``; see the module docstring.
@@ -370,13 +364,16 @@ def run_convert(
     or ``stdin_name``'s stem (``--stdin-name``) in place of ``stdin``. A rerun always converts it
     again: a stream cannot be compared with what an earlier run converted.
 
-    ``executor``/``ray_address``: where tasks run (shardkit.run.executor). ``split=(I, N)``: only the
-    I-th of N contiguous slices of the input list, reported as convert.slice-I-of-N.json and
+    ``options`` (:class:`~shardkit.run.options.RunOptions`): jobs, executor, overwrite, progress (one
+    stage, "convert", a ``done`` event per shard with its entry and tar bytes), and ``split=(I, N)``:
+    only the I-th of N contiguous slices of the input list, reported as convert.slice-I-of-N.json and
     data.slice-I-of-N.list for ``shardkit merge-reports``. ``keep_tree``: the output layout, see
     :func:`shardkit.io.inputs.plan_output_paths` (None: mirror the input folders when file names repeat).
     """
     from shardkit.io.remote import is_url
 
+    options = options or RunOptions()
+    split = options.split
     shards = expand_shards(shard_args)
     if stdin_name is not None and STDIN not in shards:
         raise UsageError("--stdin-name names the output of SOURCE - (standard input), and no SHARDS argument is -")
@@ -400,16 +397,16 @@ def run_convert(
             reports.insert(0, manifest_path)
         return _convert_claimed(shards, outputs, settings, out_dir=out_dir, reports=reports, journal_path=journal_path,
                                 manifest_path=manifest_path, data_list=data_list, slice_info=slice_info,
-                                overwrite=overwrite, jobs=jobs, executor=executor, ray_address=ray_address,
-                                on_plan=on_plan, on_result=on_result)
+                                options=options)
 
 
 def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_path, manifest_path, data_list,
-                     slice_info, overwrite, jobs, executor, ray_address, on_plan, on_result) -> ConvertReport:
+                     slice_info, options: RunOptions) -> ConvertReport:
     """The part of ``run_convert`` that runs while this run holds the output folder's lock."""
     from shardkit.io.remote import is_url
 
     journal = Journal(journal_path)
+    overwrite, events = options.overwrite, options.events
     previous = {}
     if not overwrite:
         for entry in [e for path in reports for e in (load_report(path) or {}).get("shards", [])] + journal.load():
@@ -419,8 +416,7 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
     if is_url(out_dir):
         remove_temporary_keys(outputs)
 
-    if on_plan:
-        on_plan(len(shards))
+    events.stage("convert", len(shards))
     started = time.perf_counter()
     results: dict[int, dict] = {}
     todo = []
@@ -431,8 +427,7 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
                  f"converting it again")
         if not overwrite and entry and entry["source"].get("path") == src and _still_valid(entry, src, dst, settings):
             results[i] = {**entry, "status": "skipped", "previous_status": entry["status"], "this_run": "skipped"}
-            if on_result:
-                on_result(results[i])
+            events.done(results[i])
         else:
             todo.append((i, (src, dst, settings)))
 
@@ -440,15 +435,13 @@ def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_pat
         entry["this_run"] = this_run(entry["status"])
         results[i] = entry
         journal.append(entry)
-        if on_result:
-            on_result(entry)
+        events.done(entry, nbytes=entry.get("tar_bytes") or 0)
 
     tasks = [args for _, args in todo]
     # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
-    extra = threads_per_task(tasks, jobs, executor) if settings.threads is None else {}
+    extra = threads_per_task(tasks, options.jobs, options.executor) if settings.threads is None else {}
     try:
-        for k, entry in run_tasks(_task, tasks, jobs=jobs, executor=executor,
-                                  ray_address=ray_address, on_error=_task_failed, **extra):
+        for k, entry in options.run_tasks(_task, tasks, on_error=_task_failed, **extra):
             finish(todo[k][0], entry)
     finally:
         journal.close(remove=False)

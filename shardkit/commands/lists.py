@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from typing import Callable
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.codecs import codec_of_path, detect_codec
 from shardkit.io.inputs import SHARD_PATTERNS, shard_stem
 from shardkit.io.tar import DEFAULT_MAX_MEMBER_BYTES, group_samples, iter_shard_members, open_regular
+from shardkit.run.options import RunOptions
 
 SHARD_SUFFIXES = tuple(pattern[1:] for pattern in SHARD_PATTERNS)  # ".tar", ".tar.gz", ...
 # Python's tarfile reads these without help; zst needs the hook before 3.14 (see shardkit.training.wenet).
@@ -131,19 +131,20 @@ def _line_warnings(line: ListLine, first_seen: dict[str, ListLine]) -> list[str]
 
 def check_lists(
     list_paths: list[str],
+    options: RunOptions | None = None,
     *,
-    jobs: int | None = None,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-    on_result: Callable[[dict], None] | None = None,
-    on_plan: Callable[[int], None] | None = None,
 ) -> "ListCheckReport":
     """Check every line of every list: exists, is a readable shard; counts and compression per line.
 
     Each entry: ``{"list", "line", "text", "path", "status": ok|bad|unchecked, "compression",
     "members", "utterances", "bytes", "error", "warnings"}``. URLs, blank and comment lines are
     ``unchecked`` (with a warning for the latter); unreadable shards and whitespace-padded paths
-    are ``bad``.
+    are ``bad``. ``options``: ``jobs`` (local threads of checks) and ``on_event`` (one stage, "check",
+    a ``done`` event per checked line); the other run options do not apply to a read-only check.
     """
+    options = options or RunOptions()
+    events = options.events
     entries: list[dict] = []
     todo: list[int] = []
     for list_path in list_paths:
@@ -161,8 +162,7 @@ def check_lists(
                 elif not line.is_url:
                     todo.append(len(entries))
             entries.append(entry)
-    if on_plan:
-        on_plan(len(todo))
+    events.stage("check", len(todo))
 
     def finish(index: int, result: dict) -> None:
         entry = entries[index]
@@ -170,11 +170,10 @@ def check_lists(
         entry["status"] = "bad" if result["error"] else "ok"
         if result["compression"] and codec_of_path(entry["path"]) != result["compression"]:
             entry["warnings"].append(f"name says {codec_of_path(entry['path'])}, content is {result['compression']}")
-        if on_result:
-            on_result(entry)
+        events.done(entry)
 
     cores = os.cpu_count() or 1
-    jobs = max(1, min(jobs or cores, len(todo) or 1))
+    jobs = max(1, min(options.jobs or cores, len(todo) or 1))
     threads = max(1, cores // jobs)
     if jobs == 1:
         for index in todo:

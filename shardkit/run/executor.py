@@ -113,7 +113,8 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
               retries: int = 3, ordered: bool = False, on_result: Callable[[int, Any], None] | None = None,
               initializer: Callable[..., None] | None = None, initargs: tuple = (),
               prepare: Callable[[Any], Any] | None = None,
-              on_error: Callable[[Any, ShardkitError], Any] | None = None) -> Iterator[tuple[int, Any]]:
+              on_error: Callable[[Any, ShardkitError], Any] | None = None,
+              io_settings=None) -> Iterator[tuple[int, Any]]:
     """Run ``fn(task)`` for every task; an iterator of ``(index, result)``. See the module docstring.
 
     ``jobs``: local processes [default: all cores]; with Ray, the most tasks running at once
@@ -128,7 +129,8 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
     aiohttp or botocore error, a subprocess failure) or whose worker died more often than retried
     becomes the result ``on_error`` returns for it (the command's finding for that shard), and the
     other tasks run on; without it, that error is raised here. Losing the Ray cluster is never a
-    task's error: it raises ``ClusterError``.
+    task's error: it raises ``ClusterError``. ``io_settings``: the remote-input settings every worker
+    gets (``shardkit.io.remote.IOSettings``) [default: this process's].
     """
     items = list(tasks)
     tasks = items if prepare is None else _Prepared(items, prepare)
@@ -139,7 +141,8 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
     # every worker reads inputs with this process's deadlines and pipe permission (shardkit.io.remote)
     from shardkit.io.remote import settings_for_workers
 
-    initializer, initargs = _worker_setup, (os.getpid(), settings_for_workers(), initializer, initargs)
+    workers_io = settings_for_workers() if io_settings is None else io_settings
+    initializer, initargs = _worker_setup, (os.getpid(), workers_io, initializer, initargs)
     if executor == "ray":
         quiet_stdout()
         ray = connect_ray(ray_address)

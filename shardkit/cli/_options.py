@@ -1,0 +1,93 @@
+"""The click options several commands share, and the one value they become: ``RunOptions``.
+
+``executor_options`` (--executor, --ray-address, --split), ``jobs_option``, ``json_option`` and
+``io_options`` (--io-timeout, --io-retries, --allow-pipes) declare the options; ``run_options``
+turns what a command received into ``shardkit.run.options.RunOptions``, which the library takes whole.
+"""
+
+from __future__ import annotations
+
+import click
+
+from shardkit.errors import UsageError
+
+
+def jobs_option(f):
+    return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+                        help="Parallel processes, one shard per task [default: all cores].")(f)
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON report on stdout and nothing else there.")(f)
+
+
+def executor_options(split_help: str, executor_help: str = "local: processes on this machine; ray: one Ray task "
+                     "per shard on a cluster (which must see the inputs and outputs at the same paths)."):
+    """--executor, --ray-address and --split, shared by the commands that scale past one machine."""
+
+    def decorate(f):
+        f = click.option("--split", default=None, metavar="I/N", help=split_help)(f)
+        f = click.option("--ray-address", default=None,
+                         help="Ray cluster [default: auto: RAY_ADDRESS or a `ray start` cluster here, "
+                              "else a local instance].")(f)
+        return click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                            help=executor_help)(f)
+
+    return decorate
+
+
+def io_options(f=None, *, pipes: bool = True):
+    """--io-timeout, --io-retries and --allow-pipes: how a command reads URL and ``pipe:`` inputs.
+
+    They set ``shardkit.io.remote``'s settings as the command line is parsed (no parameter reaches
+    the command), and the executor hands them to every worker process and Ray task. ``pipes=False``
+    leaves --allow-pipes out, for a command that declares its own (make).
+    """
+    from shardkit.io.remote import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_RETRIES
+
+    def set_timeout(ctx, param, value):
+        from shardkit.io.remote import configure_io, parse_io_timeout
+
+        try:
+            connect, read = parse_io_timeout(value)
+        except UsageError as err:
+            raise click.BadParameter(err.reason) from None
+        configure_io(connect_timeout=connect, read_timeout=read)
+
+    def set_retries(ctx, param, value):
+        from shardkit.io.remote import configure_io
+
+        configure_io(retries=value)
+
+    def set_pipes(ctx, param, value):
+        from shardkit.io.remote import configure_io
+
+        configure_io(allow_pipes=value)
+
+    def decorate(f):
+        if pipes:
+            f = click.option("--allow-pipes", is_flag=True, expose_value=False, callback=set_pipes,
+                             help="Run the commands of `pipe:CMD` inputs (refused otherwise: a list can name any "
+                                  "command); or set SHARDKIT_ALLOW_PIPES=1.")(f)
+        f = click.option("--io-retries", type=click.IntRange(min=0), default=DEFAULT_RETRIES, show_default=True,
+                         expose_value=False, callback=set_retries,
+                         help="Further attempts at a URL after a transient failure (5xx, reset, short body, "
+                              "stall), 0.5 s apart and doubling.")(f)
+        return click.option("--io-timeout", default=f"{DEFAULT_CONNECT_TIMEOUT:g}:{DEFAULT_READ_TIMEOUT:g}",
+                            show_default=True, metavar="[CONNECT:]READ", expose_value=False, callback=set_timeout,
+                            help="Seconds to connect to a URL, and that a read of a URL or pipe: command may "
+                                 "wait for data before the input fails as stalled.")(f)
+
+    return decorate(f) if f is not None else decorate
+
+
+def run_options(*, jobs: int | None = None, executor: str = "local", ray_address: str | None = None,
+                split: str | None = None, overwrite: bool = False, on_event=None):
+    """The command line's run choices as one ``RunOptions`` (``--split`` parsed; remote-input settings
+    are this process's, as ``io_options`` set them while the line was parsed)."""
+    from shardkit.run.options import RunOptions
+    from shardkit.run.split import parse_split
+
+    return RunOptions(jobs=jobs, executor=executor, ray_address=ray_address,
+                      split=parse_split(split) if split else None, overwrite=overwrite, on_event=on_event)

@@ -1,0 +1,32 @@
+"""--wenet-conf, --tokenizer and --dropped-keys: the options plan and balance share, and the spec they load."""
+
+from __future__ import annotations
+
+import click
+
+
+def wenet_conf_options(f):
+    """--wenet-conf, --tokenizer and --dropped-keys (plan and balance)."""
+    f = click.option("--dropped-keys", type=click.Path(dir_okay=False), default=None,
+                     help="With --wenet-conf: write the keys the trainer's filter drops to this file (one per "
+                          "line, atomically).")(f)
+    f = click.option("--tokenizer", type=click.Path(dir_okay=False), default=None,
+                     help="With --wenet-conf: the tokenizer file instead of the conf's (a units/symbol table, or "
+                          "a sentencepiece .model). Without any, one token per transcript character is assumed.")(f)
+    f = click.option("--wenet-conf", type=click.Path(dir_okay=False), default=None, metavar="TRAIN.yaml",
+                     help="WeNet's training conf: apply its filter_conf before planning and report what it drops, "
+                          "and simulate its batching (steps per rank and worker).")(f)
+    return f
+
+
+def trainer_spec(wenet_conf, tokenizer, dropped_keys):
+    """The loaded --wenet-conf (None without it); --tokenizer and --dropped-keys need it."""
+    if wenet_conf is None:
+        if tokenizer is not None or dropped_keys is not None:
+            from shardkit.errors import UsageError
+
+            raise UsageError("--tokenizer and --dropped-keys need --wenet-conf")
+        return None
+    from shardkit.commands.trainer import load_spec
+
+    return load_spec(wenet_conf, tokenizer)
