@@ -52,6 +52,36 @@ def test_no_function_above_complexity_30_outside_the_tar_parser():
     assert offenders(os.path.join(REPO, "shardkit"), 30) == []
 
 
+def test_the_house_rules_hold():
+    """cli/ functions <= 10, grade C+ <= 3 per 1,000 lines, modules <= 800 lines, <= 8 parameters, no cli/
+    command module importing another: every finding of scripts/check_complexity.py, none expected."""
+    pytest.importorskip("radon")
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        from check_complexity import house_findings
+    finally:
+        sys.path.pop(0)
+    assert house_findings(os.path.join(REPO, "shardkit")) == []
+
+
+def test_the_house_check_finds_a_wide_function_and_a_cli_cross_import(tmp_path):
+    """The rules are not vacuous: a copy of cli/ with a 9-parameter library function and a command that
+    imports another command is caught on both counts."""
+    pytest.importorskip("radon")
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        from check_complexity import cli_cross_imports, wide_functions
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "io").mkdir()
+    (tmp_path / "cli" / "plan.py").write_text("command = None\n")
+    (tmp_path / "cli" / "balance.py").write_text("from shardkit.cli.plan import command\n")
+    (tmp_path / "io" / "wide.py").write_text("def wide(a, b, c, d, e, f, g, h, i):\n    return a\n")
+    assert cli_cross_imports(str(tmp_path)) == [os.path.join("cli", "balance.py") + ": imports shardkit.cli.plan"]
+    assert [line.split(":")[0] for line in wide_functions(str(tmp_path))] == [os.path.join("io", "wide.py")]
+
+
 def test_at_most_eight_modules_beside_the_packages():
     top = [name for name in os.listdir(os.path.join(REPO, "shardkit"))
            if name.endswith(".py") and name not in ("__init__.py", "__main__.py")]
