@@ -138,8 +138,9 @@ def wenet_way(paths: list[str], sample_rate: int = 16000, channels: int = 1) -> 
 
 def shardkit_way(paths: list[str], backend: str, jobs: int) -> dict:
     from shardkit.commands.validate import ValidateOptions, run_validate
+    from shardkit.run.options import RunOptions
 
-    report = run_validate(paths, ValidateOptions(backend=backend, sample_rate=16000, channels=1), jobs=jobs)
+    report = run_validate(paths, ValidateOptions(backend=backend, sample_rate=16000, channels=1), RunOptions(jobs=jobs))
     totals = report.totals()
     return {"utterances": totals["utterances"], "audio_seconds": totals["audio_seconds"],
             "findings": totals["findings"]}

@@ -405,7 +405,7 @@ def test_a_tiny_member_decoding_to_hours_stays_in_bounded_memory(tmp_path):
 
 def test_an_unforeseen_error_in_a_check_is_the_utterances_finding(tmp_path, monkeypatch):
     import shardkit.commands.index as index
-    import shardkit.commands.validate as validate
+    import shardkit.commands.validate.shard as validate  # the shard scan calls check_audio
 
     path = tmp_path / "s.tar"
     path.write_bytes(tar_bytes(utterance("k/1", good_wav(), "wav")))

@@ -93,7 +93,7 @@ def _chain(folders, root, audio="keep") -> tuple[str, set[tuple]]:
     for name, folder in folders.items():
         converted, quarantine = root / "conv" / name, root / "quar" / name
         run_convert([folder], str(converted), ConvertSettings(codec="none", level=None, audio=audio), RunOptions(jobs=1))
-        run_validate([str(converted / "data.list")], CHECKS, jobs=1, quarantine_dir=str(quarantine))
+        run_validate([str(converted / "data.list")], CHECKS, RunOptions(jobs=1), quarantine_dir=str(quarantine))
         rejects |= _reject_rows(str(quarantine / "rejects.jsonl"))
         corpora.append(CorpusSource(name, (str(quarantine / "data.list"),)))
     run_balance(corpora, str(root / "balanced"), world_size=W, num_workers=K, codec="none", level=None, jobs=1)

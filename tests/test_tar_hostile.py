@@ -279,6 +279,7 @@ def test_non_utf8_shard_path_fails_that_shard_and_json_stays_valid(tmp_path):
 
 def test_quarantine_keeps_names_unchanged_and_survives_a_vanished_source(tmp_path):
     from shardkit.commands.validate import ValidateOptions, run_validate
+    from shardkit.run.options import RunOptions
 
     m = good_members(3)
     names = tmp_path / "names.tar"
@@ -297,7 +298,8 @@ def test_quarantine_keeps_names_unchanged_and_survives_a_vanished_source(tmp_pat
 
     validate.validate_shard = then_vanish
     try:
-        report = run_validate([str(names), str(gone)], ValidateOptions(), jobs=1, quarantine_dir=str(tmp_path / "q"))
+        report = run_validate([str(names), str(gone)], ValidateOptions(), RunOptions(jobs=1),
+                              quarantine_dir=str(tmp_path / "q"))
     finally:
         validate.validate_shard = real
     checks = {(os.path.basename(f["shard"]), f["check"]) for f in report.findings}

@@ -15,6 +15,7 @@ from shardkit.commands.validate import ValidateOptions, run_validate, validate_s
 from shardkit.io.codecs import open_writer
 from shardkit.io.synth import CorpusSpec, corpus_utterances, encode, speech_like
 from shardkit.io.tar import TarWriter
+from shardkit.run.options import RunOptions
 
 RATE = 16000
 STRICT = ValidateOptions(sample_rate=RATE, channels=1)
@@ -137,7 +138,7 @@ def _matches(found, expected):
 
 def test_every_planted_fault_is_found_with_its_key_and_check_and_nothing_else(faults):
     paths, expected = faults
-    report = run_validate(paths, STRICT, jobs=1)
+    report = run_validate(paths, STRICT, RunOptions(jobs=1))
     _matches(_found(report), expected)
     assert report.exit_code == 1
     by_name = {os.path.basename(s["shard"]): s for s in report.shards}
@@ -180,7 +181,8 @@ def test_torchaudio_backend_finds_the_same_faults(faults):
     paths, expected = faults
     wanted = ("truncated-wav.tar", "truncated-flac.tar", "garbage.tar", "nan.tar", "stereo.tar", "flac-named-wav.tar")
     chosen = [p for p in paths if os.path.basename(p) in wanted]
-    report = run_validate(chosen, ValidateOptions(backend="torchaudio", sample_rate=RATE, channels=1), jobs=1)
+    report = run_validate(chosen, ValidateOptions(backend="torchaudio", sample_rate=RATE, channels=1),
+                          RunOptions(jobs=1))
     _matches(_found(report), [e for e in expected if e[0] in wanted])
 
 
@@ -188,11 +190,11 @@ def test_duplicate_key_across_shards_is_reported_in_the_later_shard(tmp_path):
     utts = _good(3, seed=5)
     a = _write(tmp_path / "a.tar", _members(utts[:2]))
     b = _write(tmp_path / "b.tar", _members(utts[1:]), codec="zst")
-    report = run_validate([b, a], STRICT, jobs=1)  # shard order decides which occurrence is first
+    report = run_validate([b, a], STRICT, RunOptions(jobs=1))  # shard order decides which occurrence is first
     assert [(os.path.basename(f["shard"]), f["key"], f["check"]) for f in report.findings] == [
         ("a.tar", utts[1][0], "duplicate_key")]
     assert report.findings[0]["message"] == f"key is also in {b}"
-    q = run_validate([b, a], STRICT, jobs=1, quarantine_dir=str(tmp_path / "q")).quarantine
+    q = run_validate([b, a], STRICT, RunOptions(jobs=1), quarantine_dir=str(tmp_path / "q")).quarantine
     (out,) = q["shards"]
     assert [n for n, _ in _tar_members(out["rejects"])] == [f"{utts[1][0]}.txt", f"{utts[1][0]}.wav"]
     assert [n for n, _ in _tar_members(out["cleaned"])] == [f"{utts[0][0]}.txt", f"{utts[0][0]}.wav"]
@@ -201,8 +203,8 @@ def test_duplicate_key_across_shards_is_reported_in_the_later_shard(tmp_path):
 
 def test_parallel_run_reports_the_same_as_one_process(faults):
     paths, _ = faults
-    one = run_validate(paths, STRICT, jobs=1)
-    two = run_validate(paths, STRICT, jobs=2)
+    one = run_validate(paths, STRICT, RunOptions(jobs=1))
+    two = run_validate(paths, STRICT, RunOptions(jobs=2))
     assert _found(two) == _found(one)
     assert [s["utterances"] for s in two.shards] == [s["utterances"] for s in one.shards]
 
@@ -212,7 +214,7 @@ def test_container_problems_missing_file_empty_shard(tmp_path):
     (tmp_path / "ends.tar").write_bytes(bytes(10240))
     lst = tmp_path / "data.list"
     lst.write_text(f"{tmp_path / 'gone.tar'}\n{tmp_path / 'zero.tar'}\n{tmp_path / 'ends.tar'}\n")
-    report = run_validate([str(lst)], STRICT, jobs=1)
+    report = run_validate([str(lst)], STRICT, RunOptions(jobs=1))
     assert [(os.path.basename(f["shard"]), f["check"], f["message"]) for f in report.findings] == [
         ("gone.tar", "missing_file", "no such file"),
         ("zero.tar", "empty_shard", "empty stream: not a tar archive"),
@@ -233,7 +235,7 @@ def test_quarantine_keeps_every_member_and_the_cleaned_copies_validate_clean(fau
     paths, _ = faults
     readable = [p for p in paths if not p.endswith(".bz2")]
     before = {p: _sha(p) for p in paths}
-    report = run_validate(paths, STRICT, jobs=1, quarantine_dir=str(tmp_path / "q"))
+    report = run_validate(paths, STRICT, RunOptions(jobs=1), quarantine_dir=str(tmp_path / "q"))
     assert {p: _sha(p) for p in paths} == before  # sources are never modified
     q = report.quarantine
     outs = {os.path.basename(s["shard"]): s for s in q["shards"]}
@@ -344,7 +346,7 @@ def test_duration_bounds_and_multiple_audio(tmp_path):
                                       ("x/two.flac", encode(pcm, RATE, "flac"))]
     path = _write(tmp_path / "d.tar", members)
     seconds = {key: len(sf_read(audio)) / RATE for key, _, _, audio in utts}
-    report = run_validate([path], ValidateOptions(min_duration=0.45, max_duration=0.7), jobs=1)
+    report = run_validate([path], ValidateOptions(min_duration=0.45, max_duration=0.7), RunOptions(jobs=1))
     wanted = sorted([(k, "duration") for k, s in seconds.items() if not 0.45 <= s <= 0.7] + [("x/two", "multiple_audio")])
     assert 0 < len(wanted) - 1 < 6
     assert sorted((f["key"], f["check"]) for f in report.findings) == wanted

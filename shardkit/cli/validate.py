@@ -4,17 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli._progress import ShardProgress
-from shardkit.cli import (
-    CONTEXT_SETTINGS,
-    EXIT_CODES_HELP,
-
-    emit_json,
-    executor_options,
-    io_options,
-    jobs_option,
-    json_option,
-)
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
 
 SHOWN_FINDINGS = 20
 
@@ -62,7 +53,8 @@ Examples:
               help="Report audio that decodes to more than S seconds (decoded_too_long) instead of decoding it: a "
                    "tiny member can decode to hours [default: no limit with soundfile, which decodes in blocks; "
                    "3600 with --backend torchaudio, which decodes a member whole].")
-@executor_options("Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes " "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
+@executor_options("Validate only slice I of N of the shard list (job arrays); needs --report FILE, and writes "
+                  "FILE's slice (validate.slice-I-of-N.json); join with `shardkit merge-reports`.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary on stderr.")
 def command(shards, backend, jobs, sample_rate, channels, strict, min_duration, max_duration, report_path, as_json,
             quarantine_dir, keep_tree, max_member_bytes, max_decoded_seconds, executor, ray_address, split, quiet):
@@ -76,50 +68,36 @@ def command(shards, backend, jobs, sample_rate, channels, strict, min_duration, 
     and the sample rate, channels and duration asked for. Each finding names shard, key, member,
     check and reason. Sources are never modified.
     """
-    import os
+    from shardkit.cli._progress import ProgressBars
+    from shardkit.commands.validate import ValidateOptions, run_validate
 
-    from shardkit.commands.validate import ValidateOptions, format_finding, run_validate
-    from shardkit.errors import UsageError
-    from shardkit.run.manifest import atomic_write_json
-    from shardkit.run.split import parse_split, slice_path
+    # threads=None: decompressor threads per task chosen by run_validate from the cores and --jobs
+    settings = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
+                               max_duration=max_duration, max_member_bytes=max_member_bytes, strict=strict,
+                               max_decoded_seconds=max_decoded_seconds, threads=None)
+    with ProgressBars(quiet=quiet) as bars:
+        options = run_options(jobs=jobs, executor=executor, ray_address=ray_address, split=split, on_event=bars)
+        if options.split and report_path is None:
+            from shardkit.errors import UsageError
 
-    if ray_address and executor != "ray":
-        raise UsageError("--ray-address needs --executor ray")
-    split_slice = parse_split(split) if split else None
-    if split_slice and report_path is None:
-        raise UsageError("--split needs --report FILE (each slice writes FILE's slice report for merge-reports)")
-    if split_slice:
-        report_path = slice_path(report_path, *split_slice)
-    if report_path is not None:
-        from shardkit.run.lifecycle import claim_output_file
-
-        claim_output_file(report_path, list(shards))
-        folder = os.path.dirname(os.path.abspath(report_path))
-        try:  # made as `index -o` makes its folder: the README's job array writes into a fresh /shared/v
-            os.makedirs(folder, exist_ok=True)
-        except OSError as err:
-            raise UsageError(f"cannot create the report's folder: {err.strerror}", shard=report_path) from None
-    jobs_n = jobs or os.cpu_count() or 1
-    options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
-                              max_duration=max_duration, max_member_bytes=max_member_bytes, strict=strict,
-                              max_decoded_seconds=max_decoded_seconds,
-                              threads=1 if executor == "ray" else max(1, (os.cpu_count() or 1) // jobs_n))
-    progress = ShardProgress("validate", quiet=quiet)
-    report = run_validate(list(shards), options, jobs=jobs, quarantine_dir=quarantine_dir,
-                          on_plan=progress.on_plan, on_result=progress.on_result, executor=executor,
-                          ray_address=ray_address, split=split_slice, keep_tree=keep_tree)
-    progress.close()
-    document = report.to_json()
-    if report_path is not None:
-        atomic_write_json(report_path, document)
+            raise UsageError("--split needs --report FILE (each slice writes FILE's slice report for merge-reports)")
+        report = run_validate(list(shards), settings, options, quarantine_dir=quarantine_dir, keep_tree=keep_tree,
+                              report_path=report_path)
     if as_json:
-        emit_json(document)
+        emit_json(report.to_json())
     if not quiet:
-        for line in summary_lines(report, format_finding):
-            click.echo(line, err=True)
-        if report.exit_code:
-            click.echo(_last_line(report, list(shards), report_path), err=True)
+        _print_summary(report, list(shards))
     sys.exit(report.exit_code)
+
+
+def _print_summary(report, args: list[str]) -> None:
+    """The closing lines on stderr: what was checked and found, and after findings what was written."""
+    from shardkit.commands.validate import format_finding
+
+    for line in summary_lines(report, format_finding):
+        click.echo(line, err=True)
+    if report.exit_code:
+        click.echo(_last_line(report, args, report.report_path), err=True)
 
 
 def _last_line(report, args: list[str], report_path: str | None) -> str:
@@ -143,34 +121,46 @@ def _last_line(report, args: list[str], report_path: str | None) -> str:
 
 
 def summary_lines(report, format_finding) -> list[str]:
+    """The summary a person reads: totals, findings by check and the first of them, the audio mix, warnings,
+    quarantine."""
     t = report.totals()
     part = f"slice {report.slice['index']} of {report.slice['count']}: " if report.slice else ""
     lines = [f"{part}validated {t['shards']} shards: {t['utterances']} utterances, {t['audio_hours']:.3f} h of audio, "
              f"{t['bytes'] / 1e6:.1f} MB in {t['elapsed_s']:.1f} s ({report.options.backend})"]
-    if not t["findings"]:
-        lines.append("no findings")
-    else:
-        lines.append(f"{t['findings']} findings in {t['shards_with_findings']} of {t['shards']} shards:")
-        width = max(len(check) for check in t["by_check"])
-        lines.extend(f"  {check:<{width}}  {count}" for check, count in t["by_check"].items())
-        findings = report.findings
-        lines.extend(f"  {format_finding(f)}" for f in findings[:SHOWN_FINDINGS])
-        if len(findings) > SHOWN_FINDINGS:
-            lines.append(f"  ... and {len(findings) - SHOWN_FINDINGS} more (--report FILE or --json lists all)")
-    mixed = report.mixed()
-    if mixed and not report.options.strict:  # --strict lists them among the findings
-        lines.append("warning: mixed audio (WeNet trains on whatever it is given; --strict makes this a finding, "
-                     "--sample-rate/--channels name each odd utterance):")
-        lines.extend(f"  {text}" for text in mixed)
+    lines.extend(_finding_lines(report, t, format_finding))
+    lines.extend(_mix_lines(report))
     warnings = report.warnings
     if warnings:  # warning level: reported, not counted in the exit code
         lines.append(f"{len(warnings)} warnings (not findings: exit code and quarantine ignore them):")
-        lines.extend(f"  {format_finding(w)}" for w in warnings[:SHOWN_FINDINGS])
-        if len(warnings) > SHOWN_FINDINGS:
-            lines.append(f"  ... and {len(warnings) - SHOWN_FINDINGS} more (--report FILE or --json lists all)")
+        lines.extend(_first_lines(warnings, format_finding))
     q = report.quarantine
     if q is not None:
         cleaned = sum(1 for s in q["shards"] if s["cleaned"])
         lines.append(f"quarantine: {cleaned} cleaned shards, {q['rejected_members']} members set apart "
                      f"({q['kept_members']} kept) in {q['dir']}; see {q['rejects_jsonl']} and {q['data_list']}")
     return lines
+
+
+def _finding_lines(report, t: dict, format_finding) -> list[str]:
+    if not t["findings"]:
+        return ["no findings"]
+    lines = [f"{t['findings']} findings in {t['shards_with_findings']} of {t['shards']} shards:"]
+    width = max(len(check) for check in t["by_check"])
+    lines.extend(f"  {check:<{width}}  {count}" for check, count in t["by_check"].items())
+    return lines + _first_lines(report.findings, format_finding)
+
+
+def _first_lines(findings: list[dict], format_finding) -> list[str]:
+    """The first SHOWN_FINDINGS findings (or warnings), one line each, and how many more the report lists."""
+    lines = [f"  {format_finding(f)}" for f in findings[:SHOWN_FINDINGS]]
+    if len(findings) > SHOWN_FINDINGS:
+        lines.append(f"  ... and {len(findings) - SHOWN_FINDINGS} more (--report FILE or --json lists all)")
+    return lines
+
+
+def _mix_lines(report) -> list[str]:
+    mixed = report.mixed()
+    if not mixed or report.options.strict:  # --strict lists them among the findings
+        return []
+    return ["warning: mixed audio (WeNet trains on whatever it is given; --strict makes this a finding, "
+            "--sample-rate/--channels name each odd utterance):"] + [f"  {text}" for text in mixed]
