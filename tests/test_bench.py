@@ -6,16 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.commands.bench import (
-    BenchCheckError,
-    BenchSettings,
-    _expect,
-    generate_corpus,
-    plan_corpus,
-    recommend,
-    timed,
-    workers_needed,
-)
+from shardkit.commands.bench import BenchCheckError, BenchSettings, generate_corpus, plan_corpus, timed
+from shardkit.commands.bench.timing import expect as _expect
+from shardkit.planning.bench import recommend, workers_needed
 
 FORMATS = ["none", "gz", "bz2", "xz", "zst:1", "zst:3", "zst:19"]
 TINY = ["--corpus-mb", "0.4", "--repeat", "1", "--min-seconds", "0", "-j", "2"]

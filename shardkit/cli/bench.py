@@ -4,7 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, io_options, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import io_options, jobs_option, json_option, run_options
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -78,7 +79,8 @@ def command(shards, out_dir, formats, audio, decoders, reference, workers, mp_co
     user runs (with soundfile, torchaudio or shardkit's handler). Every run must decode every utterance.
     Writes OUT_DIR/bench.json, bench.md and bench.png, and prints the table (stderr).
     """
-    from shardkit.commands.bench import BenchSettings, format_tables, parse_list, run_bench, write_outputs
+    from shardkit.cli._progress import ProgressBars
+    from shardkit.commands.bench import BenchSettings, parse_list, run_bench
 
     settings = BenchSettings(
         formats=parse_list(formats, "--formats"), audio=parse_list(audio, "--audio"),
@@ -87,19 +89,21 @@ def command(shards, out_dir, formats, audio, decoders, reference, workers, mp_co
         workers=_ints(workers), mp_contexts=parse_list(mp_contexts, "--mp-context"), loader_format=loader_format,
         loader_batch_size=loader_batch_size, min_seconds=min_seconds, repeat=repeat, corpus_mb=corpus_mb,
         max_bytes=max_bytes, gpus_per_node=gpus_per_node, target_hours_per_second=target_hours_per_second,
-        fbank_hours_per_second_per_core=fbank_hours_per_second, seed=seed, jobs=jobs, webdataset=webdataset)
-
-    def progress(text):
-        if not quiet:
-            click.echo(f"bench: {text}", err=True)
-
-    report = run_bench(list(shards), settings, work_dir=work_dir, progress=progress)
-    paths = write_outputs(report, out_dir)
-    data = report.to_json()
-    data["outputs"] = paths
+        fbank_hours_per_second_per_core=fbank_hours_per_second, seed=seed, webdataset=webdataset)
+    with ProgressBars(quiet=quiet) as bars:
+        report = run_bench(list(shards), out_dir, settings, run_options(jobs=jobs, on_event=bars), work_dir=work_dir)
+    data = report.summary()
     if as_json:
         emit_json(data)
     if not quiet:
-        click.echo(format_tables(data), err=True)
-        click.echo(f"wrote {paths['json']}, {paths['md']}" + (f", {paths['png']}" if paths["png"] else ""), err=True)
+        _print_tables(data)
     sys.exit(0)
+
+
+def _print_tables(data: dict) -> None:
+    """bench.md's text and the files written, on stderr."""
+    from shardkit.commands.bench import format_tables
+
+    paths = data["outputs"]
+    click.echo(format_tables(data), err=True)
+    click.echo(f"wrote {paths['json']}, {paths['md']}" + (f", {paths['png']}" if paths["png"] else ""), err=True)

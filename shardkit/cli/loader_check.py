@@ -4,7 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, emit_json, io_options, json_option
+from shardkit.cli import CONTEXT_SETTINGS, emit_json
+from shardkit.cli._options import io_options, json_option
 
 
 @click.command("loader-check", context_settings=CONTEXT_SETTINGS, epilog="""Exit codes: 0 every rank reads the same \
@@ -35,12 +36,20 @@ def command(data_list, world_size, num_workers, batch_size, seed, epoch, engine,
     running shardkit's reader); lines are split by rank and worker as WeNet splits them. Reports utterances, batches and seconds per
     rank, and whether every rank gets the same number of utterances and batches.
     """
-    from shardkit.commands.loadercheck import run_loader_check
+    from shardkit.commands.loader_check import LoaderCheckSettings, run_loader_check
 
-    report = run_loader_check(data_list, world_size=world_size, num_workers=num_workers,
-                              batch_size=batch_size, seed=seed, epoch=epoch, engine=engine)
+    settings = LoaderCheckSettings(world_size=world_size, num_workers=num_workers, batch_size=batch_size, seed=seed,
+                                   epoch=epoch, engine=engine)
+    # no progress bar: loader-check's stderr is the rank lines and the verdict below
+    report = run_loader_check(data_list, settings)
     if as_json:
         emit_json(report)
+    _print_ranks(report)
+    sys.exit(0 if report["ok"] else 1)
+
+
+def _print_ranks(report: dict) -> None:
+    """Each rank's figures and the verdict, on stderr."""
     for r in report["ranks"]:
         click.echo(f"rank {r['rank']}: {r['utterances']} utterances in {r['batches']} batches, "
                    f"{r['seconds']:.1f} s of audio", err=True)
@@ -49,4 +58,3 @@ def command(data_list, world_size, num_workers, batch_size, seed, epoch, engine,
     spread = report["rank_seconds_spread"]
     click.echo(f"loader check ({report['engine']} engine): {verdict} (seconds of audio, max/min over ranks: "
                f"{'-' if spread is None else f'{spread:.3g}'})", err=True)
-    sys.exit(0 if report["ok"] else 1)

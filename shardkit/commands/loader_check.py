@@ -16,10 +16,26 @@ IterableDataset does (``batch_size`` per batch, the last one short).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from shardkit.errors import ShardkitError
+from shardkit.errors import ShardkitError, UsageError
+from shardkit.run.options import RunOptions
 
 ENGINES = ("auto", "torch", "shardkit")
+
+
+@dataclass(frozen=True)
+class LoaderCheckSettings:
+    """The training read to simulate: ``world_size`` ranks of ``num_workers`` DataLoader workers each,
+    ``batch_size`` utterances per static batch, the shuffle of ``seed`` and ``epoch``, and the engine
+    (``auto``: torch when installed, else shardkit's reader in worker processes)."""
+
+    world_size: int
+    num_workers: int
+    batch_size: int = 16
+    seed: int = 0
+    epoch: int = 0
+    engine: str = "auto"
 
 
 def has_torch() -> bool:
@@ -44,8 +60,7 @@ def _read_consumer(args) -> dict:
             "keys": keys}
 
 
-def read_rank_shardkit(data_list: str, *, rank: int, world_size: int, num_workers: int, batch_size: int,
-                       seed: int = 0, epoch: int = 0) -> dict:
+def read_rank_shardkit(data_list: str, rank: int, settings: LoaderCheckSettings) -> dict:
     """``read_rank`` without torch: the rank's ``num_workers`` consumers in as many processes (0: here)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -53,8 +68,10 @@ def read_rank_shardkit(data_list: str, *, rank: int, world_size: int, num_worker
     from shardkit.io.inputs import expand_shards
 
     shards = expand_shards([data_list])
+    num_workers = settings.num_workers
     workers = max(1, num_workers)
-    tasks = [(shards, rank, w, world_size, workers, batch_size, seed, epoch) for w in range(workers)]
+    tasks = [(shards, rank, w, settings.world_size, workers, settings.batch_size, settings.seed, settings.epoch)
+             for w in range(workers)]
     if num_workers == 0:
         parts = [_read_consumer(tasks[0])]
     else:
@@ -82,15 +99,15 @@ def _from_worker(err: ShardkitError) -> ShardkitError:
     return ShardkitError(last[len(name):] if last.startswith(name) else last)
 
 
-def read_rank(data_list: str, *, rank: int, world_size: int, num_workers: int, batch_size: int, seed: int = 0,
-              epoch: int = 0) -> dict:
+def read_rank(data_list: str, rank: int, settings: LoaderCheckSettings) -> dict:
     """Utterances, batches and seconds one rank reads in one epoch, through a real DataLoader."""
     import torch.utils.data
 
     from shardkit.training.dataset import ShardDataset
 
-    dataset = ShardDataset(data_list, rank=rank, world_size=world_size, shuffle=True, seed=seed, epoch=epoch)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
+    dataset = ShardDataset(data_list, rank=rank, world_size=settings.world_size, shuffle=True, seed=settings.seed,
+                           epoch=settings.epoch)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=settings.batch_size, num_workers=settings.num_workers,
                                          collate_fn=_batch_figures)
     utterances = batches = 0
     seconds = 0.0
@@ -122,24 +139,40 @@ def compare_ranks(ranks: list[dict]) -> dict:
     }
 
 
-def run_loader_check(data_list: str, *, world_size: int, num_workers: int, batch_size: int, seed: int = 0,
-                     epoch: int = 0, engine: str = "auto") -> dict:
-    """Every rank's reading of one epoch, compared. ``engine``: torch (a DataLoader over shardkit's
-    dataset), shardkit (shardkit's reader in worker processes), auto (torch when installed)."""
-    from shardkit.errors import UsageError
-
+def resolve_engine(engine: str) -> str:
+    """``torch`` or ``shardkit`` for an ``--engine`` choice (``auto``: torch when installed); UsageError for
+    an unknown engine, or torch's without torch."""
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if engine == "auto":
-        engine = "torch" if has_torch() else "shardkit"
+        return "torch" if has_torch() else "shardkit"
     if engine == "torch" and not has_torch():
         raise UsageError("the torch engine needs torch (pip install 'shardkit[torch]'); --engine shardkit "
                          "reads with shardkit's own reader")
+    return engine
+
+
+def run_loader_check(data_list: str, settings: LoaderCheckSettings, options: RunOptions | None = None) -> dict:
+    """Every rank's reading of one epoch, compared. ``settings.engine``: torch (a DataLoader over shardkit's
+    dataset), shardkit (shardkit's reader in worker processes), auto (torch when installed).
+
+    ``options``: progress only (one stage, "loader check", a ``done`` event per rank read with its
+    figures); the worker processes are the simulated DataLoader's, ``settings.num_workers`` per rank.
+    """
+    events = (options or RunOptions()).events
+    engine = resolve_engine(settings.engine)
     read = read_rank if engine == "torch" else read_rank_shardkit
-    ranks = [read(data_list, rank=r, world_size=world_size, num_workers=num_workers, batch_size=batch_size,
-                  seed=seed, epoch=epoch) for r in range(world_size)]
+    events.stage("loader check", total=settings.world_size, unit="rank")
+    ranks = []
+    for rank in range(settings.world_size):
+        ranks.append(read(data_list, rank, settings))
+        events.done(_without_keys(ranks[-1]))
     verdict = compare_ranks(ranks)
-    return {"command": "loader-check", "engine": engine, "data_list": data_list, "world_size": world_size,
-            "num_workers": num_workers,
-            "batch_size": batch_size, "seed": seed, "epoch": epoch, **verdict,
-            "ranks": [{k: v for k, v in r.items() if k != "keys"} for r in ranks]}
+    return {"command": "loader-check", "engine": engine, "data_list": data_list, "world_size": settings.world_size,
+            "num_workers": settings.num_workers, "batch_size": settings.batch_size, "seed": settings.seed,
+            "epoch": settings.epoch, **verdict, "ranks": [_without_keys(r) for r in ranks]}
+
+
+def _without_keys(rank: dict) -> dict:
+    """A rank's figures as the report lists them: its utterance keys only counted, not listed."""
+    return {k: v for k, v in rank.items() if k != "keys"}
