@@ -1,5 +1,5 @@
 """One module or package per command: the library functions behind the CLI, each returning a
-result. Step commands (convert, validate, index, make, lists, verify, bench, demo, loadercheck) are
+result. Step commands (convert, validate, index, make, lists, verify, bench, demo, loader_check) are
 independent of one another; pipeline commands (balance) may call steps."""
 
 from __future__ import annotations

@@ -41,6 +41,16 @@ def prefetch_factor(target_hours_per_s: float, num_workers: int) -> tuple[int | 
     return factor, why
 
 
+def core_seconds_per_hour(decode_hps: float | None, fbank_hps: float) -> float:
+    """Core-seconds one hour of audio costs a loader worker: fbank, plus decoding when its rate was measured."""
+    return 1 / fbank_hps + (1 / decode_hps if decode_hps else 0.0)
+
+
+def workers_needed(target_hps: float, decode_hps: float | None, fbank_hps: float) -> float:
+    """Worker processes (cores) one GPU needs to decode and fbank ``target_hps`` hours/s."""
+    return target_hps * core_seconds_per_hour(decode_hps, fbank_hps)
+
+
 def loader_advice(*, cores: int, gpus_per_node: int, decode_hours_per_s: float | None,
                   target_hours_per_s: float = TARGET_HOURS_PER_S,
                   fbank_hours_per_s: float = FBANK_HOURS_PER_S_PER_CORE,
@@ -59,9 +69,8 @@ def loader_advice(*, cores: int, gpus_per_node: int, decode_hours_per_s: float |
                                                               and decode_hours_per_s <= 0):
         raise ValueError("rates must be > 0 h/s")
     cores_per_gpu = cores // gpus_per_node
-    core_cost = 1 / fbank_hours_per_s + (1 / decode_hours_per_s if decode_hours_per_s else 0.0)
-    per_worker = 1 / core_cost  # h/s one worker supplies (decode + fbank)
-    needed = target_hours_per_s * core_cost
+    per_worker = 1 / core_seconds_per_hour(decode_hours_per_s, fbank_hours_per_s)  # h/s one worker supplies
+    needed = workers_needed(target_hours_per_s, decode_hours_per_s, fbank_hours_per_s)
     if cores_per_gpu == 0:
         num_workers = 0
     else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from shardkit.planning.advice import prefetch_factor
+from shardkit.planning.advice import prefetch_factor, workers_needed
 
 BYTES_PER_HOUR_16K = 16000 * 2 * 3600  # 16 kHz mono 16-bit: 115.2 MB per hour of audio
 BENCH_SHARDS = 16
@@ -61,11 +61,6 @@ def loader_grid(workers: tuple[int, ...], mp_contexts: tuple[str, ...]) -> list[
 
 # ---------------------------------------------------------------------------------------------
 # The recommendation
-
-
-def workers_needed(target_hps: float, decode_hps: float, fbank_hps: float) -> float:
-    """Worker processes (cores) one GPU needs to decode and fbank ``target_hps`` hours/s."""
-    return target_hps * (1 / decode_hps + 1 / fbank_hps)
 
 
 @dataclass(frozen=True)
