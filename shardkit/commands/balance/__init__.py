@@ -108,19 +108,17 @@ from shardkit.run.options import RunOptions
 from shardkit.run.split import inputs_digest, slice_path, slice_record
 
 if TYPE_CHECKING:
-    from shardkit.run.events import Events
     from shardkit.run.lifecycle import Journal
 
 __all__ = [
     "DEFAULT_SHARD_DURATION", "JOURNAL", "MANIFEST", "MAX_OPEN_SOURCES", "PLAN_VERSION", "PLAN_VERSIONS",
-    "REFINE_FRACTION", "REMAINDER_POLICIES", "TieOrder",
-    "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "BalanceSettings",
-    "CorpusColumns", "Draws", "PlanSettings", "Repeats",
-    "CorpusSource", "IndexKeys", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
-    "check_unique_keys", "iter_repeated_keys", "line_refs", "load_columns", "merge_reports", "output_paths",
-    "parse_corpus_spec", "plan_balance", "plan_digest", "read_repeats", "recorded_index_files", "repeat_key",
-    "repeated_keys", "resolve_index_files", "run_balance", "shard_table", "source_stamps", "take_keys",
-    "spool_dir_name", "spool_path", "write_output_shard", "write_repeats",
+    "REFINE_FRACTION", "REMAINDER_POLICIES", "REPEAT_SUFFIX", "REPEATS", "TOLERANCE_FRACTION", "WORK_DIR",
+    "BalancePlan", "BalanceReport", "BalanceSettings", "CorpusColumns", "CorpusSource", "Draws", "IndexKeys",
+    "MixColumns", "PlanSettings", "Repeats", "TieOrder", "WriteSettings", "apportion", "check_corpora",
+    "check_index_slices", "check_unique_keys", "iter_repeated_keys", "line_refs", "load_columns", "merge_reports",
+    "output_paths", "parse_corpus_spec", "plan_balance", "plan_digest", "read_repeats", "read_threads",
+    "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance", "shard_table",
+    "source_stamps", "spool_dir_name", "spool_path", "take_keys", "write_output_shard", "write_repeats",
 ]
 
 _KEYS_AHEAD = 200_000  # repeats per corpus whose keys _plan reads while the planner deals (more: after it)
