@@ -31,11 +31,11 @@ import numpy as np
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.planning.balance import DEFAULT_SHARD_DURATION, REFINE_FRACTION, REMAINDER_POLICIES, TOLERANCE_FRACTION
+from shardkit.planning.balance.draws import PAD
 from shardkit.planning.balance.swaps import refine
 
 RESERVE_PER_SHARD = 8  # pool utterances per output shard kept back for the correction step
 DEFAULT_POOL_BYTES = 256 << 20  # the pool's memory, unless one utterance per shard needs more
-_PAD = 2  # seeded stream of pad/drop choices (as balance's)
 
 
 def choose_num_shards(total_seconds: float, *, world_size: int, num_workers: int,
@@ -205,7 +205,7 @@ def _equalize(pool: list[int], seconds: dict[int, float], wanted: int,
               seed: int) -> tuple[list[tuple[int, int]], list[int]]:
     """``(items, dropped)``: the pool as ``(seq, copy)`` items, ``wanted`` of them, by seeded repeats
     (copy numbers 1, 2, ... per utterance) or by dropping the longest. Pure."""
-    rng = np.random.default_rng([seed, _PAD])
+    rng = np.random.default_rng([seed, PAD])  # balance's stream of pad/drop choices
     if wanted <= len(pool):  # drop the longest (fewer than num_shards): what is left evens out in finer steps
         longest_first = sorted(pool, key=lambda seq: (-seconds[seq], seq))
         dropped = sorted(longest_first[:len(pool) - wanted])
