@@ -84,7 +84,7 @@ def check_plan(plan, total_in: int) -> None:
 
 
 def main(args) -> None:
-    from shardkit.commands.balance import plan_balance
+    from shardkit.planning.balance import PlanSettings, plan_balance
 
     os.makedirs(args.work_dir, exist_ok=True)
     data = durations(args.scale)
@@ -103,7 +103,7 @@ def main(args) -> None:
     plan_times = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        plan = plan_balance(list(data.values()), [1.0, 1.0, 1.0], names=list(data), seed=0, **common)
+        plan = plan_balance(list(data.values()), [1.0, 1.0, 1.0], PlanSettings(seed=0, **common), names=list(data))
         plan_times.append(time.perf_counter() - t0)
         check_plan(plan, total)
     print(json.dumps({"bench": "plan", "utterances": total, "shards": plan.num_shards,
@@ -155,7 +155,7 @@ def bench_write(args, machine) -> None:
     """The writing phase against `convert` on the same plain-tar sources (both write zst:3, -j 1)."""
     import shutil
 
-    from shardkit.commands.balance import CorpusSource, run_balance
+    from shardkit.commands.balance import BalanceSettings, CorpusSource, run_balance
     from shardkit.commands.convert import ConvertSettings, run_convert
     from shardkit.run.options import RunOptions
     from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
@@ -178,7 +178,8 @@ def bench_write(args, machine) -> None:
             t0 = time.perf_counter()
             if name == "balance":
                 report = run_balance([CorpusSource(spec.name, (d,)) for spec, d in zip(specs, sources)], out,
-                                     world_size=2, num_workers=2, shard_duration=600.0, jobs=1)
+                                     BalanceSettings(world_size=2, num_workers=2, shard_duration=600.0),
+                                     RunOptions(jobs=1))
                 assert report.exit_code == 0 and report.plan.balanced
             else:
                 report = run_convert(sources, out, ConvertSettings(codec="zst", level=3), RunOptions(jobs=1), keep_tree=True)

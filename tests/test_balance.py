@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from shardkit.commands import balance
 from shardkit.cli import main
-from shardkit.commands.balance import plan_balance
+from shardkit.commands.balance import PlanSettings, plan_balance
 from shardkit.errors import UsageError
 from shardkit.io.audio import probe
 from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
@@ -49,8 +49,8 @@ def _check_invariants(plan, durations, weights):
 @pytest.mark.parametrize("shard_duration", [60.0, 250.0])
 def test_plan_invariants_hold_over_a_grid(world_size, num_workers, remainder, weights, shard_duration):
     durations = _durations(world_size * 10 + num_workers)
-    plan = plan_balance(durations, weights, world_size=world_size, num_workers=num_workers,
-                        shard_duration=shard_duration, remainder=remainder, seed=5)
+    plan = plan_balance(durations, weights, PlanSettings(world_size=world_size, num_workers=num_workers,
+                                                         shard_duration=shard_duration, remainder=remainder, seed=5))
     _check_invariants(plan, durations, weights)
     total = sum(round(w * len(d)) for w, d in zip(weights, durations))
     if remainder == "pad":
@@ -62,13 +62,14 @@ def test_plan_invariants_hold_over_a_grid(world_size, num_workers, remainder, we
 @pytest.mark.parametrize("sizes", [(7, 3, 2), (1, 1, 30), (500, 5, 5)])
 def test_plan_invariants_hold_for_lopsided_mixes(sizes):
     durations = _durations(1, sizes)
-    plan = plan_balance(durations, [1, 1, 1], world_size=2, num_workers=1, num_shards=4)
+    plan = plan_balance(durations, [1, 1, 1], PlanSettings(world_size=2, num_workers=1, num_shards=4))
     _check_invariants(plan, durations, [1, 1, 1])
 
 
 def test_weights_repeat_and_subsample_exactly():
     durations = _durations(2)
-    plan = plan_balance(durations, [2.0, 0.5, 1.0], world_size=1, num_workers=1, num_shards=1, remainder="drop")
+    plan = plan_balance(durations, [2.0, 0.5, 1.0], PlanSettings(world_size=1, num_workers=1, num_shards=1,
+                                                                 remainder="drop"))
     a, b, c = plan.corpora
     assert (a["kept"], a["repeated"], a["dropped"]) == (300, 300, 0)
     assert (b["kept"], b["repeated"], b["dropped"]) == (40, 0, 40)
@@ -78,16 +79,16 @@ def test_weights_repeat_and_subsample_exactly():
 
 
 def test_num_shards_is_rounded_to_a_multiple_with_a_note():
-    plan = plan_balance(_durations(3), [1, 1, 1], world_size=4, num_workers=1, num_shards=10)
+    plan = plan_balance(_durations(3), [1, 1, 1], PlanSettings(world_size=4, num_workers=1, num_shards=10))
     assert plan.num_shards == 12
     assert plan.notes == ["--num-shards 10 rounded to 12, the nearest multiple of world_size x num_workers = 4"]
 
 
 def test_plan_is_deterministic_for_a_seed():
     args = dict(world_size=2, num_workers=2, shard_duration=100.0)
-    first = plan_balance(_durations(4), [1, 1.5, 1], seed=9, **args)
-    again = plan_balance(_durations(4), [1, 1.5, 1], seed=9, **args)
-    other = plan_balance(_durations(4), [1, 1.5, 1], seed=10, **args)
+    first = plan_balance(_durations(4), [1, 1.5, 1], PlanSettings(seed=9, **args))
+    again = plan_balance(_durations(4), [1, 1.5, 1], PlanSettings(seed=9, **args))
+    other = plan_balance(_durations(4), [1, 1.5, 1], PlanSettings(seed=10, **args))
     for name in ("corpus", "utt", "copy", "seconds"):
         assert np.array_equal(getattr(first, name), getattr(again, name))
     assert not np.array_equal(first.utt, other.utt)
@@ -109,9 +110,9 @@ def test_bad_input_is_a_clear_usage_error(kwargs, message):
     args.update(kwargs)
     if "num_shards" in kwargs:
         del args["shard_duration"]
-    durations, weights = args.pop("durations"), args.pop("weights")
+    durations, weights, names = args.pop("durations"), args.pop("weights"), args.pop("names", None)
     with pytest.raises(UsageError) as err:
-        plan_balance(durations, weights, **args)
+        plan_balance(durations, weights, PlanSettings(**args), names=names)
     assert str(err.value) == message
 
 

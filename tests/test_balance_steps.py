@@ -7,14 +7,23 @@ import numpy as np
 import pytest
 
 import shardkit.commands.balance as balance
-from shardkit.commands.balance import plan as plan_module
+import shardkit.io.mix as mix_module
+import shardkit.planning.balance as plan_module
+from shardkit.commands.balance import columns as columns_module
+from shardkit.commands.balance import report as report_module
 from shardkit.commands.balance import sources as sources_module
 from shardkit.commands.balance import write as write_module
-from shardkit.commands.balance.sources import CorpusColumns, CorpusSource, MixColumns
+from shardkit.commands.balance.columns import CorpusColumns, MixColumns
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.io.mix import CorpusSource
 from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
+from shardkit.run.options import RunOptions
 
 PACKAGE = os.path.dirname(balance.__file__)
+PLANNING = os.path.dirname(os.path.dirname(plan_module.__file__))
+# the pure planners: balance's (a package) and prep's streaming one
+PLANNERS = [os.path.join(PLANNING, "balance", name) for name in ("__init__.py", "draws.py", "deal.py", "swaps.py")] + \
+    [os.path.join(PLANNING, "prep.py")]
 
 
 def _mix(sizes=(6, 4)):
@@ -34,23 +43,26 @@ def _planned(mix, **args):
     corpora = [CorpusSource(name, (f"/src/{name}",)) for name in mix.names]
     args = {"world_size": 2, "num_workers": 1, "shard_duration": None, "num_shards": 4, "remainder": "pad", "seed": 0,
             "epochs": 1, **args}
-    return balance._plan(corpora, mix, [[f] for f in mix.index_files], **args)
+    return balance._plan(corpora, mix, [[f] for f in mix.index_files], balance.BalanceSettings(**args))
 
 
 def test_the_planner_module_does_no_io():
-    """plan.py imports nothing that reads or writes: a plan is a function of its arguments."""
-    with open(os.path.join(PACKAGE, "plan.py"), encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    imported = {alias.name.split(".")[0] if isinstance(node, ast.Import) else node.module
-                for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                for alias in node.names}
-    # threads are no I/O: the per-corpus steps run in a thread pool (the plan is the same for any count);
-    # shardkit.planning.radix is checked below in the same way (numpy only)
-    assert imported <= {"__future__", "hashlib", "math", "dataclasses", "typing", "numpy", "shardkit.errors",
-                        "concurrent.futures", "shardkit.planning.radix"}
-    assert "open" not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    with open(os.path.join(os.path.dirname(os.path.dirname(PACKAGE)), "planning", "radix.py"),
-              encoding="utf-8") as f:
+    """The planners (planning/balance/, planning/prep.py) import nothing that reads or writes: a plan is a
+    function of its arguments."""
+    for path in PLANNERS:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        imported = {alias.name.split(".")[0] if isinstance(node, ast.Import) else node.module
+                    for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for alias in node.names}
+        # threads are no I/O: the per-corpus steps run in a thread pool (the plan is the same for any count);
+        # shardkit.planning.radix is checked below in the same way (numpy only)
+        assert imported <= {"__future__", "hashlib", "math", "dataclasses", "typing", "numpy", "shardkit.errors",
+                            "concurrent.futures", "shardkit.planning.radix", "bisect", "heapq",
+                            "shardkit.planning.balance", "shardkit.planning.balance.draws",
+                            "shardkit.planning.balance.deal", "shardkit.planning.balance.swaps"}, path
+        assert "open" not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}, path
+    with open(os.path.join(PLANNING, "radix.py"), encoding="utf-8") as f:
         radix = ast.parse(f.read())
     assert {node.module if isinstance(node, ast.ImportFrom) else alias.name for node in ast.walk(radix)
             if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names} <= {"__future__", "numpy"}
@@ -58,7 +70,7 @@ def test_the_planner_module_does_no_io():
 
 
 def test_every_name_of_the_layers_is_importable_from_the_package():
-    for module in (plan_module, sources_module, write_module):
+    for module in (plan_module, mix_module, columns_module, sources_module, write_module, report_module):
         for name in dir(module):
             value = getattr(module, name)
             if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__:
@@ -71,7 +83,7 @@ def test_every_name_of_the_layers_is_importable_from_the_package():
 
 def test_every_function_of_the_package_stays_simple():
     radon = pytest.importorskip("radon.complexity")
-    for name in sorted(os.listdir(PACKAGE)):
+    for name in sorted(os.listdir(PACKAGE)) + PLANNERS:
         if name.endswith(".py"):
             with open(os.path.join(PACKAGE, name), encoding="utf-8") as f:
                 blocks = radon.cc_visit(f.read())
@@ -125,9 +137,11 @@ def test_write_tasks_carry_index_positions_in_planned_order():
 def test_run_arguments_are_refused_before_anything_is_claimed(tmp_path):
     corpora = [CorpusSource("a", (str(tmp_path),))]
     with pytest.raises(UsageError, match="--split writes a slice"):
-        balance.run_balance(corpora, str(tmp_path / "out"), world_size=1, num_workers=1, dry_run=True, split=(1, 2))
+        balance.run_balance(corpora, str(tmp_path / "out"), balance.BalanceSettings(world_size=1, num_workers=1,
+                                                                                    dry_run=True), RunOptions(split=(1, 2)))
     with pytest.raises(UsageError, match="--remainder must be one of pad, drop"):
-        balance.run_balance(corpora, str(tmp_path / "out"), world_size=1, num_workers=1, remainder="keep")
+        balance.run_balance(corpora, str(tmp_path / "out"), balance.BalanceSettings(world_size=1, num_workers=1,
+                                                                                    remainder="keep"))
     assert not (tmp_path / "out").exists()
 
 
@@ -147,11 +161,12 @@ def test_run_balance_calls_its_steps_through_the_package(tmp_path, monkeypatch):
     real = balance.plan_balance
 
     def planning(*args, **kwargs):
-        calls.append(kwargs["world_size"])
+        calls.append(args[2].world_size)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(balance, "plan_balance", planning)
-    report = balance.run_balance([CorpusSource("a", (str(tmp_path / "a"),))], str(tmp_path / "out"), world_size=1,
-                                 num_workers=1, num_shards=2, dry_run=True)
+    report = balance.run_balance([CorpusSource("a", (str(tmp_path / "a"),))], str(tmp_path / "out"),
+                                 balance.BalanceSettings(world_size=1, num_workers=1, num_shards=2, dry_run=True),
+                                 RunOptions(jobs=1))
     assert calls == [1] and report.dry_run and report.exit_code == 0
     assert [row["utterances"] for row in report.shards] == [3, 3]

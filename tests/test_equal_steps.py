@@ -20,8 +20,9 @@ from datetime import timedelta
 import pytest
 from conftest import free_port
 
-from shardkit.commands.balance import run_balance
-from shardkit.commands.balance.sources import CorpusSource
+from shardkit.commands.balance import BalanceSettings, run_balance
+from shardkit.io.mix import CorpusSource
+from shardkit.run.options import RunOptions
 from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 
 torch = pytest.importorskip("torch")
@@ -102,8 +103,8 @@ def balanced(tmp_path_factory):
         utts = list(corpus_utterances(spec, audio_format=fmt))
         write_shards(utts, str(root / spec.name), utts_per_shard=25, audio_format=fmt)
         corpora.append(CorpusSource(spec.name, (str(root / spec.name),)))
-    report = run_balance(corpora, str(root / "balanced"), world_size=WORLD, num_workers=WORKERS, num_shards=8,
-                         codec="none", jobs=1, epochs=1)
+    report = run_balance(corpora, str(root / "balanced"), BalanceSettings(world_size=WORLD, num_workers=WORKERS,
+                         num_shards=8, codec="none", epochs=1), RunOptions(jobs=1))
     assert not report.failures and report.plan.balanced
     data_list = str(root / "balanced" / "data.list")
     with open(data_list) as f:

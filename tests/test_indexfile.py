@@ -13,8 +13,9 @@ from conftest import SMALL_CORPORA, corpus
 
 from shardkit.cli import main
 from shardkit.commands import balance
-from shardkit.commands.balance import CorpusSource, _load_mix, _plan
-from shardkit.commands.balance.plan import plan_balance, plan_digest
+from shardkit.commands.balance import BalanceSettings, CorpusSource, _load_mix, _plan
+from shardkit.planning.balance import PlanSettings, plan_balance, plan_digest
+from shardkit.run.options import RunOptions
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io import indexfile
 from shardkit.io.tar import group_samples, iter_shard_members
@@ -59,11 +60,11 @@ def _to_parquet(src, dst):
 
 def _planned(files_per_corpus, weight=1.0, **plan_args):
     corpora = [CorpusSource(name, tuple(files), weight) for name, files in files_per_corpus.items()]
-    mix, index_files = _load_mix(corpora, "/nonexistent-work-dir", lambda *a: None, jobs=1, executor="local",
-                                 ray_address=None)
+    mix, index_files = _load_mix(corpora, "/nonexistent-work-dir", RunOptions(jobs=1))
     args = {"world_size": 4, "num_workers": 2, "shard_duration": 600.0, "num_shards": None, "remainder": "pad",
             "seed": 3, "epochs": 2, **plan_args}
-    return _plan(corpora, mix, index_files, **args)
+    args["dry_run"] = not args.pop("writing", True)  # a dry run only counts the repeats
+    return _plan(corpora, mix, index_files, BalanceSettings(**args))
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +137,8 @@ GOLDEN = [
 def test_the_compact_planner_plans_what_the_previous_one_planned(case, digest, seconds_digest):
     rng = np.random.default_rng(case["seed"])
     durations = [np.round(rng.gamma(8, m / 8, n), 3) for n, m in zip(case["sizes"], (3.6, 12.3, 5.0))]
-    plan = plan_balance(durations, case["weights"], world_size=case["ws"], num_workers=case["nw"],
-                        shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"], version=1)
+    plan = plan_balance(durations, case["weights"], PlanSettings(world_size=case["ws"], num_workers=case["nw"],
+                        shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"], version=1))
     assert plan_digest(plan) == digest
     assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest
 
@@ -320,7 +321,7 @@ def test_draws_started_ahead_and_any_thread_count_plan_the_same_bytes(case, dige
     threads: a permutation is a function of its seed, purpose, corpus and length, so the plan is the same."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardkit.commands.balance.plan import Draws
+    from shardkit.planning.balance.draws import Draws
 
     rng = np.random.default_rng(case["seed"])
     durations = [np.round(rng.gamma(8, m / 8, n), 3) for n, m in zip(case["sizes"], (3.6, 12.3, 5.0))]
@@ -330,9 +331,9 @@ def test_draws_started_ahead_and_any_thread_count_plan_the_same_bytes(case, dige
             for c, (d, w) in enumerate(zip(durations, case["weights"])):
                 draws.prefetch(len(d), w, case["seed"], c, case["rem"])
                 draws.prefetch(len(d) + 1, w, case["seed"], c, case["rem"])  # a draw never taken: no harm
-            plan = plan_balance(durations, case["weights"], world_size=case["ws"], num_workers=case["nw"],
-                                shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"],
-                                threads=threads, draws=draws, version=1)
+            plan = plan_balance(durations, case["weights"], PlanSettings(
+                world_size=case["ws"], num_workers=case["nw"], shard_duration=case["dur"], remainder=case["rem"],
+                seed=case["seed"], version=1), threads=threads, draws=draws)
         assert plan_digest(plan) == digest
         assert hashlib.sha256(np.ascontiguousarray(plan.seconds).tobytes()).hexdigest()[:16] == seconds_digest
 

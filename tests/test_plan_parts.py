@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.commands.balance import CorpusSource, _load_mix, _plan, take_keys
+from shardkit.commands.balance import BalanceSettings, CorpusSource, _load_mix, _plan, take_keys
+from shardkit.run.options import RunOptions
 from tests.test_indexfile import _records, _to_parquet, _write_jsonl
 
 pytest.importorskip("pyarrow")
@@ -38,9 +39,8 @@ def index(tmp_path_factory):
 
 def _planned(files, part=None):
     corpora = [CorpusSource(name, tuple(paths)) for name, paths in files.items()]
-    mix, index_files = _load_mix(corpora, "/nonexistent", lambda *a: None, jobs=1, executor="local",
-                                 ray_address=None, part=part)
-    return mix, _plan(corpora, mix, index_files, **ARGS).plan
+    mix, index_files = _load_mix(corpora, "/nonexistent", RunOptions(jobs=1), part=part)
+    return mix, _plan(corpora, mix, index_files, BalanceSettings(**ARGS)).plan
 
 
 def _originals(mix, plan):

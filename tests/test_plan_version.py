@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.cli import main
-from shardkit.commands.balance import plan as planner
-from shardkit.commands.balance.plan import TieOrder, plan_balance, plan_digest
+from shardkit.planning.balance import PlanSettings, plan_balance, plan_digest
+from shardkit.planning.balance import deal as planner
+from shardkit.planning.balance.deal import TieOrder
 from shardkit.errors import UsageError
 from shardkit.io.synth import corpus_utterances, write_shards
 
@@ -45,9 +46,10 @@ def _durations(case):
     return [np.round(rng.gamma(8, m / 8, n), 3) for n, m in zip(case["sizes"], (3.6, 12.3, 5.0))]
 
 
-def _plan(case, **kwargs):
-    return plan_balance(_durations(case), case["weights"], world_size=case["ws"], num_workers=case["nw"],
-                        shard_duration=case["dur"], remainder=case["rem"], seed=case["seed"], **kwargs)
+def _plan(case, threads=2, **kwargs):
+    return plan_balance(_durations(case), case["weights"], PlanSettings(
+        world_size=case["ws"], num_workers=case["nw"], shard_duration=case["dur"], remainder=case["rem"],
+        seed=case["seed"], **kwargs), threads=threads)
 
 
 def _seconds_digest(plan):
@@ -152,10 +154,10 @@ def test_version_2_keeps_what_version_1_promises(case):
 
 def test_version_2_fractional_weights_keep_a_seeded_subset_and_padding_repeats_distinct_copies():
     durations = [np.full(1000, 4.0), np.full(30, 9.0)]
-    plan = plan_balance(durations, [0.37, 1.0], world_size=4, num_workers=2, num_shards=64, seed=11)
+    plan = plan_balance(durations, [0.37, 1.0], PlanSettings(world_size=4, num_workers=2, num_shards=64, seed=11))
     kept = np.unique(plan.utt[(plan.corpus == 0) & (plan.copy == 0)])
     assert len(kept) == 370
-    again = plan_balance(durations, [0.37, 1.0], world_size=4, num_workers=2, num_shards=64, seed=12)
+    again = plan_balance(durations, [0.37, 1.0], PlanSettings(world_size=4, num_workers=2, num_shards=64, seed=12))
     assert not np.array_equal(np.unique(again.utt[(again.corpus == 0) & (again.copy == 0)]), kept)
     for c in (0, 1):
         padded = plan.utt[(plan.corpus == c) & (plan.copy == 1)]
@@ -165,11 +167,11 @@ def test_version_2_fractional_weights_keep_a_seeded_subset_and_padding_repeats_d
 
 def test_an_unknown_version_and_a_corpus_too_large_for_version_2_are_usage_errors(monkeypatch):
     with pytest.raises(UsageError, match=r"--plan-version must be one of 1, 2 \(got 3\)"):
-        plan_balance([np.ones(10)], [1.0], world_size=1, num_workers=1, version=3)
+        plan_balance([np.ones(10)], [1.0], PlanSettings(world_size=1, num_workers=1, version=3))
     monkeypatch.setattr(planner, "_TIE_BITS", 8)  # 2**7 copies stand for 2**31
     with pytest.raises(UsageError, match=r"corpus 'big': plan version 2 deals fewer than 2\*\*31 copies of a "
                                          r"corpus \(200 utterances at weight 1\); plan it with --plan-version 1"):
-        plan_balance([np.ones(200)], [1.0], world_size=1, num_workers=1, names=["big"], num_shards=1)
+        plan_balance([np.ones(200)], [1.0], PlanSettings(world_size=1, num_workers=1, num_shards=1), names=["big"])
 
 
 # --- balance --------------------------------------------------------------------------------------

@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from conftest import corpus
 from shardkit.run.options import RunOptions
 from shardkit.cli import main
-from shardkit.commands.balance import CorpusSource, run_balance
+from shardkit.commands.balance import BalanceSettings, CorpusSource, run_balance
 from shardkit.commands.convert import ConvertSettings, run_convert
 from shardkit.commands.prep import PrepSettings, run_prep
-from shardkit.commands.prep.plan import StreamingPlanner
+from shardkit.planning.prep import StreamingPlanner
 from shardkit.commands.validate import ValidateOptions, run_validate
 from shardkit.io.synth import CorpusSpec, encode, speech_like, write_shards
 from shardkit.io.tar import iter_shard_members
@@ -83,7 +83,7 @@ def _reject_rows(path: str) -> set[tuple]:
 def _prep(folders, out, jobs=1, **settings) -> object:
     corpora = [CorpusSource(name, (folder,)) for name, folder in folders.items()]
     return run_prep(corpora, str(out), PrepSettings(world_size=W, num_workers=K, codec="none", level=None,
-                                                     **settings), CHECKS, jobs=jobs)
+                                                     **settings), CHECKS, RunOptions(jobs=jobs))
 
 
 def _chain(folders, root, audio="keep") -> tuple[str, set[tuple]]:
@@ -96,7 +96,8 @@ def _chain(folders, root, audio="keep") -> tuple[str, set[tuple]]:
         run_validate([str(converted / "data.list")], CHECKS, RunOptions(jobs=1), quarantine_dir=str(quarantine))
         rejects |= _reject_rows(str(quarantine / "rejects.jsonl"))
         corpora.append(CorpusSource(name, (str(quarantine / "data.list"),)))
-    run_balance(corpora, str(root / "balanced"), world_size=W, num_workers=K, codec="none", level=None, jobs=1)
+    run_balance(corpora, str(root / "balanced"), BalanceSettings(world_size=W, num_workers=K, codec="none", level=None),
+                RunOptions(jobs=1))
     return str(root / "balanced" / "data.list"), rejects
 
 
@@ -171,7 +172,7 @@ def test_ray_executor_writes_the_same_bytes(faulty_mix, tmp_path):
     try:
         corpora = [CorpusSource(name, (folder,)) for name, folder in folders.items()]
         run_prep(corpora, str(tmp_path / "ray"), PrepSettings(world_size=W, num_workers=K, codec="none", level=None),
-                 CHECKS, executor="ray")
+                 CHECKS, RunOptions(executor="ray"))
     finally:
         ray.shutdown()
     assert _shard_files(str(tmp_path / "ray" / "data.list")) == _shard_files(str(tmp_path / "local" / "data.list"))
@@ -247,7 +248,7 @@ def test_index_fixes_the_shard_count_before_reading(faulty_mix, tmp_path):
     corpora = [CorpusSource("librispeech", (folders["librispeech"],))]
     report = run_prep(corpora, str(tmp_path / "out"), PrepSettings(world_size=1, num_workers=2, codec="zst",
                                                                    shard_duration=3.0, pool_bytes=1),
-                      CHECKS, index_files=[str(tmp_path / "libri.jsonl")], jobs=1)
+                      CHECKS, RunOptions(jobs=1), index_files=[str(tmp_path / "libri.jsonl")])
     s = report.summary()
     total = sum(r["duration"] for r in map(json.loads, open(tmp_path / "libri.jsonl")))
     assert s["num_shards"] == max(2, round(total / 3.0 / 2) * 2) and not s["notes"]
@@ -261,7 +262,7 @@ def test_damaged_source_keeps_what_came_before_and_lists_the_cut(tmp_path):
     with open(path, "wb") as f:
         f.write(data[: len(data) * 2 // 3])
     report = run_prep([CorpusSource("cut", (path,))], str(tmp_path / "out"),
-                      PrepSettings(world_size=1, num_workers=1, codec="none", level=None), CHECKS, jobs=1)
+                      PrepSettings(world_size=1, num_workers=1, codec="none", level=None), CHECKS, RunOptions(jobs=1))
     lines = [json.loads(x) for x in open(tmp_path / "out" / "rejects.jsonl")]
     assert lines[-1]["member"] is None and "cannot be read" in lines[-1]["reasons"][0]
     kept = {n.rsplit(".", 1)[0] for n in _originals(_members(str(tmp_path / "out" / "data.list")))}
@@ -385,8 +386,8 @@ def test_corpus_weights_copy_and_sample_as_balance_does(faulty_mix, tmp_path):
     corpora = [CorpusSource("aishell", (folders["aishell"],), 2.0), CorpusSource("librispeech", (folders["librispeech"],)),
                CorpusSource("accented", (folders["accented"],), 0.5)]
     settings = PrepSettings(world_size=W, num_workers=K, codec="none", level=None, shard_duration=4.0)
-    report = run_prep(corpora, str(tmp_path / "out"), settings, CHECKS, jobs=2)
-    again = run_prep(corpora, str(tmp_path / "again"), settings, CHECKS, jobs=1)
+    report = run_prep(corpora, str(tmp_path / "out"), settings, CHECKS, RunOptions(jobs=2))
+    again = run_prep(corpora, str(tmp_path / "again"), settings, CHECKS, RunOptions(jobs=1))
     assert _shard_files(str(tmp_path / "out" / "data.list")) == _shard_files(str(tmp_path / "again" / "data.list"))
     s = report.summary()
     assert s["balanced"] and s["divides"] and s["num_shards"] % (W * K) == 0

@@ -15,7 +15,7 @@ from conftest import SMALL_CORPORA, corpus
 from test_wenet_conf import wenet_filter
 
 from shardkit.cli import main
-from shardkit.commands.balance.sources import load_columns
+from shardkit.commands.balance.columns import load_columns
 from shardkit.commands.trainer import _Columns, index_columns
 from shardkit.errors import ShardkitError
 from shardkit.io import indexfile
@@ -213,7 +213,7 @@ def test_balance_with_wenet_conf_reads_each_index_once(tmp_path, monkeypatch, fo
 def test_balance_reports_the_same_from_both_forms_and_after_the_index_is_gone(tmp_path, monkeypatch):
     """JSON lines and Parquet give one report; the filter needs nothing of the index once it is loaded
     (a conf that drops nothing reads no key back), so the files can be gone by then."""
-    from shardkit.commands.balance.sources import load_columns as real_load
+    from shardkit.commands.balance.columns import load_columns as real_load
     from shardkit.commands.trainer import filter_mix, load_spec
 
     records = _records(600)

@@ -4,15 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli import (
-    CONTEXT_SETTINGS,
-    EXIT_CODES_HELP,
-    emit_json,
-    executor_options,
-    io_options,
-    jobs_option,
-    json_option,
-)
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
 from shardkit.cli._outcome import balanced_layout_options
 from shardkit.cli._wenet_conf import trainer_spec, wenet_conf_options
 
@@ -69,7 +62,8 @@ Examples:
                    "above one node's memory.")
 @wenet_conf_options
 @jobs_option
-@executor_options("Plan every shard, write only slice I of N of them (job arrays); join with " "`shardkit merge-reports OUT_DIR --command balance`.")
+@executor_options("Plan every shard, write only slice I of N of them (job arrays); join with "
+                  "`shardkit merge-reports OUT_DIR --command balance`.")
 @io_options
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
@@ -99,50 +93,66 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     """
     import os
 
-    from shardkit.cli._outcome import stopped, zstd_note
-    from shardkit.cli._figures import format_figures
-    from shardkit.commands.balance import parse_corpus_spec, run_balance
-    from shardkit.errors import ShardkitError, UsageError
+    from shardkit.cli._pipeline_bars import PipelineBars
+    from shardkit.commands.balance import BalanceSettings, parse_corpus_spec
+    from shardkit.errors import UsageError
     from shardkit.io.codecs import parse_codec_spec
-    from shardkit.run.split import parse_split
 
-    if ray_address and executor != "ray":
-        raise UsageError("--ray-address needs --executor ray")
-    split_slice = parse_split(split) if split else None
-    try:
-        part_of = parse_split(part) if part else None
-    except UsageError as err:
-        raise UsageError(str(err).replace("--split", "--part").replace("slice", "part")) from None
+    bars = PipelineBars(quiet=quiet)
+    options = run_options(jobs=jobs or os.cpu_count() or 1, executor=executor, ray_address=ray_address, split=split,
+                          overwrite=overwrite, on_event=bars)
+    part_of = _part(part)
     if shard_duration is not None and num_shards is not None:
         raise UsageError("give --shard-duration or --num-shards, not both")
     codec_name, level = parse_codec_spec(codec, level)
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
-    wenet = trainer_spec(wenet_conf, tokenizer, dropped_keys)
-    bars: dict = {}
-    unreadable: list[str] = []
-    on_event = _progress(bars, unreadable, quiet)
+    settings = BalanceSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
+                               num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,
+                               plan_version=int(plan_version), epochs=epochs, verify=verify, dry_run=dry_run,
+                               part=part_of, wenet=trainer_spec(wenet_conf, tokenizer, dropped_keys),
+                               dropped_keys=dropped_keys)
+    report = _run(corpora, out_dir, settings, options, bars, as_json)
+    _show(report, settings, corpora, quiet=quiet, as_json=as_json)
+    sys.exit(report.exit_code)
+
+
+def _part(part: str | None) -> tuple[int, int] | None:
+    """--part I/P, read as --split is (its errors worded for --part)."""
+    if not part:
+        return None
+    from shardkit.errors import UsageError
+    from shardkit.run.split import parse_split
 
     try:
-        report = run_balance(corpora, out_dir, world_size=world_size, num_workers=num_workers,
-                             shard_duration=shard_duration, num_shards=num_shards, codec=codec_name, level=level,
-                             remainder=remainder, seed=seed, dry_run=dry_run, jobs=jobs or os.cpu_count() or 1,
-                             epochs=epochs, verify=verify, overwrite=overwrite, on_event=on_event, executor=executor,
-                             ray_address=ray_address, split=split_slice, wenet=wenet, part=part_of,
-                             plan_version=int(plan_version))
-    except ShardkitError as err:
-        if isinstance(err, UsageError) or dry_run:
-            raise
-        for b in bars.values():
-            b.close()
-        stopped("balance", err, failed=unreadable, args=[s for c in corpora for s in c.sources], as_json=as_json)
-    for b in bars.values():
-        b.close()
-    summary = report.summary()
-    if wenet is not None and dropped_keys:
-        from shardkit.commands.trainer import write_dropped_keys
+        return parse_split(part)
+    except UsageError as err:
+        raise UsageError(str(err).replace("--split", "--part").replace("slice", "part")) from None
 
-        write_dropped_keys(dropped_keys, report.dropped_keys)
-    note = None if dry_run else zstd_note(codec_name)
+
+def _run(corpora, out_dir: str, settings, options, bars, as_json: bool):
+    """``run_balance``'s report; a writing run that stops before writing (an unreadable source, say) ends
+    with the failure's last line (``stopped``), exit 1."""
+    from shardkit.cli._outcome import stopped
+    from shardkit.commands.balance import run_balance
+    from shardkit.errors import ShardkitError, UsageError
+
+    try:
+        with bars:
+            return run_balance(corpora, out_dir, settings, options)
+    except ShardkitError as err:
+        if isinstance(err, UsageError) or settings.dry_run:
+            raise
+        stopped("balance", err, failed=bars.unreadable, args=[s for c in corpora for s in c.sources], as_json=as_json)
+
+
+def _show(report, settings, corpora, *, quiet: bool, as_json: bool) -> None:
+    """The JSON report on stdout (--json); the plan, its figures, the --wenet-conf report and the closing lines
+    on stderr (the conf's warnings even with -q)."""
+    from shardkit.cli._figures import format_figures
+    from shardkit.cli._outcome import zstd_note
+
+    summary = report.summary()
+    note = None if settings.dry_run else zstd_note(settings.codec)
     if note:
         summary["zstd"] = note
     if as_json:
@@ -150,49 +160,17 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     if not quiet:
         click.echo(format_plan(summary), err=True)
         click.echo(format_figures(report.figures), err=True)
-    if wenet is not None:
-        from shardkit.commands.trainer import format_report
-
-        click.echo(format_report(report.wenet_conf, wenet.warnings) if not quiet else
-                   "\n".join(f"warning: {w}" for w in wenet.warnings), err=True, nl=bool(wenet.warnings) or not quiet)
+    if settings.wenet is not None:
+        _show_wenet_conf(report.wenet_conf, settings.wenet.warnings, quiet)
     if not quiet:
-        _print_outcome(summary, note, dry_run, corpora)
-    sys.exit(report.exit_code)
+        _print_outcome(summary, note, settings.dry_run, corpora)
 
 
-def _progress(bars: dict, unreadable: list[str], quiet: bool):
-    """balance's event callback: one tqdm bar per phase (index, decompress, write) on stderr, and the
-    shards that could not be indexed collected in ``unreadable`` for the closing line."""
-    from tqdm import tqdm
+def _show_wenet_conf(wenet_conf: dict, warnings: list[str], quiet: bool) -> None:
+    from shardkit.commands.trainer import format_report
 
-    def bar(name, total, unit):
-        for previous in bars.values():
-            previous.close()
-        bars[name] = tqdm(total=total, unit=unit, file=sys.stderr, disable=quiet, dynamic_ncols=True, desc=name)
-
-    def on_event(kind, *args):
-        if kind == "indexing":
-            bar(f"index {args[0]}", args[1], "shard")
-        elif kind == "indexed":
-            b = next(reversed(bars.values()))
-            b.update(1)
-            if args[2]:
-                unreadable.append(args[0])
-                b.write(f"failed: {args[2]}", file=sys.stderr)
-        elif kind in ("spooling", "writing"):
-            bar({"spooling": "decompress", "writing": "write"}[kind], args[0], "shard")
-        elif kind in ("spooled", "written"):
-            b = bars["decompress" if kind == "spooled" else "write"]
-            b.update(1)
-            error = args[1] if kind == "spooled" else args[0].get("error")
-            if error:
-                b.write(f"failed: {error}", file=sys.stderr)
-        elif kind in ("loading", "planning") and not quiet:
-            for b in bars.values():
-                b.close()
-            click.echo(f"{kind}...", err=True)
-
-    return on_event
+    click.echo(format_report(wenet_conf, warnings) if not quiet else "\n".join(f"warning: {w}" for w in warnings),
+               err=True, nl=bool(warnings) or not quiet)
 
 
 def _print_outcome(summary: dict, note: dict | None, dry_run: bool, corpora) -> None:

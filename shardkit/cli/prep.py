@@ -4,7 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, jobs_option, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import jobs_option, json_option, run_options
 from shardkit.cli._outcome import balanced_layout_options
 
 
@@ -89,68 +90,57 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     """
     import os
 
-    if executor == "local" and (jobs or os.cpu_count() or 1) > 1:  # its start-up overlaps the imports below
-        from shardkit.run.executor import start_forkserver
-
-        start_forkserver(["shardkit.commands.prep.read"])
-    from shardkit.commands.balance import parse_corpus_spec
+    _start_workers_early(executor, jobs)
+    from shardkit.cli._pipeline_bars import PipelineBars
     from shardkit.commands.prep import PrepSettings, run_prep
     from shardkit.commands.validate import ValidateOptions
-    from shardkit.errors import UsageError
     from shardkit.io.codecs import parse_codec_spec
+    from shardkit.io.mix import parse_corpus_spec
 
-    if ray_address and executor != "ray":
-        raise UsageError("--ray-address needs --executor ray")
-
+    bars = PipelineBars(quiet=quiet, done_line=_unreadable_source)
+    options = run_options(jobs=jobs or os.cpu_count(), executor=executor, ray_address=ray_address, overwrite=overwrite,
+                          on_event=bars)
     codec_name, level = parse_codec_spec(codec, level)
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
     settings = PrepSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                             num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,
                             pool_bytes=pool_mb << 20, audio=audio, flac_level=flac_level, verify=verify,
                             epochs=epochs, checkpoint_bytes=checkpoint_mb << 20)
-    options = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
-                              max_duration=max_duration)
-    progress = _Progress(quiet)
-    report = run_prep(corpora, out_dir, settings, options, index_files=list(index_files), jobs=jobs or os.cpu_count(),
-                      overwrite=overwrite, on_event=progress.on_event, executor=executor, ray_address=ray_address)
-    progress.close()
-    summary = report.summary()
-    if as_json:
-        emit_json(summary)
-    if not quiet:
-        if summary["this_run"] == "skipped":
-            click.echo(f"nothing to do: {out_dir} holds a finished run of these sources and options", err=True)
-        click.echo(format_summary(summary), err=True)
-        click.echo(f"list: {summary['data_list']}; rejects: {summary['rejects']}", err=True)
+    checks = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
+                             max_duration=max_duration)
+    with bars:
+        report = run_prep(corpora, out_dir, settings, checks, options, index_files=list(index_files))
+    _show(report, out_dir, quiet=quiet, as_json=as_json)
     sys.exit(report.exit_code)
 
 
-class _Progress:
-    """tqdm bars on stderr: sources read (MB/s of source bytes), then shards verified."""
+def _start_workers_early(executor: str, jobs: int | None) -> None:
+    """The reading's forkserver, started before the imports of the command (its start-up overlaps them)."""
+    import os
 
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-        self.bar = None
+    if executor == "local" and (jobs or os.cpu_count() or 1) > 1:
+        from shardkit.run.executor import start_forkserver
 
-    def on_event(self, kind: str, *args) -> None:
-        if self.quiet:
-            return
-        from tqdm import tqdm
+        start_forkserver(["shardkit.commands.prep.read"])
 
-        if kind == "resumed":
-            click.echo(f"resuming a killed run: the output shards so far are kept, reading from source {args[0] + 1}",
-                       err=True)
-        elif kind == "reading":
-            self.bar = tqdm(total=args[0], unit="shard", file=sys.stderr, dynamic_ncols=True, desc="read+check")
-        elif kind == "read" and self.bar is not None:
-            self.bar.update(1)
-            if args[0].get("scan_error") or any(f["check"] == "missing_file" for f in args[0]["findings"]):
-                self.bar.write(f"{args[0]['shard']}: {args[0]['findings'][-1]['message']}", file=sys.stderr)
-        elif kind == "verifying":
-            self.close()
-            click.echo(f"closing and verifying {args[0]} shards...", err=True)
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+def _unreadable_source(event) -> str | None:
+    """A source that could not be read (missing, or a scan error that ended it early): its line above the
+    read+check bar."""
+    result = event.result
+    if result.get("scan_error") or any(f["check"] == "missing_file" for f in result["findings"]):
+        return f"{result['shard']}: {result['findings'][-1]['message']}"
+    return None
+
+
+def _show(report, out_dir: str, *, quiet: bool, as_json: bool) -> None:
+    """The JSON report on stdout (--json); the summary and where the list and rejects went on stderr."""
+    summary = report.summary()
+    if as_json:
+        emit_json(summary)
+    if quiet:
+        return
+    if summary["this_run"] == "skipped":
+        click.echo(f"nothing to do: {out_dir} holds a finished run of these sources and options", err=True)
+    click.echo(format_summary(summary), err=True)
+    click.echo(f"list: {summary['data_list']}; rejects: {summary['rejects']}", err=True)

@@ -2,11 +2,12 @@
 
 The package is layered so that each half can be read (and tested) alone:
 
-* :mod:`.plan` is pure: :func:`plan_balance` takes durations per corpus and returns an
-  assignment, deterministic for a seed (weights, shard count, remainder, dealing and swaps are
-  described there).
-* :mod:`.sources` reads: sources (shards, folders, data.list files or indexes) are indexed and
-  their indexes loaded into columns, with the checks that refuse a mix before anything is written.
+* the planner is pure and lives in ``shardkit.planning.balance``: :func:`plan_balance` takes
+  durations per corpus and returns an assignment, deterministic for a seed (weights, shard count,
+  remainder, dealing and swaps are described there).
+* :mod:`.sources` reads: sources (shards, folders, data.list files or indexes) are indexed, with
+  the checks that refuse a mix before anything is written; :mod:`.columns` loads the indexes into
+  columns.
 * :mod:`.write` writes: where each member lives comes from the index (offset in the decompressed
   tar), so each output shard is written by positioned reads (``os.pread``) in the planned order,
   one member in memory at a time, with a bounded set of open files. Plain sources are read in
@@ -14,6 +15,7 @@ The package is layered so that each half can be read (and tested) alone:
   ``OUT_DIR/.balance/spool`` (the only way to reach its members without re-decompressing it for
   every output shard; it needs free disk equal to the uncompressed size of the compressed
   sources, and is removed at the end).
+* :mod:`.report`: the report a run returns, the repeats file, ``merge-reports`` for balance.
 * this module is the pipeline, :func:`run_balance`: load, plan, then write, then report. Output
   shards are independent tasks (``-j``, or Ray tasks with ``executor="ray"``), written to a
   temporary name, read back and verified, fsynced and renamed; a journal lets a killed run resume
@@ -23,8 +25,13 @@ The package is layered so that each half can be read (and tested) alone:
   sources in ``OUT_DIR/.balance/index`` are shared (built atomically, identical bytes) and removed
   by ``merge-reports``.
 
-Every name of the submodules that was importable from ``shardkit.commands.balance`` before the
-split still is; the pipeline's steps look up what they call here, in this module.
+Progress goes through ``RunOptions.on_event`` (``shardkit.run.events``): a stage "index CORPUS" per
+corpus indexed (a ``done`` per shard, with the error of one that cannot be read), the notes
+"loading..." and "planning...", then the stages "decompress" (compressed sources spooled) and
+"write" (a ``done`` per output shard, its report entry as the result).
+
+Every public name of the submodules (and of the planner) is importable from ``shardkit.commands.balance``;
+the pipeline's steps look up what they call here, in this module.
 """
 
 from __future__ import annotations
@@ -33,42 +40,38 @@ import dataclasses
 import os
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from shardkit.commands.balance.plan import (
-    DEFAULT_SHARD_DURATION,
-    PLAN_VERSION,
-    PLAN_VERSIONS,
-    REFINE_FRACTION,
-    REMAINDER_POLICIES,
-    REPEAT_SUFFIX,
-    TOLERANCE_FRACTION,
-    BalancePlan,
-    Draws,
-    TieOrder,
-    apportion,
-    plan_balance,
-    plan_digest,
-    repeat_key,
-)
-from shardkit.commands.balance.sources import (
+from shardkit.commands.balance.columns import (
     CorpusColumns,
-    CorpusSource,
     IndexKeys,
     MixColumns,
-    check_corpora,
+    line_refs,
+    load_columns,
+    read_threads,
+)
+from shardkit.commands.balance.report import (
+    JOURNAL,
+    MANIFEST,
+    REPEATS,
+    WORK_DIR,
+    BalanceReport,
+    Repeats,
+    merge_reports,
+    read_repeats,
+    recorded_index_files,
+    shard_table,
+    write_repeats,
+)
+from shardkit.commands.balance.sources import (
     check_index_slices,
     check_unique_keys,
     iter_repeated_keys,
-    line_refs,
-    load_columns,
-    parse_corpus_spec,
     repeated_keys,
     resolve_index_files,
-    source_stamps,
     take_keys,
 )
 from shardkit.commands.balance.write import (
@@ -78,13 +81,30 @@ from shardkit.commands.balance.write import (
     _is_compressed,
     _spool_task,
     _write_task,
-    output_paths,
     spool_dir_name,
     spool_path,
     write_output_shard,
 )
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.run.executor import run_tasks
+from shardkit.io.mix import CorpusSource, check_corpora, output_paths, parse_corpus_spec, source_stamps
+from shardkit.planning.balance import (
+    DEFAULT_SHARD_DURATION,
+    PLAN_VERSION,
+    PLAN_VERSIONS,
+    REFINE_FRACTION,
+    REMAINDER_POLICIES,
+    REPEAT_SUFFIX,
+    TOLERANCE_FRACTION,
+    BalancePlan,
+    PlanSettings,
+    apportion,
+    plan_balance,
+    plan_digest,
+    repeat_key,
+)
+from shardkit.planning.balance.deal import TieOrder
+from shardkit.planning.balance.draws import Draws
+from shardkit.run.options import RunOptions
 from shardkit.run.split import inputs_digest, slice_path, slice_record
 
 if TYPE_CHECKING:
@@ -92,116 +112,72 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SHARD_DURATION", "JOURNAL", "MANIFEST", "MAX_OPEN_SOURCES", "PLAN_VERSION", "PLAN_VERSIONS",
-    "REFINE_FRACTION", "REMAINDER_POLICIES", "TieOrder",
-    "REPEAT_SUFFIX", "TOLERANCE_FRACTION", "WORK_DIR", "BalancePlan", "BalanceReport", "CorpusColumns", "Draws",
-    "CorpusSource", "IndexKeys", "MixColumns", "WriteSettings", "apportion", "check_corpora", "check_index_slices",
-    "check_unique_keys", "iter_repeated_keys", "line_refs", "load_columns", "merge_reports", "output_paths", "parse_corpus_spec", "plan_balance",
-    "plan_digest", "read_repeats", "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance",
-    "shard_table", "source_stamps", "take_keys", "spool_dir_name", "spool_path", "write_output_shard",
+    "REFINE_FRACTION", "REMAINDER_POLICIES", "REPEAT_SUFFIX", "REPEATS", "TOLERANCE_FRACTION", "WORK_DIR",
+    "BalancePlan", "BalanceReport", "BalanceSettings", "CorpusColumns", "CorpusSource", "Draws", "IndexKeys",
+    "MixColumns", "PlanSettings", "Repeats", "TieOrder", "WriteSettings", "apportion", "check_corpora",
+    "check_index_slices", "check_unique_keys", "iter_repeated_keys", "line_refs", "load_columns", "merge_reports",
+    "output_paths", "parse_corpus_spec", "plan_balance", "plan_digest", "read_repeats", "read_threads",
+    "recorded_index_files", "repeat_key", "repeated_keys", "resolve_index_files", "run_balance", "shard_table",
+    "source_stamps", "spool_dir_name", "spool_path", "take_keys", "write_output_shard", "write_repeats",
 ]
 
-MANIFEST = "balance.json"
 _KEYS_AHEAD = 200_000  # repeats per corpus whose keys _plan reads while the planner deals (more: after it)
-# [original key, output key] of every repeat, one JSON array a line: beside balance.json, not in it, so the
-# report stays small (a weight of 2 on a 10 M-utterance corpus is 10 M repeats); every slice writes the same
-REPEATS = "balance.repeats.jsonl"
-WORK_DIR = ".balance"
-JOURNAL = ".balance.journal.jsonl"
 
 
-def shard_table(plan: BalancePlan, mix: MixColumns, paths: Sequence[str] | None) -> list[dict]:
-    """One report row per planned shard (paths None in a dry run); writing adds what became of each."""
-    secs = plan.shard_seconds
-    counts = plan.shard_corpus_counts
-    return [{"shard": s, "path": paths[s] if paths else None, "utterances": plan.utts_per_shard,
-             "seconds": round(float(secs[s]), 3),
-             "corpora": {name: int(counts[s, c]) for c, name in enumerate(plan.names)}}
-            for s in range(plan.num_shards)]
+@dataclass(frozen=True)
+class BalanceSettings:
+    """What a balance run plans and writes (how it runs, its jobs, executor, ``--split``, overwrite and
+    progress, is ``RunOptions``).
 
+    ``wenet`` (a ``shardkit.commands.trainer.TrainerSpec``, from ``--wenet-conf``): plan only the utterances
+    the trainer's filter keeps, and report what it drops and how the output batches; ``dropped_keys``: with
+    it, the file the dropped keys are written to. ``part=(I, P)``: plan (and write) only part I of P of every
+    corpus, the utterances whose row in the corpus' indexes is I - 1 modulo P (:func:`load_columns`): P such
+    runs, each into its own OUT_DIR, plan a mix above one node's memory at 1/P of the peak (README, "Above
+    one node's memory"). ``plan_version``: how the planner draws its seeded choices
+    (``shardkit.planning.balance``); the same mix, seed and version give the same plan, byte for byte.
+    """
 
-class Repeats:
-    """Every repeat's ``[original key, output key]``, corpus by corpus in index order: counted from the plan,
-    and read a chunk at a time whenever iterated (:func:`iter_repeated_keys`), never held whole (a weight of
-    2 on a 10 M-utterance corpus is 10 M pairs). ``known``: keys read ahead, as iter_repeated_keys takes them."""
+    world_size: int
+    num_workers: int
+    shard_duration: float | None = None
+    num_shards: int | None = None
+    codec: str = "zst"
+    level: int | None = 3
+    remainder: str = "pad"
+    seed: int = 0
+    plan_version: int = PLAN_VERSION
+    epochs: int = 3
+    verify: bool = True
+    dry_run: bool = False
+    part: tuple[int, int] | None = None
+    wenet: object | None = None
+    dropped_keys: str | None = None
 
-    def __init__(self, plan: BalancePlan, mix: MixColumns, known: dict | None = None):
-        self._plan, self._mix, self._known = plan, mix, known
-        self.count = int(np.count_nonzero(plan.copy > 0))
+    def plan_settings(self) -> PlanSettings:
+        return PlanSettings(world_size=self.world_size, num_workers=self.num_workers,
+                            shard_duration=self.shard_duration, num_shards=self.num_shards, remainder=self.remainder,
+                            seed=self.seed, version=self.plan_version)
 
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self):
-        for pairs in iter_repeated_keys(self._plan, self._mix, self._known):
-            yield from pairs
-
-    @staticmethod
-    def check_reads_keys(mix: MixColumns) -> bool:
-        """Whether :meth:`check` must read the repeats' keys: every new name holds REPEAT_MARK, so not when
-        loading found no real key that does (``mix.repeat_like`` empty: nearly always)."""
-        return mix.repeat_like is None or bool(mix.repeat_like)
-
-    def check(self) -> None:
-        """Refuse a repeat's new name that is a real key, reading every repeat's key once, a chunk at a time
-        (only when a clash is possible: :meth:`check_reads_keys`)."""
-        if not self.check_reads_keys(self._mix):
-            return
-        for _ in iter_repeated_keys(self._plan, self._mix, self._known):
-            pass
-
-
-@dataclass
-class BalanceReport:
-    """What a run returns (and the CLI prints): the plan, its figures and the rows of the shards this run owns."""
-
-    out_dir: str | None
-    plan: BalancePlan
-    figures: dict
-    shards: list[dict]
-    repeats: Repeats
-    dry_run: bool
-    sources: dict
-    failures: list[dict] = field(default_factory=list)
-    elapsed: float = 0.0
-    slice: dict | None = None  # with --split: the slice of the output shards this run wrote
-    part: dict | None = None  # with --part: {"index": I, "count": P}, the part of every corpus planned
-    wenet_conf: dict | None = None  # with --wenet-conf: what the trainer's filter drops and how it batches
-    warnings: list[str] = field(default_factory=list)
-    dropped_keys: list[str] = field(default_factory=list)
-    data_list_path: str | None = None  # where the list went (data.partial.list after a failed shard)
-
-    def _named(self, name: str) -> str | None:
-        if self.dry_run:
-            return None
-        path = os.path.join(self.out_dir, name)
-        return slice_path(path, self.slice["index"], self.slice["count"]) if self.slice else path
-
-    def summary(self) -> dict:
-        counts = {s: sum(1 for e in self.shards if e.get("status_this_run") == s) for s in ("ok", "skipped", "failed")}
-        return {"command": "balance", "dry_run": self.dry_run, "out_dir": self.out_dir,
-                "data_list": self.data_list_path or self._named("data.list"), "manifest": self._named(MANIFEST),
-                **({"slice": self.slice} if self.slice else {}), **({"part": self.part} if self.part else {}),
-                **self.plan.summary(), "written": counts,
-                "this_run": {"done": counts["ok"], "skipped": counts["skipped"], "failed": counts["failed"]},
-                "failures": self.failures,
-                "plan": self.figures, "repeated_copies": len(self.repeats),
-                **({"wenet_conf": self.wenet_conf, "warnings": self.warnings} if self.wenet_conf is not None else {}),
-                "elapsed_seconds": round(self.elapsed, 3)}
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failures or not self.plan.balanced else 0
+    def recorded(self) -> dict:
+        """The ``settings`` balance.json records."""
+        return {"world_size": self.world_size, "num_workers": self.num_workers, "shard_duration": self.shard_duration,
+                "num_shards": self.num_shards, "codec": self.codec, "level": self.level,
+                "remainder": self.remainder, "seed": self.seed, "plan_version": self.plan_version,
+                **({"part": {"index": self.part[0], "count": self.part[1]}} if self.part is not None else {})}
 
 
 @dataclass
 class _Planned:
-    """What planning hands to writing and reporting: the loaded mix, its plan, and the plan's figures."""
+    """What planning hands to writing and reporting: the loaded mix, its plan, the plan's figures, and
+    (``--wenet-conf``, ``--part``) the report's fields about them."""
 
     mix: MixColumns
     plan: BalancePlan
     repeats: Repeats
     figures: dict
     sources: dict
+    facts: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -223,80 +199,100 @@ class _Layout:
     reports: list[str]
 
 
-def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: int, num_workers: int,
-                shard_duration: float | None = None, num_shards: int | None = None, codec: str = "zst",
-                level: int | None = 3, remainder: str = "pad", seed: int = 0, dry_run: bool = False,
-                jobs: int = 1, epochs: int = 3, verify: bool = True, overwrite: bool = False,
-                on_event: Callable[..., None] | None = None, executor: str = "local", ray_address: str | None = None,
-                split: tuple[int, int] | None = None, wenet=None, part: tuple[int, int] | None = None,
-                plan_version: int = PLAN_VERSION) -> BalanceReport:
-    """Plan (and unless ``dry_run``, write) balanced shards; see the module docstring.
+def run_balance(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSettings,
+                options: RunOptions | None = None) -> BalanceReport:
+    """Plan (and unless ``settings.dry_run``, write) balanced shards; see the module docstring.
 
-    ``executor``/``ray_address``: where indexing, spooling and shard writing run (shardkit.run.executor;
-    Ray workers must see OUT_DIR and the sources at the same paths). ``split=(I, N)``: every slice
-    computes the same plan, then writes only slice I of N of the output shards, reported as
-    balance.slice-I-of-N.json and data.slice-I-of-N.list for ``shardkit merge-reports``.
-    ``wenet`` (a ``shardkit.commands.trainer.TrainerSpec``, from ``--wenet-conf``): plan only the
-    utterances the trainer's filter keeps, and report what it drops and how the output batches.
-    ``part=(I, P)``: plan (and write) only part I of P of every corpus, the utterances whose row in the
-    corpus' indexes is I - 1 modulo P (:func:`load_columns`): P such runs, each into its own OUT_DIR, plan
-    a mix above one node's memory at 1/P of the peak (README, "Above one node's memory").
-    ``plan_version``: how the planner draws its seeded choices (:mod:`.plan`); the same mix, seed and
-    version give the same plan, byte for byte.
+    ``options``: where indexing, spooling and shard writing run (jobs, executor, Ray address: Ray workers
+    must see OUT_DIR and the sources at the same paths), whether finished shards are redone
+    (``overwrite``), and where progress goes. ``options.split=(I, N)``: every slice computes the same plan,
+    then writes only slice I of N of the output shards, reported as balance.slice-I-of-N.json and
+    data.slice-I-of-N.list for ``shardkit merge-reports``. With ``settings.dropped_keys`` the keys the
+    trainer's filter drops are written to that file once the run is done.
     """
+    started = time.perf_counter()
+    options = options or RunOptions()
+    _check_run_args(corpora, settings, options.split)
+    report = _run(corpora, out_dir, settings, options, started)
+    if settings.wenet is not None and settings.dropped_keys:
+        from shardkit.commands.trainer import write_dropped_keys
+
+        write_dropped_keys(settings.dropped_keys, report.dropped_keys)
+    return report
+
+
+def _run(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSettings, options: RunOptions,
+         started: float) -> BalanceReport:
+    """The run between the checks and the dropped keys: claim OUT_DIR (not for a dry run), load and plan,
+    then write this run's block and report it."""
     import tempfile
 
-    started = time.perf_counter()
-    event = on_event or (lambda *a, **k: None)
-    where = {"jobs": jobs, "executor": executor, "ray_address": ray_address}
-    _check_run_args(corpora, world_size, num_workers, remainder, split, dry_run, plan_version)
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
-        out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, dry_run, split)
-        if not dry_run and split is None:  # a failed run leaves no half-made OUT_DIR/.balance (Ctrl-C: a rerun resumes)
-            stack.push(_work_dir_remover(work_dir))
-        # without a filter, the unique-key check runs beside the planner (_plan), which leaves a core idle,
-        # and the planner's seeded permutations start while the index is read (the same draws, earlier)
-        draws = _drawing_ahead(stack) if wenet is None and plan_version == 1 else None
-        ahead = None if draws is None else (lambda c, n: draws.prefetch(n, corpora[c].weight, seed, c, remainder))
-        mix, index_files = _load_mix(corpora, work_dir, event, check_keys=wenet is not None, part=part,
-                                     on_corpus_loaded=ahead, trainer=wenet, **where)
-        trainer = None
-        if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
-            from shardkit.commands.trainer import filter_mix
-
-            mix, trainer = filter_mix(mix, wenet)  # from the columns load_columns read for it
-        event("planning")
-        planned = _plan(corpora, mix, index_files, world_size=world_size, num_workers=num_workers,
-                        shard_duration=shard_duration, num_shards=num_shards, remainder=remainder, seed=seed,
-                        epochs=epochs, check_keys=wenet is None, draws=draws, version=plan_version,
-                        writing=not dry_run)
-        wenet_facts = {} if trainer is None else trainer.report(planned.plan, world_size=world_size,
-                                                                num_workers=num_workers, seed=seed, epochs=epochs)
-        if "dropped_keys" in wenet_facts:  # read back now, past the plan's peak, while the index files are there
-            wenet_facts["dropped_keys"] = list(wenet_facts["dropped_keys"])
-        if part is not None:
-            wenet_facts["part"] = {"index": part[0], "count": part[1]}
-        if dry_run:
-            return BalanceReport(None, planned.plan, planned.figures, shard_table(planned.plan, mix, None),
+        out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, settings.dry_run, options.split)
+        if not settings.dry_run and options.split is None:  # a failed run leaves no half-made OUT_DIR/.balance
+            stack.push(_work_dir_remover(work_dir))  # (Ctrl-C: a rerun resumes)
+        planned = _load_and_plan(stack, corpora, work_dir, settings, options)
+        if settings.dry_run:
+            return BalanceReport(None, planned.plan, planned.figures, shard_table(planned.plan, planned.mix, None),
                                  planned.repeats, True, planned.sources, elapsed=time.perf_counter() - started,
-                                 **wenet_facts)
+                                 **planned.facts)
         _check_balanced(planned.plan)
-        layout = _claim_outputs(corpora, planned, out_dir, work_dir, codec, split)
-        journal, entries = _write(planned, layout, WriteSettings(codec=codec, level=level, verify=verify),
-                                  event, overwrite=overwrite, **where)
-        report = dataclasses.replace(_report(planned, layout, entries, started), **wenet_facts)
-        _save_report(report, layout, {"world_size": world_size, "num_workers": num_workers,
-                                       "shard_duration": shard_duration, "num_shards": num_shards, "codec": codec,
-                                       "level": level, "remainder": remainder, "seed": seed,
-                                       "plan_version": plan_version,
-                                       **({"part": report.part} if part is not None else {})})
-        if not report.failures:
-            _clean_up(layout, journal)
-        else:  # the spool and indexes are rebuilt by the rerun; the journal (beside them) keeps what was written
-            import shutil
+        layout = _claim_outputs(corpora, planned, out_dir, work_dir, settings.codec, options.split)
+        return _write_and_report(planned, layout, settings, options, started)
 
-            shutil.rmtree(work_dir if split is None else layout.spool_dir, ignore_errors=True)
-        return report
+
+def _load_and_plan(stack: ExitStack, corpora: Sequence[CorpusSource], work_dir: str, settings: BalanceSettings,
+                   options: RunOptions) -> _Planned:
+    """Index and load the mix (through the trainer's filter with ``--wenet-conf``), then plan it.
+
+    Without a filter, the unique-key check runs beside the planner (:func:`_plan`), which leaves a core
+    idle, and version 1's seeded permutations start while the index is read (the same draws, earlier).
+    """
+    wenet = settings.wenet
+    draws = _drawing_ahead(stack) if wenet is None and settings.plan_version == 1 else None
+    ahead = None if draws is None else (lambda c, n: draws.prefetch(n, corpora[c].weight, settings.seed, c,
+                                                                    settings.remainder))
+    mix, index_files = _load_mix(corpora, work_dir, options, check_keys=wenet is not None, part=settings.part,
+                                 on_corpus_loaded=ahead, trainer=wenet)
+    trainer = None
+    if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
+        from shardkit.commands.trainer import filter_mix
+
+        mix, trainer = filter_mix(mix, wenet)  # from the columns load_columns read for it
+    options.events.note("planning...")
+    planned = _plan(corpora, mix, index_files, settings, check_keys=wenet is None, draws=draws)
+    planned.facts = _facts(planned, trainer, settings)
+    return planned
+
+
+def _facts(planned: _Planned, trainer, settings: BalanceSettings) -> dict:
+    """The report's fields of ``--wenet-conf`` (what the filter drops, the simulated batches) and ``--part``."""
+    facts = {} if trainer is None else trainer.report(planned.plan, world_size=settings.world_size,
+                                                      num_workers=settings.num_workers, seed=settings.seed,
+                                                      epochs=settings.epochs)
+    if "dropped_keys" in facts:  # read back now, past the plan's peak, while the index files are there
+        facts["dropped_keys"] = list(facts["dropped_keys"])
+    if settings.part is not None:
+        facts["part"] = {"index": settings.part[0], "count": settings.part[1]}
+    return facts
+
+
+def _write_and_report(planned: _Planned, layout: _Layout, settings: BalanceSettings, options: RunOptions,
+                      started: float) -> BalanceReport:
+    """Write this run's block, save its report and list, and clean up (all of OUT_DIR/.balance once every
+    shard is written; else the spool and indexes, rebuilt by the rerun, while the journal keeps what was
+    written)."""
+    import shutil
+
+    journal, entries = _write(planned, layout, WriteSettings(codec=settings.codec, level=settings.level,
+                                                             verify=settings.verify), options)
+    report = dataclasses.replace(_report(planned, layout, entries, started), **planned.facts)
+    _save_report(report, layout, settings.recorded())
+    if not report.failures:
+        _clean_up(layout, journal)
+    else:
+        shutil.rmtree(layout.work_dir if layout.split is None else layout.spool_dir, ignore_errors=True)
+    return report
 
 
 def _drawing_ahead(stack: ExitStack) -> Draws:
@@ -322,17 +318,19 @@ def _work_dir_remover(work_dir: str) -> Callable[..., bool]:
 # --- the steps of run_balance, in order ------------------------------------------------------
 
 
-def _check_run_args(corpora: Sequence[CorpusSource], world_size: int, num_workers: int, remainder: str,
-                    split: tuple[int, int] | None, dry_run: bool, plan_version: int = PLAN_VERSION) -> None:
+def _check_run_args(corpora: Sequence[CorpusSource], settings: BalanceSettings,
+                    split: tuple[int, int] | None) -> None:
     """Refuse bad arguments before the output folder is claimed or any source indexed."""
     check_corpora(corpora)
-    if world_size < 1 or num_workers < 1:
-        raise UsageError(f"--world-size and --num-workers must be >= 1 (got {world_size} and {num_workers})")
-    if remainder not in REMAINDER_POLICIES:
+    if settings.world_size < 1 or settings.num_workers < 1:
+        raise UsageError(f"--world-size and --num-workers must be >= 1 (got {settings.world_size} and "
+                         f"{settings.num_workers})")
+    if settings.remainder not in REMAINDER_POLICIES:
         raise UsageError(f"--remainder must be one of {', '.join(REMAINDER_POLICIES)}")
-    if plan_version not in PLAN_VERSIONS:
-        raise UsageError(f"--plan-version must be one of {', '.join(map(str, PLAN_VERSIONS))} (got {plan_version!r})")
-    if split is not None and dry_run:
+    if settings.plan_version not in PLAN_VERSIONS:
+        raise UsageError(f"--plan-version must be one of {', '.join(map(str, PLAN_VERSIONS))} "
+                         f"(got {settings.plan_version!r})")
+    if split is not None and settings.dry_run:
         raise UsageError("--split writes a slice of the shards and --dry-run writes none; plan without --split")
 
 
@@ -349,20 +347,16 @@ def _claim_out_dir(stack: ExitStack, scratch: str, corpora: Sequence[CorpusSourc
     return out_dir, os.path.join(out_dir, WORK_DIR)
 
 
-def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..., None], *, jobs: int,
-              executor: str, ray_address: str | None, check_keys: bool = True,
-              part: tuple[int, int] | None = None,
-              on_corpus_loaded: Callable[[int, int], None] | None = None,
+def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, options: RunOptions, *, check_keys: bool = True,
+              part: tuple[int, int] | None = None, on_corpus_loaded: Callable[[int, int], None] | None = None,
               trainer=None) -> tuple[MixColumns, list[list[str]]]:
     """Index the corpora's shard sources and read every index into columns; refuse an empty corpus or
     (unless ``check_keys`` is false: then :func:`_plan` checks) a key twice, since either would make a
     plan that cannot be written. ``trainer`` (``--wenet-conf``'s TrainerSpec): the same read also
-    collects the columns its filter needs."""
-    index_files = resolve_index_files(corpora, os.path.join(work_dir, "index"), jobs=jobs,
-                                      on_index=lambda *a: event("indexed", *a),
-                                      on_corpus=lambda *a: event("indexing", *a), executor=executor,
-                                      ray_address=ray_address)
-    event("loading", sum(len(f) for f in index_files))
+    collects the columns its filter needs. ``options``: how indexing runs, and where its progress goes."""
+    events = options.events
+    index_files = resolve_index_files(corpora, os.path.join(work_dir, "index"), options, events)
+    events.note("loading...")
     names = [c.name for c in corpora]
     mix = load_columns(names, index_files, part, on_corpus_loaded, trainer_columns=trainer is not None,
                        txt_members=trainer is not None and trainer.tokenizer is not None)
@@ -374,16 +368,15 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, event: Callable[..
     return mix, index_files
 
 
-def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[list[str]], *, world_size: int,
-          num_workers: int, shard_duration: float | None, num_shards: int | None, remainder: str, seed: int,
-          epochs: int, check_keys: bool = False, draws: Draws | None = None, version: int = PLAN_VERSION,
-          writing: bool = True) -> _Planned:
+def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[list[str]], settings: BalanceSettings,
+          *, check_keys: bool = False, draws: Draws | None = None) -> _Planned:
     """The plan and everything reported about it. Pure (no I/O): a dry run stops after this step,
     and every job of a ``--split`` array computes the same result.
 
     ``check_keys``: run :func:`check_unique_keys` in a thread beside the planner (whose last steps use
-    one core); a key twice is still the error reported first, before any the planner raises.
-    ``writing``: the repeats' keys will be written (a dry run only counts them).
+    one core); a key twice is still the error reported first, before any the planner raises. A writing
+    run (not ``settings.dry_run``) reads the repeats' keys ahead, as the planner deals (a dry run only
+    counts them).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -391,7 +384,7 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
 
     names = [c.name for c in corpora]
     known: dict[int, tuple] = {}
-    keys_read = writing or Repeats.check_reads_keys(mix)
+    keys_read = not settings.dry_run or Repeats.check_reads_keys(mix)
 
     def read_ahead(c: int, utts: np.ndarray) -> None:  # the repeats' keys, read while the planner deals
         if keys_read and 0 < len(utts) <= _KEYS_AHEAD:
@@ -402,17 +395,16 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
         checked = pool.submit(check_unique_keys, mix) if check_keys else None
         try:
             plan = plan_balance([c.durations for c in mix.corpora], [c.weight for c in corpora],
-                                world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
-                                num_shards=num_shards, remainder=remainder, seed=seed, names=names,
-                                threads=min(os.cpu_count() or 1, 8), draws=draws, on_repeats=read_ahead,
-                                version=version)
+                                settings.plan_settings(), names=names, threads=min(os.cpu_count() or 1, 8),
+                                draws=draws, on_repeats=read_ahead)
         finally:
             if checked is not None:
                 checked.result()
         repeats = Repeats(plan, mix, {c: (u, f.result()) for c, (u, f) in known.items()})
         repeats.check()  # a clash is refused now, before a shard is written
     figures = plan_figures(np.full(plan.num_shards, plan.utts_per_shard), plan.shard_seconds,
-                           world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed)
+                           world_size=settings.world_size, num_workers=settings.num_workers, epochs=settings.epochs,
+                           seed=settings.seed)
     sources = {name: {"sources": list(c.sources), "index_files": files}
                for name, c, files in zip(names, corpora, index_files)}
     return _Planned(mix, plan, repeats, figures, sources)
@@ -470,35 +462,41 @@ def _layout(out_dir: str, work_dir: str, paths: list[str], plan: BalancePlan,
                    manifest_path, data_list, journal_path, reports)
 
 
-def _write(planned: _Planned, layout: _Layout, settings: WriteSettings, event: Callable[..., None], *,
-           overwrite: bool, jobs: int, executor: str, ray_address: str | None) -> tuple[Journal, dict[str, dict]]:
+
+
+def _write(planned: _Planned, layout: _Layout, settings: WriteSettings,
+           options: RunOptions) -> tuple[Journal, dict[str, dict]]:
     """Spool, then write this run's block of shards; (the journal, each output path's entry).
 
     The journal is left in place (closed) for the report step: it goes only once every shard is written.
     """
     from shardkit.run.lifecycle import Journal, remove_leftovers
 
-    read_paths = _spool_sources(planned, layout, event, jobs=jobs, executor=executor, ray_address=ray_address)
+    read_paths = _spool_sources(planned, layout, options)
     record_files = line_refs(planned.mix, os.path.join(layout.spool_dir, "records"))
     journal = Journal(layout.journal_path)
-    previous = {} if overwrite else _previous_entries(layout, journal)
+    previous = {} if options.overwrite else _previous_entries(layout, journal)
     remove_leftovers(layout.paths[s] for s in layout.chosen)  # temporary files of a killed run (its lock died with it)
     tasks = _write_tasks(planned, layout, settings, previous)
-    event("writing", len(tasks))
+    events = options.events
+    events.stage("write", len(tasks))
     entries: dict[str, dict] = {}
     try:
-        for _, entry in run_tasks(_write_task, tasks, jobs=jobs, executor=executor, ray_address=ray_address,
-                                  initializer=_init_worker, initargs=(record_files, read_paths),
-                                  on_error=lambda task, err: {"path": task[0], "spec": None, "status": "failed",
-                                                              "error": str(err.located(shard=task[0])),
-                                                              "seconds_taken": 0.0}):
+        for _, entry in options.run_tasks(_write_task, tasks, initializer=_init_worker,
+                                          initargs=(record_files, read_paths), on_error=_failed_write):
             entries[entry["path"]] = entry
             if entry["status"] == "ok":
                 journal.append(entry)
-            event("written", entry)
+            events.done(entry)
     finally:
         journal.close(remove=False)
     return journal, entries
+
+
+def _failed_write(task: tuple, err: ShardkitError) -> dict:
+    """The entry of an output shard whose task raised (its worker died, a Ray task failed)."""
+    return {"path": task[0], "spec": None, "status": "failed", "error": str(err.located(shard=task[0])),
+            "seconds_taken": 0.0}
 
 
 def _used_sources(planned: _Planned, chosen: range) -> list[int]:
@@ -509,8 +507,7 @@ def _used_sources(planned: _Planned, chosen: range) -> list[int]:
     return sorted({int(mix.corpora[c].shard[u]) for c, u in zip(plan.corpus[positions], plan.utt[positions])})
 
 
-def _spool_sources(planned: _Planned, layout: _Layout, event: Callable[..., None], *, jobs: int, executor: str,
-                   ray_address: str | None) -> dict[str, str]:
+def _spool_sources(planned: _Planned, layout: _Layout, options: RunOptions) -> dict[str, str]:
     """Where each source the block reads is read: in place if plain, else its spool (decompressed here).
 
     An unreadable source fails the output shards that need it (they cannot open its spool), not the run.
@@ -524,11 +521,12 @@ def _spool_sources(planned: _Planned, layout: _Layout, event: Callable[..., None
             spool_tasks.append((src, read_paths[src]))
     if spool_tasks:
         os.makedirs(layout.spool_dir, exist_ok=True)
-        event("spooling", len(spool_tasks))
-        for _, (src, error) in run_tasks(_spool_task, spool_tasks, jobs=jobs, executor=executor,
-                                         ray_address=ray_address,  # any task error: that source's failure
-                                         on_error=lambda task, err: (task[0], str(err.located(shard=task[0])))):
-            event("spooled", src, error)
+        events = options.events
+        events.stage("decompress", len(spool_tasks))
+        for _, (src, error) in options.run_tasks(_spool_task, spool_tasks,  # any task error: that source's failure
+                                                 on_error=lambda task, err: (task[0],
+                                                                             str(err.located(shard=task[0])))):
+            events.done({"shard": src}, error=error)
     return read_paths
 
 
@@ -603,35 +601,8 @@ def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None
         "summary": report.plan.summary(), "sources": recorded_sources, "shards": [
             {k: v for k, v in row.items() if k != "status_this_run"} for row in table],
         "plan": report.figures, "repeat_key_format": "{key}" + REPEAT_SUFFIX,
-        "repeats_file": _write_repeats(layout.out_dir, report.repeats), "repeated_copies": len(report.repeats),
+        "repeats_file": write_repeats(layout.out_dir, report.repeats), "repeated_copies": len(report.repeats),
         **({"wenet_conf": report.wenet_conf} if report.wenet_conf is not None else {})})
-
-
-def _write_repeats(out_dir: str, repeats: Repeats) -> str:
-    """OUT_DIR/balance.repeats.jsonl, a line at a time (atomically); its name, relative to OUT_DIR."""
-    import json
-
-    from shardkit.io.files import atomic_write_lines
-
-    atomic_write_lines(os.path.join(out_dir, REPEATS), (json.dumps(pair, ensure_ascii=False) for pair in repeats))
-    return REPEATS
-
-
-def read_repeats(out_dir: str):
-    """``(original key, output key)`` of every repeat balance wrote into ``out_dir`` (from the file balance.json
-    names: ``repeats_file``; corpus by corpus, in index order; reports written before it: in output order)."""
-    import json
-
-    from shardkit.run.manifest import load_json
-
-    manifest = load_json(os.path.join(out_dir, MANIFEST)) or {}
-    name = manifest.get("repeats_file")
-    if name is None:  # a report written before the side file: the repeats inline
-        yield from (tuple(pair) for pair in manifest.get("repeats", []))
-        return
-    with open(os.path.join(out_dir, name), encoding="utf-8") as f:
-        for line in f:
-            yield tuple(json.loads(line))
 
 
 def _clean_up(layout: _Layout, journal: Journal) -> None:
@@ -641,32 +612,3 @@ def _clean_up(layout: _Layout, journal: Journal) -> None:
 
     journal.close(remove=True)
     shutil.rmtree(layout.work_dir if layout.split is None else layout.spool_dir, ignore_errors=True)
-
-
-def recorded_index_files(entry: dict, work_dir: str, removed: bool) -> dict:
-    """A corpus's ``sources`` record for balance.json (pure): index files built in ``work_dir`` are
-    named only while they exist; once the run removes the folder, ``built_index`` says so instead."""
-    inside = [p for p in entry["index_files"] if os.path.dirname(os.path.dirname(p)) == work_dir]
-    if not (removed and inside):
-        return entry
-    return {**entry, "index_files": [p for p in entry["index_files"] if p not in inside],
-            "built_index": f"indexed in {os.path.join(work_dir, 'index')} during the run and removed with it"}
-
-
-def merge_reports(slices) -> dict:
-    """merge-reports for balance (``shardkit.run.merge.Slices`` in): the generic join; once every shard is
-    written, the report names no index below OUT_DIR/.balance and that folder is removed, as a single
-    run removes it."""
-    import shutil
-
-    from shardkit.run.merge import concatenated, failed_entries, write_merged
-
-    merged = concatenated(slices)
-    finished = not failed_entries(merged[slices.entries_key])
-    if finished and isinstance(merged.get("sources"), dict):
-        merged["sources"] = {name: recorded_index_files(entry, os.path.join(slices.out_dir, WORK_DIR), True)
-                             for name, entry in merged["sources"].items()}
-    summary = write_merged(slices, merged)
-    if finished:
-        shutil.rmtree(os.path.join(slices.out_dir, WORK_DIR), ignore_errors=True)
-    return summary

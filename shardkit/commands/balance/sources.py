@@ -1,278 +1,110 @@
-"""The reading side of balance: corpus specs, their index files, and the columns the planner needs.
+"""The reading side of balance: each corpus' sources made into index files, and the checks on its keys.
 
 A corpus is given as shards, folders, data.list files or indexes; every shard source is indexed
-once (into the run's work folder, reused while the shards keep their sizes and mtimes), and the
-indexes are read into arrays, not per-utterance dicts, because a dry run over a million
-utterances is bound by this loop. The checks that refuse a mix (a source in two corpora, slices
-of an index missing, a key twice, a repeat named like a real key) live here, before anything is
-written.
+once (into the run's work folder, reused while the shards keep their sizes and mtimes); the
+indexes are then read into columns (:mod:`.columns`). The checks that refuse a mix (a source in
+two corpora, slices of an index missing, a key twice, a repeat named like a real key) live here,
+before anything is written. A corpus spec (``NAME=SOURCES[:WEIGHT]``) and the source stamps are
+``shardkit.io.mix``'s, shared with prep.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import sys
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from shardkit.commands.balance.plan import REPEAT_SUFFIX, SORT_RUN, BalancePlan, repeat_key
+from shardkit.commands.balance.columns import CorpusColumns, IndexKeys, MixColumns, read_threads
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.planning.plausible import impossible_duration
+from shardkit.io.mix import CorpusSource, source_stamps
+from shardkit.planning.balance import BalancePlan, repeat_key
+from shardkit.planning.balance.deal import SORT_RUN
 
-
-REPEAT_MARK = REPEAT_SUFFIX.split("{")[0]  # "-rep": in every repeat's name
-
-
-@dataclass(frozen=True)
-class CorpusSource:
-    name: str
-    sources: tuple[str, ...]
-    weight: float = 1.0
-
-
-def parse_corpus_spec(text: str) -> CorpusSource:
-    """``NAME=SOURCE[,SOURCE...][:WEIGHT]`` -> CorpusSource. Raises UsageError."""
-    name, eq, rest = text.partition("=")
-    name = name.strip()
-    if not eq or not name or not rest:
-        raise UsageError(f"--corpus {text!r}: expected NAME=SOURCES[:WEIGHT]")
-    weight = 1.0
-    head, colon, tail = rest.rpartition(":")
-    if colon and "/" not in tail and "," not in tail:
-        try:
-            weight = float(tail)
-        except ValueError:
-            raise UsageError(f"--corpus {text!r}: weight {tail!r} is not a number") from None
-        rest = head
-    if not math.isfinite(weight) or weight <= 0:
-        raise UsageError(f"corpus {name!r}: weight must be a number > 0 (got {tail})")
-    sources = tuple(s for s in rest.split(",") if s)
-    if not sources:
-        raise UsageError(f"--corpus {name!r}: no sources given")
-    return CorpusSource(name, sources, weight)
-
-
-def check_corpora(corpora: Sequence[CorpusSource]) -> None:
-    if not corpora:
-        raise UsageError("no --corpus given")
-    seen = set()
-    for c in corpora:
-        if c.name in seen:
-            raise UsageError(f"corpus {c.name!r} is given twice")
-        seen.add(c.name)
-        if not (math.isfinite(c.weight) and c.weight > 0):
-            raise UsageError(f"corpus {c.name!r}: weight must be a number > 0 (got {c.weight})")
-
-
-@dataclass
-class CorpusColumns:
-    """What planning and writing need of a corpus' utterances, as arrays (no per-utterance dicts).
-
-    ``keys`` is a sequence of the keys or an :class:`IndexKeys` that reads them back from the index
-    files on demand (only repeats and error messages need key strings; duplicates are found by
-    ``key_hash``). ``line_file``/``line_offset`` say where each record is (a JSON line's byte offset,
-    a Parquet row's number); a writing run fills them (:func:`line_refs`), a plan does not need them.
-    """
-
-    durations: np.ndarray
-    keys: Sequence[str] | "IndexKeys"
-    shard: np.ndarray  # index into MixColumns.shards
-    line_file: np.ndarray | None = None  # index into MixColumns.index_files
-    line_offset: np.ndarray | None = None  # byte offset of the utterance's line (JSON lines) or row (Parquet)
-    key_hash: np.ndarray | None = None  # shardkit.io.indexfile.key_hashes of the keys
-    segments: list["_Segment"] | None = None  # the index files the rows came from (load_columns)
-    rows: np.ndarray | None = None  # after a filter: the segments' rows these utterances are (None: all)
-    # load_columns(trainer_columns=True): frames, sample_rate, text_chars (and .txt places) for --wenet-conf,
-    # a shardkit.commands.trainer.TrainerBlock; None otherwise (and once the filter has used it)
-    trainer: object | None = None
-
-
-@dataclass
-class MixColumns:
-    names: list[str]
-    corpora: list[CorpusColumns]
-    shards: list[str]
-    index_files: list[str]
-    sorted_hashes: np.ndarray | None = None  # every key's hash, sorted (check_unique_keys keeps it)
-    # every key that contains REPEAT_MARK (load_columns collects them): the only keys a repeat's name can
-    # equal, so the repeat-name check needs neither the 20 M hashes nor a second read (None: not collected)
-    repeat_like: set[str] | None = None
-
-
-@dataclass
-class _Segment:
-    """The utterances of one index file within a corpus: its id, their count, and (JSON lines) line offsets."""
-
-    file_id: int
-    path: str
-    count: int
-    offsets: np.ndarray | None  # None for Parquet: rows are 0..count-1
-
-
-class IndexKeys:
-    """A corpus' keys, read back from its index files when asked (a list of 20 M strings would not fit)."""
-
-    def __init__(self, segments: list[_Segment], rows: np.ndarray | None = None):
-        self.segments = segments
-        self.starts = np.cumsum([0] + [s.count for s in segments])
-        self.rows = rows  # a subset of the files' rows (after the trainer's filter), in this order
-
-    def subset(self, utts: np.ndarray) -> "IndexKeys":
-        """The keys of utterances ``utts`` of this sequence, still read back on demand."""
-        # int32 rows where the files' rows fit (a filtered 20 M corpus: 74 MB less, held while it is planned)
-        dtype = np.int32 if int(self.starts[-1]) < 2**31 else np.int64
-        rows = np.asarray(utts, np.int64) if self.rows is None else self.rows[np.asarray(utts, np.int64)]
-        return IndexKeys(self.segments, rows.astype(dtype, copy=False))
-
-    def __len__(self) -> int:
-        return int(self.starts[-1]) if self.rows is None else len(self.rows)
-
-    def __getitem__(self, u: int) -> str:
-        if not -len(self) <= u < len(self):
-            raise IndexError(u)  # also ends iteration by index, which would otherwise never stop
-        return self.take(np.array([u % len(self)]))[0]
-
-    def __iter__(self):
-        return iter(self.take(np.arange(len(self))))
-
-    def hashes(self) -> np.ndarray:
-        """Every key's hash again, read back from the files (only a suspected repeat-name clash needs it)."""
-        from shardkit.io.indexfile import hash_strings, key_hashes, open_parquet_index, read_row_group
-
-        parts = []
-        for seg in self.segments:
-            if seg.offsets is None:
-                pf = open_parquet_index(seg.path)
-                parts += [key_hashes(read_row_group(pf, seg.path, g, ["key"]).column("key"))
-                          for g in range(pf.num_row_groups)]
-            else:
-                start = int(self.starts[self.segments.index(seg)])
-                parts.append(hash_strings(IndexKeys(self.segments).take(np.arange(start, start + seg.count))))
-        every = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-        return every if self.rows is None else every[self.rows]
-
-    def take(self, utts: np.ndarray) -> list[str]:
-        """Keys of the utterances ``utts`` (any order, repeats allowed), in that order."""
-        from shardkit.io.indexfile import loads
-
-        utts = np.asarray(utts, np.int64)
-        if self.rows is not None:
-            utts = self.rows[utts]
-        out = np.empty(len(utts), object)
-        seg_of = np.searchsorted(self.starts, utts, side="right") - 1
-        for k, seg in enumerate(self.segments):
-            where = np.flatnonzero(seg_of == k)
-            if not len(where):
-                continue
-            rows = utts[where] - self.starts[k]
-            if seg.offsets is None:
-                out[where] = _parquet_keys(seg.path, rows)
-            else:
-                with open(seg.path, "rb") as f:
-                    for i, row in zip(where, rows):
-                        f.seek(int(seg.offsets[row]))
-                        out[i] = loads(f.readline())["key"]
-        return list(out)
-
-
-def _parquet_keys(path: str, rows: np.ndarray) -> list[str]:
-    """Keys of rows ``rows`` of a Parquet index: the row groups that hold them read in threads."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from shardkit.io.indexfile import open_parquet_index
-
-    pf = open_parquet_index(path)
-    order = np.argsort(rows, kind="stable")
-    wanted = rows[order]
-    out = np.empty(len(rows), object)
-    starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
-    bounds = np.searchsorted(wanted, starts)
-    groups = [g for g in range(pf.num_row_groups) if bounds[g + 1] > bounds[g]]
-
-    def keys_of(group: int) -> list[str]:
-        lo, hi = bounds[group], bounds[group + 1]
-        return _group_keys(path, group, wanted[lo:hi] - starts[group])
-
-    with ThreadPoolExecutor(_read_threads()) as pool:
-        for group, keys in zip(groups, pool.map(keys_of, groups)):
-            out[order[bounds[group]:bounds[group + 1]]] = keys
-    return list(out)
-
-
-def _group_keys(path: str, group: int, rows: np.ndarray) -> list[str]:
-    from shardkit.io.indexfile import open_parquet_index, read_row_group
-
-    keys = read_row_group(open_parquet_index(path), path, group, ["key"]).column("key")
-    return keys.take(rows).to_pylist()
+if TYPE_CHECKING:
+    from shardkit.run.events import Events
+    from shardkit.run.options import RunOptions
 
 
 def take_keys(corpus: CorpusColumns, utts: np.ndarray) -> list[str]:
+    """The key strings of utterances ``utts`` of ``corpus`` (read back from its index files if it holds none)."""
     if isinstance(corpus.keys, IndexKeys):
         return corpus.keys.take(utts)
     return [corpus.keys[int(u)] for u in utts]
 
 
-def source_stamps(paths: Sequence[str]) -> list[list]:
-    """``[path, size, mtime_ns]`` per path (None, None if gone): what decides that an index or an
-    output shard built from these sources is still current."""
-    stamps = []
-    for p in paths:
-        try:
-            st = os.stat(p)
-            stamps.append([p, st.st_size, st.st_mtime_ns])
-        except OSError:
-            stamps.append([p, None, None])
-    return stamps
-
-
-def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs: int = 1,
-                        on_index: Callable[[str, int, str | None], None] | None = None,
-                        on_corpus: Callable[[str, int], None] | None = None, executor: str = "local",
-                        ray_address: str | None = None) -> list[list[str]]:
+def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, options: RunOptions | None = None,
+                        events: Events | None = None) -> list[list[str]]:
     """Index files per corpus: given indexes as they are, shard sources indexed into ``work_dir``.
 
-    An index built by an earlier run over the same shards (same sizes and mtimes) is reused.
+    An index built by an earlier run over the same shards (same sizes and mtimes) is reused. Indexing
+    runs as ``options`` say (jobs, executor, Ray address) and reports through ``events``: a stage
+    "index CORPUS" per corpus indexed, a ``done`` per shard (its ``shard``, and the error of one that
+    cannot be read).
     """
-    from shardkit.commands.index import build_index
-    from shardkit.io.indexfile import is_index_file
-    from shardkit.io.inputs import expand_shards
-    from shardkit.run.manifest import atomic_write_json, load_json
+    from shardkit.run.options import RunOptions
 
+    options = options or RunOptions()
+    events = events or options.events
     owner: dict[str, str] = {}
     result = []
     for i, corpus in enumerate(corpora):
-        indexes = [os.path.abspath(s) for s in corpus.sources if is_index_file(s)]
-        for path in indexes:
-            if not os.path.isfile(path):
-                raise UsageError(f"corpus {corpus.name!r}: no such index file", shard=path)
-        check_index_slices(corpus.name, indexes)
-        shard_args = [s for s in corpus.sources if not is_index_file(s)]
-        shards = expand_shards(shard_args) if shard_args else []
+        indexes = _given_indexes(corpus)
+        shards = _shard_sources(corpus)
         for s in shards + indexes:
             if s in owner:
                 raise UsageError(f"{s} is given to corpus {owner[s]!r} and to corpus {corpus.name!r}")
             owner[s] = corpus.name
         if shards:
-            os.makedirs(work_dir, exist_ok=True)
-            built = os.path.join(work_dir, f"index-{i}{_built_suffix()}")
-            stamp_path = built + ".sources.json"
-            stamp = {"corpus": corpus.name, "sources": source_stamps(shards)}
-            if not (os.path.exists(built) and load_json(stamp_path) == stamp):
-                if on_corpus:
-                    on_corpus(corpus.name, len(shards))
-                report = build_index(shards, built, corpus.name, jobs=jobs, on_shard=on_index, executor=executor,
-                                     ray_address=ray_address)
-                if report.failures:
-                    first = report.failures[0]["error"]
-                    raise ShardkitError(f"corpus {corpus.name!r}: {len(report.failures)} of {report.shards} shards "
-                                        f"cannot be indexed; first: {first}")
-                atomic_write_json(stamp_path, stamp)
-            indexes.append(built)
+            indexes.append(_built_index(corpus, os.path.join(work_dir, f"index-{i}{_built_suffix()}"), shards,
+                                        options, events))
         result.append(indexes)
     return result
+
+
+def _given_indexes(corpus: CorpusSource) -> list[str]:
+    """The index files among a corpus' sources (absolute), each there, slices all given."""
+    from shardkit.io.indexfile import is_index_file
+
+    indexes = [os.path.abspath(s) for s in corpus.sources if is_index_file(s)]
+    for path in indexes:
+        if not os.path.isfile(path):
+            raise UsageError(f"corpus {corpus.name!r}: no such index file", shard=path)
+    check_index_slices(corpus.name, indexes)
+    return indexes
+
+
+def _shard_sources(corpus: CorpusSource) -> list[str]:
+    """The shards a corpus' other sources (shards, folders, data.list files) name."""
+    from shardkit.io.indexfile import is_index_file
+    from shardkit.io.inputs import expand_shards
+
+    shard_args = [s for s in corpus.sources if not is_index_file(s)]
+    return expand_shards(shard_args) if shard_args else []
+
+
+def _built_index(corpus: CorpusSource, built: str, shards: list[str], options: RunOptions, events: Events) -> str:
+    """``built``, the index of a corpus' shards: reused when its stamp says the shards are as they were, else
+    built (``index``'s build_index) and stamped; a shard that cannot be indexed stops the run."""
+    from shardkit.commands.index import build_index
+    from shardkit.run.manifest import atomic_write_json, load_json
+
+    os.makedirs(os.path.dirname(built), exist_ok=True)
+    stamp_path = built + ".sources.json"
+    stamp = {"corpus": corpus.name, "sources": source_stamps(shards)}
+    if os.path.exists(built) and load_json(stamp_path) == stamp:
+        return built
+    events.stage(f"index {corpus.name}", len(shards))
+    report = build_index(shards, built, corpus.name, jobs=options.jobs,
+                         on_shard=lambda shard, count, error: events.done({"shard": shard, "utterances": count},
+                                                                          error=error),
+                         executor=options.executor, ray_address=options.ray_address)
+    if report.failures:
+        first = report.failures[0]["error"]
+        raise ShardkitError(f"corpus {corpus.name!r}: {len(report.failures)} of {report.shards} shards "
+                            f"cannot be indexed; first: {first}")
+    atomic_write_json(stamp_path, stamp)
+    return built
 
 
 def _built_suffix() -> str:
@@ -299,332 +131,6 @@ def check_index_slices(corpus: str, index_files: Sequence[str]) -> None:
             raise UsageError(f"corpus {corpus!r}: index {stem} is given in slices without slice"
                              f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {count}")
 
-
-def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], part: tuple[int, int] | None = None,
-                 on_corpus_loaded: Callable[[int, int], None] | None = None, *, trainer_columns: bool = False,
-                 txt_members: bool = False) -> MixColumns:
-    """Read each corpus' index files into arrays: Parquet column by column, JSON lines a line at a time.
-
-    ``part=(I, P)``: keep only part I of P of every corpus, the utterances whose row (counted over the
-    corpus' index files, in order) is I - 1 modulo P; every row is still read and checked, and every key
-    that looks like a repeat's name collected, but only the part's columns are kept (memory: 1/P).
-    ``on_corpus_loaded(c, utterances)`` is called as each corpus is read (balance starts its draws).
-
-    ``trainer_columns`` (``--wenet-conf``): also collect, in the same read, what WeNet's filter needs of
-    every kept utterance (``CorpusColumns.trainer``: frames, sample_rate, text_chars in compact dtypes,
-    and with ``txt_members`` the ``.txt`` member's offset and size), so that the index is read once.
-    """
-    from shardkit.io.indexfile import is_parquet
-
-    state = _LoadState()
-    state.part = None if part is None else (part[0] - 1, part[1])
-    state.trainer = trainer_columns
-    state.want_txt = txt_members
-    corpora = []
-    for c, (name, paths) in enumerate(zip(names, index_files)):
-        parts = []
-        state.row = 0
-        for path in paths:
-            file_id = len(state.files)
-            state.files.append(path)
-            state.corpus = name
-            read = _read_parquet if is_parquet(path) else _read_jsonl
-            first = state.row
-            durations, shard, hashes, offsets, rows, count = read(path, state)
-            parts.append((durations, shard, hashes, _Segment(file_id, path, count, offsets), rows))
-            state.row = first + (count if offsets is None else state.row - first)
-        durations = _joined([p[0] for p in parts], np.float64)
-        shard = _joined([p[1] for p in parts], np.int32)
-        state.claim_shards(shard, c, names)
-        segments = [p[3] for p in parts]
-        starts = np.cumsum([0] + [seg.count for seg in segments])
-        rows = None if part is None else np.concatenate(
-            [starts[k] + p[4] for k, p in enumerate(parts)] or [np.zeros(0, np.int64)])
-        corpora.append(CorpusColumns(durations, IndexKeys(segments, rows), shard, key_hash=_joined(
-            [p[2] for p in parts], np.uint64), segments=segments, rows=rows,
-            trainer=state.take_trainer_columns()))
-        del parts
-        if on_corpus_loaded is not None:
-            on_corpus_loaded(c, len(durations))
-    if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
-        sys.modules["pyarrow"].default_memory_pool().release_unused()
-    return MixColumns(list(names), corpora, state.shards, state.files, repeat_like=state.repeat_like)
-
-
-def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
-    """The parts as one array; one part (one index file: the usual corpus) is taken as it is, not copied
-    (at 20 M utterances each copy of the columns is ~0.3 GB of fresh pages to fault in)."""
-    if len(parts) == 1:
-        return parts[0]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-
-class _LoadState:
-    """Shards and index files seen so far, and which corpus owns each shard."""
-
-    def __init__(self):
-        self.shards: list[str] = []
-        self.shard_ids: dict[str, int] = {}
-        self.owner: list[int] = []
-        self.files: list[str] = []
-        self.corpus = ""  # the corpus whose index is being read (for messages)
-        self.repeat_like: set[str] = set()  # keys that contain REPEAT_MARK (MixColumns.repeat_like)
-        self.part: tuple[int, int] | None = None  # (I - 1, P): keep the corpus rows that are I - 1 modulo P
-        self.row = 0  # rows of the corpus read so far (over its index files)
-        self.trainer = False  # collect the trainer's filter columns (load_columns' trainer_columns)
-        self.want_txt = False  # ... and the .txt members' places
-        self.trainer_parts: list = []  # the corpus' TrainerBlocks so far, in row order
-
-    def take_trainer_columns(self):
-        """The corpus' trainer columns as one TrainerBlock (None unless asked); the next corpus starts afresh."""
-        if not self.trainer:
-            return None
-        from shardkit.commands.trainer import concat_blocks
-
-        block = concat_blocks(self.trainer_parts, self.want_txt)
-        self.trainer_parts = []
-        return block
-
-    def refuse_impossible(self, key: str, shard: str, why: str, path: str) -> None:
-        """An utterance whose seconds its bytes cannot hold: no plan is built on a header lie."""
-        raise ShardkitError(f"utterance {key!r} of shard {shard} in corpus {self.corpus!r}: {why}; "
-                            "no plan is built on it (validate that shard)", shard=path)
-
-    def claim_shards(self, shard: np.ndarray, corpus: int, names: Sequence[str]) -> None:
-        """A shard belongs to one corpus: the shards new in this corpus become its own, an old one is refused."""
-        self.owner.extend([corpus] * (len(self.shards) - len(self.owner)))
-        seen = np.zeros(len(self.shards), bool)
-        seen[shard] = True  # a scatter: a bincount counts (and widens to int64) what only needs marking
-        used = np.flatnonzero(seen)
-        owner = np.array(self.owner, np.int64)
-        other = used[owner[used] != corpus]
-        if len(other):
-            sid = int(other[0])
-            raise UsageError(f"{self.shards[sid]} is in corpus {names[self.owner[sid]]!r} and in corpus "
-                             f"{names[corpus]!r}")
-
-
-def _read_parquet(path: str, state: _LoadState):
-    """(durations, shard ids, key hashes, None, kept rows (None: all), rows in the file) of a Parquet index.
-
-    Row groups are read, checked and hashed in threads (pyarrow's reads and numpy's passes release the
-    GIL), a few at a time, and taken in row order: the shard ids (numbered in order of first appearance)
-    and the first error reported are those of a read one row group after the other.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-    from contextlib import ExitStack
-
-    from shardkit.io.indexfile import dictionary_codes, open_parquet_index
-
-    pf = open_parquet_index(path)
-    plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
-    plausibility = plausibility if len(plausibility) == 2 else []
-    starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
-    durations, shards, hashes, kept = [], [], [], []
-    with ThreadPoolExecutor(_read_threads()) as pool, ExitStack() as on_error:
-        # an error (or Ctrl-C) stops the reads not yet started, rather than reading the rest of the file first
-        on_error.push(lambda kind, *_: kind is not None and pool.shutdown(wait=False, cancel_futures=True))
-        reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
-                 for group in range(pf.num_row_groups)]
-        for group, read in enumerate(reads):
-            d, shard_column, h, marked, rows, trainer = read.result()
-            if rows is not None:
-                kept.append(rows + starts[group])
-            state.repeat_like.update(marked)
-            try:
-                shards.append(dictionary_codes(shard_column, state.shards, state.shard_ids))
-            except (ValueError, TypeError) as err:
-                raise _group_error(group, starts[group], starts[group + 1], err, path) from None
-            durations.append(d)
-            hashes.append(h)
-            if trainer is not None:
-                state.trainer_parts.append(trainer)
-            reads[group] = None  # its columns go as soon as they are taken
-    cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype))
-    rows = cat(kept, np.int64) if state.part is not None else None
-    return cat(durations, np.float64), cat(shards, np.int32), cat(hashes, np.uint64), None, rows, starts[-1]
-
-
-def _read_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 4))
-
-
-def _part_rows(first: int, count: int, part: tuple[int, int]) -> np.ndarray:
-    """Which of ``count`` rows, the first being corpus row ``first``, are ``part[0]`` modulo ``part[1]``."""
-    index, parts = part
-    return np.arange((index - first) % parts, count, parts, dtype=np.int64)
-
-
-def _repeat_like(keys) -> list[str]:
-    """The keys of a pyarrow string column that contain REPEAT_MARK (almost always none): one search of
-    the column's bytes (a byte search, ~10x faster than matching key by key) decides whether to look closer."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
-    mark = REPEAT_MARK.encode("utf-8")
-    if not any(c.buffers()[2] is not None and mark in memoryview(c.buffers()[2]).tobytes() for c in chunks):
-        return []
-    marked = pc.match_substring(keys, REPEAT_MARK)
-    return keys.filter(marked).to_pylist()
-
-
-def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -> ShardkitError:
-    return ShardkitError(f"row group {group} (rows {start}-{stop - 1}): {err} in the shard or key column", shard=path)
-
-
-def _read_group(path: str, group: int, start: int, plausibility: list[str], state: _LoadState):
-    """One row group: (durations, its shard column, key hashes, marked keys, part rows, trainer columns),
-    checked; its key strings are not kept.
-    Each read opens the file itself (a pyarrow reader is not shared between threads)."""
-    from shardkit.io.indexfile import check_durations, key_hashes, open_parquet_index, read_row_group
-
-    pf = open_parquet_index(path)
-    columns = ["shard", "key", "duration", *plausibility]
-    if state.trainer:  # --wenet-conf: the filter's columns, in this same read (absent ones: the filter's error)
-        from shardkit.commands.trainer import TRAINER_FIELDS
-
-        extra = [*TRAINER_FIELDS, *(["members"] if state.want_txt else [])]
-        columns += [c for c in extra if c not in columns and c in pf.schema_arrow.names]
-    table = read_row_group(pf, path, group, columns)
-    try:
-        d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        check_durations(d, path=path, first_row=start)
-        if plausibility:
-            _check_plausible(table, d, path, state)
-        keys = table.column("key")
-        marked = _repeat_like(keys)
-        rows = None if state.part is None else _part_rows(state.row + start, table.num_rows, state.part)
-        if rows is None:
-            read = d, table.column("shard"), key_hashes(keys), marked, None
-        else:
-            read = d[rows], table.column("shard").take(rows), key_hashes(keys.take(rows)), marked, rows
-    except (ValueError, TypeError) as err:
-        raise _group_error(group, start, start + table.num_rows, err, path) from None
-    return (*read, _trainer_columns(table, path, group, start, rows, state))
-
-
-def _trainer_columns(table, path: str, group: int, start: int, rows: np.ndarray | None, state: _LoadState):
-    """The trainer's filter columns of a row group's rows ``rows`` (None: all), when asked (else None)."""
-    if not state.trainer:
-        return None
-    from shardkit.commands.trainer import table_trainer_block
-
-    try:
-        return table_trainer_block(table, path, start, state.want_txt, rows)
-    except (ValueError, TypeError) as err:
-        raise ShardkitError(f"row group {group} (rows {start}-{start + table.num_rows - 1}): {err}",
-                            shard=path) from None
-
-
-def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState) -> None:
-    """The first row whose seconds its bytes cannot hold (``planning.plausible``), as an error naming it."""
-    from shardkit.planning.plausible import MAX_FRAMES_PER_BYTE
-
-    rate = table.column("sample_rate").to_numpy(zero_copy_only=False).astype(np.float64)
-    size = table.column("bytes").to_numpy(zero_copy_only=False).astype(np.float64)
-    known = np.isfinite(rate) & (rate > 0) & np.isfinite(size)
-    bad = np.flatnonzero(known & (durations * rate > np.maximum(size, 0) * MAX_FRAMES_PER_BYTE))
-    if len(bad):
-        row = int(bad[0])
-        why = impossible_duration(float(durations[row]), float(rate[row]), float(size[row]))
-        state.refuse_impossible(table.column("key")[row].as_py(), table.column("shard")[row].as_py(), why, path)
-
-
-def _read_jsonl(path: str, state: _LoadState):
-    """(durations, shard ids, key hashes, line offsets, kept rows, records kept) of a JSON lines index; one
-    line parsed at a time. With a part (``state.part``) only its lines are kept: the segment is those lines."""
-    from shardkit.io.indexfile import BATCH_ROWS, hash_strings, loads, open_index, parse_index_line
-
-    durations, shard_col, offsets, keys, hashes = [], [], [], [], []
-    shard_ids, shards = state.shard_ids, state.shards
-    offset = 0
-    trainer = None
-    if state.trainer:  # --wenet-conf: the filter's fields of each record parsed here (no second read)
-        from shardkit.commands.trainer import RecordTrainer
-
-        trainer = RecordTrainer(state.want_txt)
-    with open_index(path) as f:
-        for number, line in enumerate(f, 1):
-            try:
-                record = loads(line)
-                shard, key, duration = record["shard"], record["key"], float(record["duration"])
-                record["members"]
-            except (ValueError, KeyError, TypeError):
-                if line.strip():
-                    parse_index_line(line, path=path, number=number)  # raises the precise error
-                    raise ShardkitError(f"line {number} is not an index record", shard=path) from None
-                offset += len(line)
-                continue
-            if (why := impossible_duration(duration, record.get("sample_rate"), record.get("bytes"))):
-                state.refuse_impossible(key, shard, why, path)
-            if REPEAT_MARK in key:
-                state.repeat_like.add(key)
-            state.row += 1
-            skip = state.part is not None and (state.row - 1) % state.part[1] != state.part[0]
-            if trainer is not None:
-                trainer.add(record, path, number, not skip)
-            if skip:
-                offset += len(line)
-                continue
-            sid = shard_ids.get(shard)
-            if sid is None:
-                sid = shard_ids[shard] = len(shards)
-                shards.append(shard)
-            durations.append(duration)
-            keys.append(key)
-            shard_col.append(sid)
-            offsets.append(offset)
-            offset += len(line)
-            if len(keys) >= BATCH_ROWS:
-                hashes.append(hash_strings(keys))
-                keys = []
-    hashes.append(hash_strings(keys))
-    if trainer is not None:
-        state.trainer_parts.append(trainer.block())
-    rows = np.arange(len(offsets), dtype=np.int64) if state.part is not None else None
-    return (np.array(durations, np.float64), np.array(shard_col, np.int32), np.concatenate(hashes),
-            np.array(offsets, np.int64), rows, len(offsets))
-
-
-def line_refs(mix: MixColumns, work_dir: str) -> list[str]:
-    """Fill every corpus' ``line_file``/``line_offset`` for writing; the index files the workers read.
-
-    Workers read one record per planned utterance by its byte offset in a JSON lines file, so a
-    Parquet index is first written out as JSON lines in ``work_dir`` (one streaming pass) and its
-    rows' offsets recorded.
-    """
-    from shardkit.io.indexfile import dumps_line, iter_parquet_records
-
-    files = list(mix.index_files)
-    lines: dict[int, np.ndarray] = {}
-    for corpus in mix.corpora:
-        segments = corpus.segments
-        if segments is None:
-            continue  # given as columns (line_file/line_offset set by the caller)
-        file_col, offset_col = [], []
-        for seg in segments:
-            if seg.offsets is None and seg.file_id not in lines:
-                os.makedirs(work_dir, exist_ok=True)
-                files[seg.file_id] = os.path.join(work_dir, f"records-{seg.file_id}.jsonl")
-                offsets = np.zeros(seg.count, np.int64)
-                position = 0
-                with open(files[seg.file_id], "wb") as out:
-                    for row, record in enumerate(iter_parquet_records(seg.path)):
-                        line = dumps_line(record)
-                        offsets[row] = position
-                        position += len(line)
-                        out.write(line)
-                lines[seg.file_id] = offsets
-            file_col.append(np.full(seg.count, seg.file_id, np.int64))
-            offset_col.append(seg.offsets if seg.offsets is not None else lines[seg.file_id])
-        corpus.line_file = np.concatenate(file_col) if file_col else np.zeros(0, np.int64)
-        corpus.line_offset = np.concatenate(offset_col) if offset_col else np.zeros(0, np.int64)
-        if corpus.rows is not None:  # a filtered corpus: the refs of the rows it kept
-            corpus.line_file, corpus.line_offset = corpus.line_file[corpus.rows], corpus.line_offset[corpus.rows]
-    return files
-
-
 def _hashes(corpus: CorpusColumns) -> np.ndarray:
     from shardkit.io.indexfile import hash_strings
 
@@ -640,7 +146,7 @@ def _sort_in_runs(every: np.ndarray) -> np.ndarray:
     from concurrent.futures import ThreadPoolExecutor
 
     runs = [slice(start, start + SORT_RUN) for start in range(0, len(every), SORT_RUN)]
-    with ThreadPoolExecutor(_read_threads()) as pool:
+    with ThreadPoolExecutor(read_threads()) as pool:
         list(pool.map(lambda run: every[run].sort(), runs))
     if len(runs) > 1:
         every.sort(kind="stable")
@@ -665,7 +171,13 @@ def check_unique_keys(mix: MixColumns) -> None:
         mix.sorted_hashes = every if mix.repeat_like is None else None
         return
     del every
-    hashes = [_hashes(corpus) for corpus in mix.corpora]  # a key twice: find where, from the hashes in row order
+    _refuse_first_duplicate(mix, dups)
+
+
+def _refuse_first_duplicate(mix: MixColumns, dups: np.ndarray) -> None:
+    """A hash twice: find where, from the hashes in row order, and refuse the first key whose second
+    occurrence comes first (equal hashes of different keys pass)."""
+    hashes = [_hashes(corpus) for corpus in mix.corpora]
     every = np.concatenate(hashes)
     where = np.flatnonzero(np.isin(every, dups))
     del every
@@ -675,18 +187,23 @@ def check_unique_keys(mix: MixColumns) -> None:
         c = int(np.searchsorted(starts, position, side="right") - 1)
         groups.setdefault(int(hashes[c][position - starts[c]]), []).append(position)
     for places in sorted(groups.values(), key=lambda p: p[1]):  # by second occurrence
-        seen: dict[str, tuple[int, int]] = {}
-        for position in places:
-            c = int(np.searchsorted(starts, position, side="right") - 1)
-            u = position - int(starts[c])
-            key = take_keys(mix.corpora[c], np.array([u]))[0]
-            if key in seen:
-                oc, oi = seen[key]
-                raise ShardkitError(
-                    f"key {key!r} appears twice: in {mix.shards[mix.corpora[oc].shard[oi]]} (corpus "
-                    f"{mix.names[oc]!r}) and in {mix.shards[mix.corpora[c].shard[u]]} (corpus {mix.names[c]!r}); "
-                    f"keys must be unique across the mix")
-            seen[key] = (c, u)
+        _refuse_equal_keys(mix, places, starts)
+
+
+def _refuse_equal_keys(mix: MixColumns, places: list[int], starts: np.ndarray) -> None:
+    """Of the rows ``places`` (positions over every corpus, ``starts`` apart), two with one key string: refused."""
+    seen: dict[str, tuple[int, int]] = {}
+    for position in places:
+        c = int(np.searchsorted(starts, position, side="right") - 1)
+        u = position - int(starts[c])
+        key = take_keys(mix.corpora[c], np.array([u]))[0]
+        if key in seen:
+            oc, oi = seen[key]
+            raise ShardkitError(
+                f"key {key!r} appears twice: in {mix.shards[mix.corpora[oc].shard[oi]]} (corpus "
+                f"{mix.names[oc]!r}) and in {mix.shards[mix.corpora[c].shard[u]]} (corpus {mix.names[c]!r}); "
+                f"keys must be unique across the mix")
+        seen[key] = (c, u)
 
 
 REPEATS_CHUNK = 1 << 18  # repeats whose keys are read and checked at a time (bounded memory at any weight)
@@ -729,8 +246,6 @@ def iter_repeated_keys(plan: BalancePlan, mix: MixColumns, known: dict | None = 
 
 def _refuse_real_names(pairs: list[list[str]], mix: MixColumns) -> None:
     """A repeat's new name must not be a key of the mix (WeNet would group the two as one sample)."""
-    from shardkit.io.indexfile import hash_strings
-
     if not pairs:
         return
     if mix.repeat_like is not None:  # the keys that look like a repeat's name were collected while loading
@@ -739,6 +254,14 @@ def _refuse_real_names(pairs: list[list[str]], mix: MixColumns) -> None:
             raise ShardkitError(f"repeat of {clash[0]!r} would be named {clash[1]!r}, which is already a key in "
                                 "the mix")
         return
+    _refuse_by_hash(pairs, mix)
+
+
+def _refuse_by_hash(pairs: list[list[str]], mix: MixColumns) -> None:
+    """The clash check without the collected keys: the new names' hashes looked up among every key's (sorted
+    once, for every chunk); an equal hash is confirmed on the strings."""
+    from shardkit.io.indexfile import hash_strings
+
     new = hash_strings([p[1] for p in pairs])
     if mix.sorted_hashes is None:  # sorted once, for every chunk
         mix.sorted_hashes = np.sort(np.concatenate([_hashes(corpus) for corpus in mix.corpora]))
@@ -746,9 +269,14 @@ def _refuse_real_names(pairs: list[list[str]], mix: MixColumns) -> None:
     found = np.searchsorted(every, new).clip(0, max(len(every) - 1, 0))
     hit_hashes = set(new[every[found] == new].tolist()) if len(every) else set()
     for corpus in mix.corpora if hit_hashes else ():
-        existing = _hashes(corpus)
-        for i in (i for i, h in enumerate(new.tolist()) if h in hit_hashes):  # equal hashes: compare strings
-            utts = np.flatnonzero(existing == new[i])
-            if pairs[i][1] in take_keys(corpus, utts):
-                raise ShardkitError(f"repeat of {pairs[i][0]!r} would be named {pairs[i][1]!r}, which is already "
-                                    f"a key in the mix")
+        _refuse_equal_names(pairs, new, hit_hashes, corpus)
+
+
+def _refuse_equal_names(pairs: list[list[str]], new: np.ndarray, hit_hashes: set[int], corpus: CorpusColumns) -> None:
+    """The new names whose hash is one of ``corpus``' keys (``hit_hashes``): compared as strings, a clash refused."""
+    existing = _hashes(corpus)
+    for i in (i for i, h in enumerate(new.tolist()) if h in hit_hashes):  # equal hashes: compare strings
+        utts = np.flatnonzero(existing == new[i])
+        if pairs[i][1] in take_keys(corpus, utts):
+            raise ShardkitError(f"repeat of {pairs[i][0]!r} would be named {pairs[i][1]!r}, which is already "
+                                f"a key in the mix")

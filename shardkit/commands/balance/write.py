@@ -15,9 +15,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from shardkit.commands.balance.plan import repeat_key
-from shardkit.commands.balance.sources import source_stamps
 from shardkit.errors import ShardkitError
+from shardkit.io.mix import source_stamps
+from shardkit.planning.balance import repeat_key
 
 MAX_OPEN_SOURCES = 64
 
@@ -29,13 +29,6 @@ class WriteSettings:
     codec: str = "zst"
     level: int | None = 3
     verify: bool = True
-
-
-def output_paths(out_dir: str, count: int, codec: str) -> list[str]:
-    """Every output shard's path, numbered by plan position, so that all slices of an array agree."""
-    from shardkit.io.codecs import CODECS
-
-    return [os.path.join(out_dir, f"shards_{s:09d}.tar{CODECS[codec].suffix}") for s in range(count)]
 
 
 def _spool_task(args) -> tuple[str, str | None]:
@@ -98,38 +91,49 @@ class _SourceReader:
         self._fds: dict[str, int] = {}
 
     def member(self, shard: str, name: str, offset: int, size: int) -> bytes:
-        from shardkit.io.tar import open_regular, parse_header
+        fd = self._fd(shard)
+        block = os.pread(fd, 512 + size, offset - 512) if offset >= 512 else b""
+        header, data = block[:512], block[512:]
+        # the header just before the data must name this member with this size: otherwise the
+        # shard changed since it was indexed and the offsets point elsewhere
+        if len(data) != size or not _header_names(header, name, size):
+            raise ShardkitError("member is not where the index says (the shard changed since it was indexed; "
+                                "index it again)", shard=shard, member=name)
+        return data
 
-        path = self._read_paths.get(shard, shard)
+    def _fd(self, shard: str) -> int:
+        """The open file of ``shard`` (or of its spool), opened now if it is not (the least recently used
+        one closed when MAX_OPEN_SOURCES are)."""
+        from shardkit.io.tar import open_regular
+
         fd = self._fds.pop(shard, None)
         if fd is None:
             if len(self._fds) >= MAX_OPEN_SOURCES:
                 os.close(self._fds.pop(next(iter(self._fds))))
             try:
-                fd = open_regular(path)  # a FIFO or device fails at once, never blocks
+                fd = open_regular(self._read_paths.get(shard, shard))  # a FIFO or device fails at once, never blocks
             except ShardkitError as err:
                 raise ShardkitError(f"cannot open source ({err.reason})", shard=shard) from None
         self._fds[shard] = fd  # most recently used last
-        block = os.pread(fd, 512 + size, offset - 512) if offset >= 512 else b""
-        header, data = block[:512], block[512:]
-        # the header just before the data must name this member with this size: otherwise the
-        # shard changed since it was indexed and the offsets point elsewhere
-        try:  # the one tar parser's reading of that header (tario.parse_header)
-            typeflag, stored, stored_size = parse_header(header) if len(header) == 512 else (b"", b"", -1)
-        except ShardkitError:
-            typeflag, stored, stored_size = b"", b"", -1
-        # a long name's member header holds its first 100 bytes: a prefix check
-        ok = (len(data) == size and typeflag in (b"0", b"\x00", b"7") and stored
-              and name.encode("utf-8", "surrogateescape").startswith(stored) and stored_size == size)
-        if not ok:
-            raise ShardkitError("member is not where the index says (the shard changed since it was indexed; "
-                                "index it again)", shard=shard, member=name)
-        return data
+        return fd
 
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+def _header_names(header: bytes, name: str, size: int) -> bool:
+    """Whether a tar header (the one tar parser's reading of it, ``io.tar.parse_header``) is a regular
+    member's named ``name`` with ``size`` bytes; a long name's header holds its first 100 bytes: a prefix."""
+    from shardkit.io.tar import parse_header
+
+    try:
+        typeflag, stored, stored_size = parse_header(header) if len(header) == 512 else (b"", b"", -1)
+    except ShardkitError:
+        return False
+    return bool(typeflag in (b"0", b"\x00", b"7") and stored
+                and name.encode("utf-8", "surrogateescape").startswith(stored) and stored_size == size)
 
 
 _WORKER: dict = {}
@@ -170,10 +174,8 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     ``previous`` (a finished run's entry) has the same spec and the file still has its digest,
     nothing is written (``status: skipped``).
     """
-    from shardkit.io.codecs import open_writer
-    from shardkit.io.files import HashingFile, combine_digests, member_digest, output_unchanged
-    from shardkit.io.tar import TarWriter, split_key
-    from shardkit.run.lifecycle import AtomicFile, os_reason, verify_members
+    from shardkit.io.files import output_unchanged
+    from shardkit.run.lifecycle import os_reason
 
     started = time.perf_counter()
     entry = {"path": dst, "spec": None, "status": "failed", "error": None}
@@ -186,27 +188,7 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
         if previous and previous.get("spec") == spec and previous.get("status") == "ok" and \
                 output_unchanged(dst, previous["size"], previous["sha256"]):
             return {**previous, "status": "skipped"}
-        written = []
-        with AtomicFile(dst) as target:
-            hashing = HashingFile(target.file)
-            out = open_writer(hashing, settings.codec, settings.level)
-            tar = TarWriter(out)
-            for record, copy in records:
-                key = record["key"]
-                new_key = repeat_key(key, copy)
-                for name, member_offset, size in record["members"]:
-                    data = reader.member(record["shard"], name, member_offset, size)
-                    out_name = new_key + name[len(key):] if copy else name
-                    if split_key(out_name)[0] != new_key:
-                        raise ShardkitError(f"member {name!r} does not belong to key {key!r}", shard=record["shard"])
-                    tar.add(out_name, data)
-                    written.append((out_name, member_digest(out_name, data)))
-            entry["tar_bytes"] = tar.close()
-            out.close()
-            # fsync, read back (unless --no-verify), rename, fsync the folder
-            target.commit(verify_members(written, shard=dst) if settings.verify else None)
-        entry.update(status="ok", size=hashing.size, sha256=hashing.sha256.hexdigest(), members=len(written),
-                     members_digest=combine_digests(written))
+        _write_records(dst, records, settings, reader, entry)
     except ShardkitError as err:
         entry["error"] = str(err)
     except OSError as err:
@@ -217,6 +199,47 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
             f.close()
     entry["seconds_taken"] = round(time.perf_counter() - started, 4)
     return entry
+
+
+def _write_records(dst: str, records: list[tuple[dict, int]], settings: WriteSettings, reader: _SourceReader,
+                   entry: dict) -> None:
+    """The shard's utterances (records and copy numbers, in order) written to ``dst`` through a temporary
+    file: fsynced, read back (unless settings.verify is off), renamed; what was written goes into ``entry``."""
+    from shardkit.io.codecs import open_writer
+    from shardkit.io.files import HashingFile, combine_digests
+    from shardkit.io.tar import TarWriter
+    from shardkit.run.lifecycle import AtomicFile, verify_members
+
+    written = []
+    with AtomicFile(dst) as target:
+        hashing = HashingFile(target.file)
+        out = open_writer(hashing, settings.codec, settings.level)
+        tar = TarWriter(out)
+        for record, copy in records:
+            _add_utterance(tar, reader, record, copy, written)
+        entry["tar_bytes"] = tar.close()
+        out.close()
+        # fsync, read back (unless --no-verify), rename, fsync the folder
+        target.commit(verify_members(written, shard=dst) if settings.verify else None)
+    entry.update(status="ok", size=hashing.size, sha256=hashing.sha256.hexdigest(), members=len(written),
+                 members_digest=combine_digests(written))
+
+
+def _add_utterance(tar, reader: _SourceReader, record: dict, copy: int, written: list) -> None:
+    """One utterance's members into ``tar``, renamed for its copy (``key-repN``); each (name, digest) into
+    ``written``."""
+    from shardkit.io.files import member_digest
+    from shardkit.io.tar import split_key
+
+    key = record["key"]
+    new_key = repeat_key(key, copy)
+    for name, member_offset, size in record["members"]:
+        data = reader.member(record["shard"], name, member_offset, size)
+        out_name = new_key + name[len(key):] if copy else name
+        if split_key(out_name)[0] != new_key:
+            raise ShardkitError(f"member {name!r} does not belong to key {key!r}", shard=record["shard"])
+        tar.add(out_name, data)
+        written.append((out_name, member_digest(out_name, data)))
 
 
 def _write_task(args) -> dict:

@@ -7,7 +7,7 @@ What ``convert`` + ``validate --quarantine`` + ``balance`` do in three passes an
   checked by validate's own checks (its audio decoded once), and the utterances without a finding
   come back with their member bytes; rejected ones are listed (``rejects.jsonl``: shard, member,
   key, checks, reasons) and never reach a training shard.
-* :mod:`.plan` (pure): results are taken in list order, whatever finished first (``ordered``), so
+* ``shardkit.planning.prep`` (pure): results are taken in list order, whatever finished first (``ordered``), so
   every decision (duplicate keys, shard count, which utterance goes where, pad and drop) is a
   function of the inputs and options alone, and the output bytes are the same for any ``-j``.
 * :mod:`.write`: every output shard is open under its temporary name and filled as utterances are
@@ -45,20 +45,23 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from shardkit import __version__
-from shardkit.commands.balance.plan import repeat_key
-from shardkit.commands.balance.sources import CorpusSource, check_corpora, source_stamps
-from shardkit.commands.balance.write import output_paths
-from shardkit.commands.prep.plan import DEFAULT_POOL_BYTES, FinalPlan, StreamingPlanner, choose_num_shards
-from shardkit.commands.prep.read import SourceTask, apply_duplicates, check_source_path, read_source, reject_lines
 from shardkit.commands.prep import resume
+from shardkit.commands.prep.read import SourceTask, apply_duplicates, check_source_path, read_source, reject_lines
 from shardkit.commands.prep.write import OutputShards, output_leftovers
 from shardkit.commands.validate import DuplicateKeys, ValidateOptions, check_options
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.io.mix import CorpusSource, check_corpora, output_paths, source_stamps
+from shardkit.planning.balance import repeat_key
+from shardkit.planning.prep import DEFAULT_POOL_BYTES, FinalPlan, StreamingPlanner, choose_num_shards
+from shardkit.run.options import RunOptions
+
+if TYPE_CHECKING:
+    from shardkit.run.events import Events
 
 MANIFEST = "prep.json"
 REJECTS = "rejects.jsonl"
@@ -138,45 +141,59 @@ def index_totals(index_files: Sequence[str], shards: Sequence[str]) -> tuple[flo
 # --- the run -------------------------------------------------------------------------------------
 
 
-def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettings, options: ValidateOptions, *,
-             index_files: Sequence[str] = (), jobs: int | None = None, overwrite: bool = False,
-             on_event: Callable[..., None] | None = None, executor: str = "local",
-             ray_address: str | None = None) -> PrepReport:
-    """Read, check, plan and write; see the module docstring. ``on_event(kind, *args)``: progress.
+def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettings, checks: ValidateOptions,
+             options: RunOptions | None = None, *, index_files: Sequence[str] = ()) -> PrepReport:
+    """Read, check, plan and write; see the module docstring. ``checks``: validate's checks of every utterance.
 
-    ``executor="ray"``: the sources are read and checked as Ray tasks across a cluster (which must see
-    them at the same paths); this process plans and writes, so OUT_DIR is local to it.
+    ``options``: jobs, executor and Ray address of the reading (``executor="ray"``: the sources are read and
+    checked as Ray tasks across a cluster, which must see them at the same paths; this process plans and
+    writes, so OUT_DIR is local to it), ``overwrite`` (redo a finished run), and where progress goes: the
+    stage "read+check" (a ``done`` per source, its read result), and the notes "resuming a killed run: ..."
+    and "closing and verifying N shards...". prep takes no ``split`` (the module docstring says why).
     """
     from shardkit.run.lifecycle import claimed_output_dir
 
-    event = on_event or (lambda *a, **k: None)
-    sources = _check_args(corpora, settings, options)
-    inputs = [s for s, _ in sources] + [os.path.abspath(p) for p in index_files]
+    options = options or RunOptions()
+    sources = _check_args(corpora, settings, checks, options)
+    paths = [s for s, _ in sources]
+    inputs = paths + [os.path.abspath(p) for p in index_files]
     with claimed_output_dir(out_dir, inputs, "prep", urls=False) as (out_dir, _):
         weights = [float(c.weight) for c in corpora]
-        spec = _spec(sources, settings, options, weights)
-        previous = None if overwrite else _finished(out_dir, spec)
+        spec = _spec(sources, settings, checks, weights)
+        previous = None if options.overwrite else _finished(out_dir, spec)
         if previous is not None:
-            event("skipped", previous)
             return previous
-        saved = None if overwrite else resume.load(out_dir, spec)
-        _remove_previous(out_dir, keep={e["tmp"] for e in saved["shards"]} if saved else set())
-        totals = index_totals(index_files, [s for s, _ in sources]) if index_files else None
-        run = _Run(out_dir, sources, settings, options, totals, event, weights)
+        saved = _resume_point(out_dir, spec, options.overwrite)
+        totals = index_totals(index_files, paths) if index_files else None
+        run = _Run(out_dir, sources, settings, checks, totals, options.events, weights)
         if saved is not None:
             run.restore(saved)
-            event("resumed", run.start)
-        return run.execute({"jobs": jobs, "executor": executor, "ray_address": ray_address}, spec)
+        return run.execute(options, spec)
 
 
-def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
-                options: ValidateOptions) -> list[tuple[str, int]]:
+def _resume_point(out_dir: str, spec: str, overwrite: bool) -> dict | None:
+    """The saved state of a killed run of this spec (None with ``overwrite``, or when there is none); what an
+    earlier run left that this one does not continue is removed."""
+    saved = None if overwrite else resume.load(out_dir, spec)
+    _remove_previous(out_dir, keep={e["tmp"] for e in saved["shards"]} if saved else set())
+    return saved
+
+
+def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings, checks: ValidateOptions,
+                options: RunOptions) -> list[tuple[str, int]]:
     """``(source path, corpus position)`` in list order; refuses what prep cannot do before any output."""
-    from shardkit.commands.index import is_index_file
-    from shardkit.io.inputs import expand_shards
-
     check_corpora(corpora)
-    check_options(options)
+    check_options(checks)
+    _check_settings(settings)
+    if options.split is not None:
+        raise UsageError("prep takes no --split: every output shard takes utterances from every source")
+    sources = _source_shards(corpora)
+    if not sources:
+        raise UsageError("no source shards given")
+    return sources
+
+
+def _check_settings(settings: PrepSettings) -> None:
     if settings.world_size < 1 or settings.num_workers < 1:
         raise UsageError(f"--world-size and --num-workers must be >= 1 (got {settings.world_size} and "
                          f"{settings.num_workers})")
@@ -184,30 +201,36 @@ def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings,
         raise UsageError("give --shard-duration or --num-shards, not both")
     if settings.audio not in ("keep", "flac", "wav"):
         raise UsageError(f"--audio must be keep, flac or wav (got {settings.audio!r})")
+
+
+def _source_shards(corpora: Sequence[CorpusSource]) -> list[tuple[str, int]]:
+    """Every corpus' source shards, ``(path, corpus position)`` in list order; an index among the sources, a
+    pipe or standard input, or a shard in two corpora is refused."""
+    from shardkit.commands.index import is_index_file
+    from shardkit.io.inputs import expand_shards
+
     sources: list[tuple[str, int]] = []
     owner: dict[str, str] = {}
     for c, corpus in enumerate(corpora):
-        for arg in corpus.sources:
-            if is_index_file(arg):
-                raise UsageError(f"corpus {corpus.name!r}: {arg} is an index; give it with --index and the shards "
-                                 f"as sources")
+        index = next((arg for arg in corpus.sources if is_index_file(arg)), None)
+        if index is not None:
+            raise UsageError(f"corpus {corpus.name!r}: {index} is an index; give it with --index and the shards "
+                             f"as sources")
         for path in expand_shards(list(corpus.sources)):
             check_source_path(path)
             if path in owner:
                 raise UsageError(f"{path} is given to corpus {owner[path]!r} and to corpus {corpus.name!r}")
             owner[path] = corpus.name
             sources.append((path, c))
-    if not sources:
-        raise UsageError("no source shards given")
     return sources
 
 
-def _spec(sources: list[tuple[str, int]], settings: PrepSettings, options: ValidateOptions,
+def _spec(sources: list[tuple[str, int]], settings: PrepSettings, checks: ValidateOptions,
           weights: list[float]) -> str:
     """Digest of what decides the output: the sources (size, mtime), the corpus of each, the corpus weights,
     every option."""
     decides = asdict(settings) | {"checkpoint_bytes": None}  # resume points never change the output bytes
-    h = hashlib.sha256(repr((__version__, decides, asdict(options) | {"threads": 0}, weights)).encode())
+    h = hashlib.sha256(repr((__version__, decides, asdict(checks) | {"threads": 0}, weights)).encode())
     for (path, corpus), stamp in zip(sources, source_stamps([p for p, _ in sources])):
         h.update(repr((corpus, stamp)).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
@@ -255,9 +278,9 @@ class _Run:
     """One run's state: the planner, the pool's bytes, the open outputs and what the report needs."""
 
     def __init__(self, out_dir: str, sources: list[tuple[str, int]], settings: PrepSettings,
-                 options: ValidateOptions, totals: tuple[float, int] | None, event: Callable[..., None],
+                 checks: ValidateOptions, totals: tuple[float, int] | None, events: Events,
                  weights: list[float] | None = None):
-        self.out_dir, self.sources, self.settings, self.options, self.event = out_dir, sources, settings, options, event
+        self.out_dir, self.sources, self.settings, self.checks, self.events = out_dir, sources, settings, checks, events
         self.weights = weights or [1.0] * (max(c for _, c in sources) + 1)
         self.next_copy: dict[str, int] = {}  # key -> its next free copy number, where weights made copies
         self.copy_keys: set[str] = set()  # the keys of those copies (a later source may not use them)
@@ -283,16 +306,16 @@ class _Run:
         self.checkpoint_at = 0  # placed_bytes at the last resume point
         self.saved_outputs: list | None = None
 
-    def execute(self, where: dict, spec: str) -> PrepReport:
+    def execute(self, options: RunOptions, spec: str) -> PrepReport:
         started = time.perf_counter()
         self.spec = spec
         try:
-            self._stream(where)
+            self._stream(options)
             if self.planner.num_shards is None:
                 self._fix_shard_count(exact=True)
             final = self.planner.finish(remainder=self.settings.remainder, seed=self.settings.seed)
             self._write_final(final)
-            self.event("verifying", len(self.outputs.paths))
+            self.events.note(f"closing and verifying {len(self.outputs.paths)} shards...")
             entries = self.outputs.finish(self.settings.verify)
         except BaseException:
             if self.outputs is not None:
@@ -303,29 +326,27 @@ class _Run:
         return report
 
     # reading, in list order
-    def _stream(self, where: dict) -> None:
-        from shardkit.run.executor import run_tasks
-
-        tasks = [SourceTask(path, corpus, self.options, self.settings.audio, self.settings.flac_level)
+    def _stream(self, options: RunOptions) -> None:
+        tasks = [SourceTask(path, corpus, self.checks, self.settings.audio, self.settings.flac_level)
                  for path, corpus in self.sources[self.start:]]
-        self.event("reading", len(tasks))
+        self.events.stage("read+check", len(tasks))
         if self.saved_outputs is not None:
             self._open_outputs(self.planner.num_shards, self.saved_outputs)
-        extra = _threads_per_task(tasks, where["jobs"]) if where["executor"] == "local" else {}
-        if where["executor"] == "local":
-            from shardkit.run.executor import preload_in_forkserver
-
-            preload_in_forkserver(["shardkit.commands.prep.read"])
-        for index, result in run_tasks(read_source, tasks, ordered=True, **where, **extra):
+        for index, result in options.run_tasks(read_source, tasks, ordered=True, **_task_options(tasks, options)):
             apply_duplicates(result, self.duplicates)
             self._take(result)
-            self.event("read", result)
-            if self.planner.num_shards is None and self.planner.pool_held_bytes > self.settings.pool_bytes:
-                self._fix_shard_count(exact=False)
-            if self.planner.num_shards is not None:
-                self._place(self.planner.evict())
-            if self._checkpoint_due() and self.start + index + 1 < len(self.sources):
-                self._checkpoint(self.start + index + 1)
+            self.events.done(result)
+            self._after_source(self.start + index + 1)
+
+    def _after_source(self, read: int) -> None:
+        """Once ``read`` sources are taken: the shard count fixed when the pool is full, the pool's rounds
+        written, and a resume point saved when one is due (never after the last source)."""
+        if self.planner.num_shards is None and self.planner.pool_held_bytes > self.settings.pool_bytes:
+            self._fix_shard_count(exact=False)
+        if self.planner.num_shards is not None:
+            self._place(self.planner.evict())
+        if self._checkpoint_due() and read < len(self.sources):
+            self._checkpoint(read)
 
     # resume points
     def _checkpoint_due(self) -> bool:
@@ -348,7 +369,6 @@ class _Run:
             "placed_bytes": self.placed_bytes, "next_copy": self.next_copy, "copy_keys": sorted(self.copy_keys),
             "weighted": self.weighted})
         self.checkpoint_at = self.placed_bytes
-        self.event("checkpoint", next_source)
 
     def restore(self, state: dict) -> None:
         """Continue a killed run from its last resume point (see :mod:`.resume`)."""
@@ -365,6 +385,8 @@ class _Run:
         self.checkpoint_at = self.placed_bytes
         self.start = state["next_source"]
         self.saved_outputs = list(zip(state["shards"], state["prefixes"]))
+        self.events.note(f"resuming a killed run: the output shards so far are kept, reading from source "
+                         f"{self.start + 1}")
 
     def _take(self, result: dict) -> None:
         self.rejects.extend(reject_lines(result))
@@ -416,7 +438,6 @@ class _Run:
         s = self.settings
         self.outputs = OutputShards(output_paths(self.out_dir, count, s.codec), s.codec, s.level,
                                     threads=_writer_threads(), resume=saved)
-        self.event("writing", count)
 
     # writing
     def _place(self, placed: list[tuple[int, int]]) -> None:
@@ -470,26 +491,32 @@ class _Run:
         return PrepReport(self.out_dir, fields, entries, self.source_rows, before, after, self.findings)
 
     def _summary_fields(self, final: FinalPlan, entries: list[dict], elapsed: float) -> dict:
-        secs = final.shard_seconds
-        by_check: dict[str, int] = {}
-        for f in self.findings:
-            by_check[f["check"]] = by_check.get(f["check"], 0) + 1
-        rejected_keys = {(r["shard"], r["key"]) for r in self.rejects if r["key"] is not None}
-        tar_bytes = sum(e["tar_bytes"] for e in entries)
+        """prep.json's ``summary`` (and the JSON report's fields), in one order: the layout, what was read and
+        rejected, the plan's balance, what was written."""
+        return {**self._layout_fields(final, entries), **self._read_fields(), **_balance_fields(final),
+                **self._written_fields(final, entries, elapsed)}
+
+    def _layout_fields(self, final: FinalPlan, entries: list[dict]) -> dict:
+        groups = self.settings.world_size * self.settings.num_workers
         return {"world_size": self.settings.world_size, "num_workers": self.settings.num_workers,
                 "num_shards": len(entries), "utterances_per_shard": final.utts_per_shard,
-                "divides": len(entries) % (self.settings.world_size * self.settings.num_workers) == 0,
-                "sources": len(self.sources), "source_bytes": sum(r["bytes"] or 0 for r in self.source_rows),
-                "utterances_read": sum(r["utterances"] for r in self.source_rows),
-                "accepted": sum(r["accepted"] for r in self.source_rows),
+                "divides": len(entries) % groups == 0}
+
+    def _read_fields(self) -> dict:
+        from collections import Counter
+
+        rows = self.source_rows
+        rejected_keys = {(r["shard"], r["key"]) for r in self.rejects if r["key"] is not None}
+        return {"sources": len(self.sources), "source_bytes": sum(r["bytes"] or 0 for r in rows),
+                "utterances_read": sum(r["utterances"] for r in rows), "accepted": sum(r["accepted"] for r in rows),
                 "weighted_copies": self.weighted["copies"], "left_out_by_weight": self.weighted["left_out"],
                 "rejected_utterances": len(rejected_keys), "rejected_members": len(self.rejects),
-                "findings": len(self.findings), "by_check": dict(sorted(by_check.items())),
-                "repeated": len(self.repeats), "dropped": len(self.dropped),
-                "seconds": round(float(secs.sum()), 3), "mean_shard_seconds": round(float(secs.mean()), 3),
-                "min_shard_seconds": round(float(secs.min()), 3), "max_shard_seconds": round(float(secs.max()), 3),
-                "max_deviation_seconds": round(final.max_deviation, 3), "tolerance_seconds": round(final.tolerance, 3),
-                "balanced": final.balanced, "tar_bytes_out": tar_bytes, "bytes_out": sum(e["size"] for e in entries),
+                "findings": len(self.findings),
+                "by_check": dict(sorted(Counter(f["check"] for f in self.findings).items())),
+                "repeated": len(self.repeats), "dropped": len(self.dropped)}
+
+    def _written_fields(self, final: FinalPlan, entries: list[dict], elapsed: float) -> dict:
+        return {"tar_bytes_out": sum(e["tar_bytes"] for e in entries), "bytes_out": sum(e["size"] for e in entries),
                 "elapsed_seconds": round(elapsed, 3), "resumed_at_source": self.start or None,
                 "notes": ([self.estimate_note] if self.estimate_note else []) + final.notes}
 
@@ -505,12 +532,21 @@ class _Run:
         atomic_write_lines(os.path.join(self.out_dir, "data.list"), [e["path"] for e in report.shards])
         atomic_write_json(os.path.join(self.out_dir, MANIFEST), json_safe({
             "tool": "shardkit", "version": __version__, "command": "prep", "spec": spec,
-            "settings": asdict(self.settings), "options": asdict(self.options) | {"threads": None},
+            "settings": asdict(self.settings), "options": asdict(self.checks) | {"threads": None},
             "summary": report.summary_fields, "shards": report.shards, "sources": report.sources,
             "plan_before": report.figures_before, "plan_after": report.figures_after,
             "findings": report.findings, "repeat_key_format": "{key}-rep{copy}", "repeats": self.repeats,
             "dropped": self.dropped}))
         resume.remove(self.out_dir)  # after prep.json: the run is finished, nothing is left to resume
+
+
+def _balance_fields(final: FinalPlan) -> dict:
+    """The output shards' seconds and how far the worst is from the mean, against the tolerance."""
+    secs = final.shard_seconds
+    return {"seconds": round(float(secs.sum()), 3), "mean_shard_seconds": round(float(secs.mean()), 3),
+            "min_shard_seconds": round(float(secs.min()), 3), "max_shard_seconds": round(float(secs.max()), 3),
+            "max_deviation_seconds": round(final.max_deviation, 3), "tolerance_seconds": round(final.tolerance, 3),
+            "balanced": final.balanced}
 
 
 def weighted_copies(weight: float, seed: int, corpus: int, key: str) -> list[int]:
@@ -544,6 +580,18 @@ def _writer_threads() -> int:
     from shardkit.run.executor import usable_cores
 
     return max(1, min(usable_cores(), 16))
+
+
+def _task_options(tasks: list[SourceTask], options: RunOptions) -> dict:
+    """``run_tasks`` arguments of the reading: on this machine, each task's decompressor threads and a window
+    (:func:`_threads_per_task`), with the reader preloaded in the forkserver; none on Ray."""
+    if options.executor != "local":
+        return {}
+    from shardkit.run.executor import preload_in_forkserver
+
+    extra = _threads_per_task(tasks, options.jobs)
+    preload_in_forkserver(["shardkit.commands.prep.read"])
+    return extra
 
 
 def _threads_per_task(tasks: list[SourceTask], jobs: int | None) -> dict:

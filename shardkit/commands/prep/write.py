@@ -142,37 +142,53 @@ class OutputShards:
             if item[0] is _ABORT:
                 return
             if self._error is not None:  # drain without writing, so that add() never blocks on a dead writer
-                if item[0] is _FINISH:
+                if self._drained(item):
                     return
-                if item[0] is _FLUSH:
-                    item[1].set()
                 continue
             try:
                 if item[0] is _FINISH:
-                    for s in range(t, len(self.paths), len(self._queues)):
-                        self._entries[s] = self._close(s, item[1])
+                    self._close_all(t, item[1])
                     return
                 if item[0] is _FLUSH:
-                    for s in range(t, len(self.paths), len(self._queues)):
-                        self._files[s].file.flush()  # plain tar only: a compressor's flush would change its bytes
-                    item[1].set()
+                    self._flush(t, item[1])
                     continue
-                shard, name, data, digest = item
-                try:
-                    self._tars[shard].add(name, data)
-                    self.written[shard].append((name, digest))
-                except OSError as err:  # a full disk, a vanished folder: named, not a traceback from a thread
-                    from shardkit.io.files import output_error
-
-                    raise output_error(err, self.paths[shard]).located(member=name) from None
-                finally:
-                    with self._room:
-                        self._queued -= len(data)
-                        self._room.notify()
+                self._write_member(*item)
             except BaseException as err:  # handed to the main thread at its next add() or finish()
                 self._error = self._error or err
                 if item[0] is _FINISH:
                     return
+
+    @staticmethod
+    def _drained(item: tuple) -> bool:
+        """After a writer's error, an item taken and not written: a flush is answered (nobody waits on it);
+        whether it is the finish that ends the thread."""
+        if item[0] is _FLUSH:
+            item[1].set()
+        return item[0] is _FINISH
+
+    def _close_all(self, t: int, verify: bool) -> None:
+        """Thread ``t``'s shards closed, verified, fsynced and renamed (:meth:`_close`), their entries kept."""
+        for s in range(t, len(self.paths), len(self._queues)):
+            self._entries[s] = self._close(s, verify)
+
+    def _flush(self, t: int, done) -> None:
+        """Thread ``t``'s shards flushed to the kernel, then ``done`` set."""
+        for s in range(t, len(self.paths), len(self._queues)):
+            self._files[s].file.flush()  # plain tar only: a compressor's flush would change its bytes
+        done.set()
+
+    def _write_member(self, shard: int, name: str, data: bytes, digest: bytes) -> None:
+        try:
+            self._tars[shard].add(name, data)
+            self.written[shard].append((name, digest))
+        except OSError as err:  # a full disk, a vanished folder: named, not a traceback from a thread
+            from shardkit.io.files import output_error
+
+            raise output_error(err, self.paths[shard]).located(member=name) from None
+        finally:
+            with self._room:
+                self._queued -= len(data)
+                self._room.notify()
 
     def _close(self, s: int, verify: bool) -> dict:
         from shardkit.io.files import combine_digests

@@ -12,7 +12,7 @@ in two steps, both deterministic functions of the order in which utterances are 
 2. **Correction.** At the end the pool (at least one utterance per shard is always kept back) is
    padded with seeded repeats or trimmed of its longest utterances so that every shard gets the same count,
    dealt longest first to the lightest shard that still needs utterances, then balance's swap
-   refinement (:func:`shardkit.commands.balance.plan._refine`) evens the totals with same-pool
+   refinement (:func:`shardkit.planning.balance.swaps.refine`) evens the totals with same-pool
    swaps, the streamed part of each shard standing as one fixed item.
 
 The guarantees are balance's: count a multiple of world_size x num_workers, equal utterance
@@ -29,18 +29,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardkit.commands.balance.plan import (
-    DEFAULT_SHARD_DURATION,
-    REFINE_FRACTION,
-    REMAINDER_POLICIES,
-    TOLERANCE_FRACTION,
-    _refine,
-)
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.planning.balance import DEFAULT_SHARD_DURATION, REFINE_FRACTION, REMAINDER_POLICIES, TOLERANCE_FRACTION
+from shardkit.planning.balance.draws import PAD
+from shardkit.planning.balance.swaps import refine
 
 RESERVE_PER_SHARD = 8  # pool utterances per output shard kept back for the correction step
 DEFAULT_POOL_BYTES = 256 << 20  # the pool's memory, unless one utterance per shard needs more
-_PAD = 2  # seeded stream of pad/drop choices (as balance's)
 
 
 def choose_num_shards(total_seconds: float, *, world_size: int, num_workers: int,
@@ -175,8 +170,21 @@ class StreamingPlanner:
 
     def _refined(self, items: list[tuple[int, int]],
                  rows_of: list[list[int]]) -> tuple[list[tuple[int, int, int]], np.ndarray]:
-        """balance's swaps over a matrix whose first column is each shard's streamed part (a fixed item of
-        a corpus of its own) and whose other cells are pool items (one corpus: any two may swap) or
+        """balance's swaps over :meth:`_swap_matrix`: ``(seq, copy, shard)`` of every pool item, in writing
+        order, and each shard's seconds."""
+        shards = self.num_shards
+        rows, seconds_arr, corpus_arr = self._swap_matrix(items, rows_of)
+        mean = float(seconds_arr.sum()) / shards
+        goal = min(self.tolerance(seconds_arr[rows].sum(axis=1)) / 2,
+                   REFINE_FRACTION * mean * math.sqrt(shards / self.groups))
+        refine(rows, seconds_arr, corpus_arr, goal=goal)
+        placed = [(items[c - shards][0], items[c - shards][1], s) for s in range(shards) for c in rows[s]
+                  if shards <= c < shards + len(items)]
+        return placed, seconds_arr[rows].sum(axis=1)
+
+    def _swap_matrix(self, items: list[tuple[int, int]], rows_of: list[list[int]]):
+        """``(rows, seconds, corpus)`` for the swaps: each row's first cell is its shard's streamed part (a
+        fixed item of a corpus of its own), the other cells pool items (one corpus: any two may swap) or
         zero-second fillers (each its own corpus: never moved)."""
         shards = self.num_shards
         width = 1 + max((len(r) for r in rows_of), default=0)
@@ -190,21 +198,14 @@ class StreamingPlanner:
                 seconds.append(0.0)
                 cells.append(len(seconds) - 1)
             rows[s] = cells
-        seconds_arr, corpus_arr = np.array(seconds), np.array(corpus, np.int64)
-        mean = float(seconds_arr.sum()) / shards
-        goal = min(self.tolerance(seconds_arr[rows].sum(axis=1)) / 2,
-                   REFINE_FRACTION * mean * math.sqrt(shards / self.groups))
-        _refine(rows, seconds_arr, corpus_arr, goal=goal)
-        placed = [(items[c - shards][0], items[c - shards][1], s) for s in range(shards) for c in rows[s]
-                  if shards <= c < shards + len(items)]
-        return placed, seconds_arr[rows].sum(axis=1)
+        return rows, np.array(seconds), np.array(corpus, np.int64)
 
 
 def _equalize(pool: list[int], seconds: dict[int, float], wanted: int,
               seed: int) -> tuple[list[tuple[int, int]], list[int]]:
     """``(items, dropped)``: the pool as ``(seq, copy)`` items, ``wanted`` of them, by seeded repeats
     (copy numbers 1, 2, ... per utterance) or by dropping the longest. Pure."""
-    rng = np.random.default_rng([seed, _PAD])
+    rng = np.random.default_rng([seed, PAD])  # balance's stream of pad/drop choices
     if wanted <= len(pool):  # drop the longest (fewer than num_shards): what is left evens out in finer steps
         longest_first = sorted(pool, key=lambda seq: (-seconds[seq], seq))
         dropped = sorted(longest_first[:len(pool) - wanted])
