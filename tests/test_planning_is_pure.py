@@ -19,7 +19,8 @@ COMPUTATION = {"__future__", "bisect", "collections", "concurrent.futures", "dat
 
 
 def _modules() -> list[str]:
-    return sorted(name for name in os.listdir(PLANNING) if name.endswith(".py"))
+    return sorted(os.path.relpath(os.path.join(folder, name), PLANNING) for folder, _, names in os.walk(PLANNING)
+                  for name in names if name.endswith(".py"))
 
 
 def _imports(tree: ast.AST) -> set[str]:
