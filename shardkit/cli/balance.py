@@ -139,7 +139,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
         b.close()
     summary = report.summary()
     if wenet is not None and dropped_keys:
-        from shardkit.commands.trainer import write_dropped_keys
+        from shardkit.wenet_conf.report import write_dropped_keys
 
         write_dropped_keys(dropped_keys, report.dropped_keys)
     note = None if dry_run else zstd_note(codec_name)
@@ -151,7 +151,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
         click.echo(format_plan(summary), err=True)
         click.echo(format_figures(report.figures), err=True)
     if wenet is not None:
-        from shardkit.commands.trainer import format_report
+        from shardkit.wenet_conf.report import format_report
 
         click.echo(format_report(report.wenet_conf, wenet.warnings) if not quiet else
                    "\n".join(f"warning: {w}" for w in wenet.warnings), err=True, nl=bool(wenet.warnings) or not quiet)

@@ -262,7 +262,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, *, world_size: in
                                      on_corpus_loaded=ahead, trainer=wenet, **where)
         trainer = None
         if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
-            from shardkit.commands.trainer import filter_mix
+            from shardkit.wenet_conf.mix import filter_mix
 
             mix, trainer = filter_mix(mix, wenet)  # from the columns load_columns read for it
         event("planning")

@@ -236,7 +236,7 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs:
 
     An index built by an earlier run over the same shards (same sizes and mtimes) is reused.
     """
-    from shardkit.commands.index import build_index
+    from shardkit.commands.index import build_index_reporting_shards as build_index
     from shardkit.io.indexfile import is_index_file
     from shardkit.io.inputs import expand_shards
     from shardkit.run.manifest import atomic_write_json, load_json
@@ -379,7 +379,7 @@ class _LoadState:
         """The corpus' trainer columns as one TrainerBlock (None unless asked); the next corpus starts afresh."""
         if not self.trainer:
             return None
-        from shardkit.commands.trainer import concat_blocks
+        from shardkit.wenet_conf.blocks import concat_blocks
 
         block = concat_blocks(self.trainer_parts, self.want_txt)
         self.trainer_parts = []
@@ -482,7 +482,7 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
     pf = open_parquet_index(path)
     columns = ["shard", "key", "duration", *plausibility]
     if state.trainer:  # --wenet-conf: the filter's columns, in this same read (absent ones: the filter's error)
-        from shardkit.commands.trainer import TRAINER_FIELDS
+        from shardkit.wenet_conf.blocks import TRAINER_FIELDS
 
         extra = [*TRAINER_FIELDS, *(["members"] if state.want_txt else [])]
         columns += [c for c in extra if c not in columns and c in pf.schema_arrow.names]
@@ -508,7 +508,7 @@ def _trainer_columns(table, path: str, group: int, start: int, rows: np.ndarray 
     """The trainer's filter columns of a row group's rows ``rows`` (None: all), when asked (else None)."""
     if not state.trainer:
         return None
-    from shardkit.commands.trainer import table_trainer_block
+    from shardkit.wenet_conf.blocks import table_trainer_block
 
     try:
         return table_trainer_block(table, path, start, state.want_txt, rows)
@@ -541,7 +541,7 @@ def _read_jsonl(path: str, state: _LoadState):
     offset = 0
     trainer = None
     if state.trainer:  # --wenet-conf: the filter's fields of each record parsed here (no second read)
-        from shardkit.commands.trainer import RecordTrainer
+        from shardkit.wenet_conf.blocks import RecordTrainer
 
         trainer = RecordTrainer(state.want_txt)
     with open_index(path) as f:
