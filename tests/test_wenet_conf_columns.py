@@ -16,10 +16,10 @@ from test_wenet_conf import wenet_filter
 
 from shardkit.cli import main
 from shardkit.commands.balance.sources import load_columns
-from shardkit.wenet_conf.columns import ColumnCollector, index_columns
 from shardkit.errors import ShardkitError
 from shardkit.io import indexfile
 from shardkit.io.synth import write_shards
+from shardkit.wenet_conf.columns import ColumnCollector, index_columns
 
 pytest.importorskip("yaml")
 pytest.importorskip("pyarrow")

@@ -24,6 +24,17 @@ from typing import Callable, Iterator
 
 from shardkit.errors import AudioError, ShardkitError, UsageError, printable
 from shardkit.io.audio import flac_total_samples, probe_file  # noqa: F401 - public names of this module
+from shardkit.io.indexfile import (  # noqa: F401 - the index file names, importable from here as before
+    REQUIRED_FIELDS,
+    IndexWriter,
+    dumps_line,
+    is_index_file,
+    is_parquet,
+    iter_index,
+    loads,
+    open_index,
+    parse_index_line,
+)
 from shardkit.io.tar import (
     AUDIO_EXTENSIONS,
     BLOCK,
@@ -35,18 +46,6 @@ from shardkit.io.tar import (
     iter_tar_members,
     open_shard,
     split_key,
-)
-
-from shardkit.io.indexfile import (  # noqa: F401 - the index file names, importable from here as before
-    REQUIRED_FIELDS,
-    IndexWriter,
-    dumps_line,
-    is_index_file,
-    is_parquet,
-    iter_index,
-    loads,
-    open_index,
-    parse_index_line,
 )
 from shardkit.run.options import RunOptions
 

@@ -15,7 +15,6 @@ import numpy as np
 
 from shardkit.wenet_conf.dtypes import compact
 
-
 LACKS = ("lacks frames, sample_rate or text_chars (an index from an older shardkit? rebuild it with "
          "`shardkit index`)")
 TRAINER_FIELDS = ("frames", "sample_rate", "text_chars")

@@ -13,7 +13,6 @@ import numpy as np
 
 from shardkit.wenet_conf.conf import FilterConf
 
-
 REASONS = ("kept", "min_length", "max_length", "token_min_length", "token_max_length", "min_output_input_ratio",
            "max_output_input_ratio")
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from shardkit.errors import UsageError
-from shardkit.wenet_conf.columns import UttColumns, ColumnCollector, index_columns
+from shardkit.wenet_conf.columns import ColumnCollector, UttColumns, index_columns
 from shardkit.wenet_conf.load import TrainerSpec
 from shardkit.wenet_conf.simulation import Loader, plan_batches
 from shardkit.wenet_conf.verdict import apply_filter
