@@ -60,7 +60,9 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
 class _IndexBars(ProgressBars):
     """ProgressBars that also show, after the shards, the utterances indexed so far."""
 
-    utterances = 0
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.utterances = 0
 
     def __call__(self, event) -> None:
         super().__call__(event)
