@@ -116,7 +116,11 @@ def check(doc: dict, n: int, conf: bool, dropped: int) -> None:
 
 def stages(args, listing: str, index: str, conf: str) -> dict:
     """In-process seconds of the --wenet-conf steps: read the index columns, filter, simulate the batches."""
-    from shardkit.commands.trainer import apply_filter, batches_of_lines, index_columns, load_spec
+    from shardkit.wenet_conf.columns import index_columns
+    from shardkit.wenet_conf.list_view import batches_of_lines
+    from shardkit.wenet_conf.load import load_spec
+    from shardkit.wenet_conf.simulation import Loader
+    from shardkit.wenet_conf.verdict import apply_filter
 
     spec = load_spec(conf)
     with open(listing) as f:
@@ -127,8 +131,8 @@ def stages(args, listing: str, index: str, conf: str) -> dict:
     result = apply_filter(cols, spec)
     t2 = time.perf_counter()
     ids = {s: i for i, s in enumerate(cols.shards)}
-    batches_of_lines(cols, result.keep, [ids[p] for p in paths], spec, world_size=args.world_size,
-                     num_workers=args.num_workers, seed=0, epochs=args.epochs)
+    batches_of_lines(cols, result.keep, [ids[p] for p in paths], spec,
+                     Loader(args.world_size, args.num_workers, seed=0, epochs=args.epochs))
     t3 = time.perf_counter()
     return {"read_index_s": t1 - t0, "filter_s": t2 - t1, "batches_s": t3 - t2}
 

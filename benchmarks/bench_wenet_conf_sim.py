@@ -42,7 +42,10 @@ def main(args) -> None:
     sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
     import bench_wenet_conf_read  # the conf
 
-    import shardkit.commands.trainer as trainer_commands
+    try:
+        import shardkit.wenet_conf.mix as trainer_commands
+    except ImportError:  # a checkout from before the wenet_conf package
+        import shardkit.commands.trainer as trainer_commands
     from shardkit.cli import main as cli_main
 
     os.makedirs(args.out_dir, exist_ok=True)

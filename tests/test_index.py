@@ -7,8 +7,10 @@ from click.testing import CliRunner
 from conftest import SMALL_CORPORA, corpus
 
 from shardkit.cli import main
-from shardkit.commands.index import build_index, index_shard, iter_index, shard_sizes
+from shardkit.commands.index import build_index, index_shard, iter_index
+from shardkit.commands.plan import shard_sizes
 from shardkit.io.tar import iter_shard_members
+from shardkit.run.options import RunOptions
 
 
 def _expected():
@@ -88,8 +90,8 @@ def test_an_utterance_without_audio_is_named(tmp_path):
 
 def test_parallel_index_equals_serial(make_shards, tmp_path):
     shards = make_shards("none")
-    build_index(shards, str(tmp_path / "a.jsonl"), "c", jobs=1)
-    build_index(shards, str(tmp_path / "b.jsonl"), "c", jobs=2)
+    build_index(shards, str(tmp_path / "a.jsonl"), "c", RunOptions(jobs=1))
+    build_index(shards, str(tmp_path / "b.jsonl"), "c", RunOptions(jobs=2))
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
 
 

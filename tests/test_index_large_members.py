@@ -20,6 +20,7 @@ import soundfile as sf
 import shardkit.commands.index as index
 from shardkit.commands.index import build_index, flac_total_samples, index_shard, iter_index
 from shardkit.errors import ShardkitError
+from shardkit.run.options import RunOptions
 
 THRESHOLD = 64 << 10
 HEAD = 16 << 10
@@ -161,7 +162,7 @@ def test_large_wav_and_flac_of_known_length_keep_the_header_probe(small_threshol
     shard = write_shard(tmp_path / "s.tar", [("u/a.txt", b"hello"), ("u/a.wav", wav),
                                              ("u/b.txt", b"hello"), ("u/b.flac", flac)])
     out = tmp_path / "i.jsonl"
-    report = build_index([shard], str(out), jobs=1)
+    report = build_index([shard], str(out), options=RunOptions(jobs=1))
     assert report.exit_code == 0, report.failures
     wav_record, flac_record = iter_index(str(out))
     check_record(wav_record, wav, "wav")
@@ -183,7 +184,7 @@ def test_a_large_member_that_does_not_probe_is_named(small_threshold, tmp_path):
 def test_no_room_to_spool_is_a_located_error(small_threshold, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
     shard = write_shard(tmp_path / "s.tar", [("u/a.txt", b"hello"), ("u/a.ogg", encode("OGG", "VORBIS", 10, 44100))])
-    report = build_index([shard], str(tmp_path / "i.jsonl"), jobs=1)
+    report = build_index([shard], str(tmp_path / "i.jsonl"), options=RunOptions(jobs=1))
     assert report.exit_code == 1 and not (tmp_path / "i.jsonl").exists()
     (failure,) = report.failures
     assert failure["shard"] == shard

@@ -1,4 +1,4 @@
-"""The trainer-batch simulation in blocks (planning.trainer) equals the one-shot simulation it replaced.
+"""The trainer-batch simulation in blocks (wenet_conf.simulation) equals the one-shot simulation it replaced.
 
 ``simulate_epoch`` takes consumers in blocks, orders long consumers one at a time, walks dynamic
 batches over a window per step, and ``feature_frames`` computes in chunks: every one of these must
@@ -16,19 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_wenet_conf import wenet_dynamic_batches
 
-from shardkit.planning import trainer
 from shardkit.planning.partition import shuffled_order
 from shardkit.planning.radix import stable_argsort
-from shardkit.planning.trainer import (
-    BatchConf,
-    EpochBatches,
-    TrainerConf,
-    batch_ids,
-    consumer_utterances,
-    dynamic_batch_starts,
-    feature_frames,
-    simulate_epoch,
-)
+from shardkit.wenet_conf import order as worker_order
+from shardkit.wenet_conf import simulation
+from shardkit.wenet_conf.batches import batch_ids, dynamic_batch_starts
+from shardkit.wenet_conf.conf import BatchConf, TrainerConf
+from shardkit.wenet_conf.frames import feature_frames
+from shardkit.wenet_conf.order import consumer_utterances
+from shardkit.wenet_conf.simulation import EpochBatches, Loader, simulate_epoch
 
 
 def one_shot_epoch(shard_offsets, frames, seconds, *, world_size, num_workers, conf, seed, epoch) -> EpochBatches:
@@ -43,8 +39,8 @@ def one_shot_epoch(shard_offsets, frames, seconds, *, world_size, num_workers, c
     utts, bounds = consumer_utterances(shard_offsets, order, consumers)
     rng = np.random.default_rng([seed, epoch, 1])
     f = frames[utts]
-    with mock.patch.object(trainer, "_CONSUMER_AT_A_TIME", 1 << 62):  # the combined-key sorts
-        perm = trainer.buffered_order(f, bounds, conf, rng)
+    with mock.patch.object(worker_order, "_CONSUMER_AT_A_TIME", 1 << 62):  # the combined-key sorts
+        perm = worker_order.buffered_order(f, bounds, conf, rng)
     fp = f[perm]
     if conf.batch.batch_type == "dynamic":
         ids = np.cumsum(dynamic_batch_starts(fp, bounds, conf.batch.max_frames_in_batch, precompute=True)) - 1
@@ -62,8 +58,14 @@ def one_shot_epoch(shard_offsets, frames, seconds, *, world_size, num_workers, c
     worker_batches = per_consumer.reshape(num_workers, world_size).T
     rank_steps = worker_batches.sum(axis=1)
     rank_seconds = np.bincount(consumer % world_size, weights=secs, minlength=world_size)
-    left_b, left_s = trainer._left_out(batch_consumer, nth, batch_seconds, rank_steps, world_size)
+    left_b, left_s = simulation._left_out(batch_consumer, nth, batch_seconds, rank_steps, world_size)
     return EpochBatches(epoch, worker_batches, rank_steps, left_b, left_s, rank_seconds)
+
+
+def in_blocks(shard_offsets, frames, seconds, *, world_size, num_workers, conf, seed, epoch, block_utterances):
+    """``simulate_epoch`` called with the one-shot reference's arguments."""
+    return simulate_epoch(shard_offsets, frames, seconds, Loader(world_size, num_workers, seed), conf, epoch=epoch,
+                          block_utterances=block_utterances)
 
 
 def assert_same(got: EpochBatches, expected: EpochBatches) -> None:
@@ -106,9 +108,9 @@ def test_block_simulation_equals_the_one_shot_simulation(seed, block, one_at_a_t
     kw = {"world_size": int(rng.integers(1, 4)), "num_workers": int(rng.integers(1, 4)), "conf": conf,
           "seed": int(rng.integers(0, 100)), "epoch": int(rng.integers(0, 3))}
     expected = one_shot_epoch(offsets, frames, seconds, **kw)
-    at_a_time = 1 if one_at_a_time else trainer._CONSUMER_AT_A_TIME
-    with mock.patch.object(trainer, "_CONSUMER_AT_A_TIME", at_a_time):
-        got = simulate_epoch(offsets, frames.astype(np.int32), seconds, block_utterances=block, **kw)
+    at_a_time = 1 if one_at_a_time else worker_order._CONSUMER_AT_A_TIME
+    with mock.patch.object(worker_order, "_CONSUMER_AT_A_TIME", at_a_time):
+        got = in_blocks(offsets, frames.astype(np.int32), seconds, block_utterances=block, **kw)
     assert_same(got, expected)
 
 
@@ -126,7 +128,7 @@ def test_long_consumers_in_blocks_equal_the_one_shot_simulation():
         kw = {"world_size": 2, "num_workers": 2, "conf": conf, "seed": 7, "epoch": 1}
         expected = one_shot_epoch(offsets, frames, seconds, **kw)
         for block in (1, 5000, 20000, 1 << 30):
-            assert_same(simulate_epoch(offsets, frames, seconds, block_utterances=block, **kw), expected)
+            assert_same(in_blocks(offsets, frames, seconds, block_utterances=block, **kw), expected)
 
 
 @settings(max_examples=200, deadline=None)

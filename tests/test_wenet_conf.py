@@ -16,20 +16,12 @@ from conftest import SMALL_CORPORA, corpus
 from shardkit.cli import main
 from shardkit.io.synth import write_shards
 from shardkit.planning.partition import lines_for, plan_figures
-from shardkit.planning.trainer import (
-    REASONS,
-    BatchConf,
-    ConfError,
-    FilterConf,
-    Tokenizer,
-    TrainerConf,
-    count_tokens,
-    dynamic_batch_starts,
-    feature_frames,
-    filter_reasons,
-    simulate_epoch,
-    trainer_conf,
-)
+from shardkit.wenet_conf.batches import dynamic_batch_starts
+from shardkit.wenet_conf.conf import BatchConf, ConfError, FilterConf, TrainerConf, trainer_conf
+from shardkit.wenet_conf.filter import REASONS, filter_reasons
+from shardkit.wenet_conf.frames import feature_frames
+from shardkit.wenet_conf.simulation import Loader, simulate_epoch
+from shardkit.wenet_conf.tokens import Tokenizer, count_tokens
 
 pytest.importorskip("yaml")
 
@@ -313,16 +305,16 @@ def test_simulated_steps_match_a_sample_by_sample_run(batch, world_size, num_wor
     frames = np.array([f for s in shards for f in s], np.int64)
     conf = TrainerConf(batch=batch, shuffle=False, sort_size=17)
     for epoch in range(2):
-        got = simulate_epoch(offsets, frames, frames / 100.0, world_size=world_size, num_workers=num_workers,
-                             conf=conf, seed=4, epoch=epoch)
+        got = simulate_epoch(offsets, frames, frames / 100.0, Loader(world_size, num_workers, seed=4), conf,
+                             epoch=epoch)
         expected = _reference_worker_batches(shards, (4, epoch), world_size, num_workers, conf)
         assert got.worker_batches.tolist() == expected.tolist()
         assert got.rank_steps.tolist() == expected.sum(axis=1).tolist()
         assert got.left_out_batches.tolist() == (expected.sum(axis=1) - expected.sum(axis=1).min()).tolist()
     # the shuffle buffer reorders samples but never changes static or bucket counts
     if batch.batch_type != "dynamic":
-        shuffled = simulate_epoch(offsets, frames, frames / 100.0, world_size=world_size, num_workers=num_workers,
-                                  conf=TrainerConf(batch=batch, shuffle_size=10), seed=4, epoch=0)
+        shuffled = simulate_epoch(offsets, frames, frames / 100.0, Loader(world_size, num_workers, seed=4),
+                                  TrainerConf(batch=batch, shuffle_size=10), epoch=0)
         assert shuffled.worker_batches.tolist() == _reference_worker_batches(
             shards, (4, 0), world_size, num_workers, conf).tolist()
 
@@ -334,7 +326,7 @@ def test_left_out_seconds_are_the_last_batches_in_the_loaders_round_robin():
     frames = np.full(12, 100, np.int64)
     seconds = np.arange(12, dtype=np.float64)
     conf = TrainerConf(batch=BatchConf("static", batch_size=2), shuffle=False, sort=False, list_shuffle=False)
-    got = simulate_epoch(offsets, frames, seconds, world_size=2, num_workers=2, conf=conf, seed=0, epoch=0)
+    got = simulate_epoch(offsets, frames, seconds, Loader(2, 2, seed=0), conf, epoch=0)
     # lines: 0 -> (rank 0, worker 0), 1 -> (1, 0), 2 -> (0, 1), 3 -> (1, 1)
     assert got.worker_batches.tolist() == [[3, 1], [1, 1]]
     assert got.left_out_batches.tolist() == [2, 0]
@@ -515,7 +507,7 @@ def test_reasons_are_named():
 
 
 def test_conf_paths_resolve_beside_a_recipes_conf_folder(tmp_path, monkeypatch):
-    from shardkit.io.wenet_conf import load_tokenizer, load_trainer_conf
+    from shardkit.wenet_conf.load import load_tokenizer, load_trainer_conf
 
     recipe = tmp_path / "recipe"
     (recipe / "conf").mkdir(parents=True)
@@ -570,7 +562,7 @@ def test_shuffle_buffer_model_gives_typical_dynamic_counts():
     offsets = np.concatenate([[0], np.cumsum([len(s) for s in shards])])
     frames = np.array([f for s in shards for f in s], np.int64)
     conf = TrainerConf(batch=BatchConf("dynamic", max_frames_in_batch=3000), shuffle_size=150, sort_size=50)
-    got = simulate_epoch(offsets, frames, frames / 100.0, world_size=2, num_workers=2, conf=conf, seed=1, epoch=0)
+    got = simulate_epoch(offsets, frames, frames / 100.0, Loader(2, 2, seed=1), conf, epoch=0)
     for r in range(2):
         for w in range(2):
             lines = lines_for(r, w, len(shards), 2, 2, (1, 0))

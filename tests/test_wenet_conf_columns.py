@@ -16,10 +16,10 @@ from test_wenet_conf import wenet_filter
 
 from shardkit.cli import main
 from shardkit.commands.balance.columns import load_columns
-from shardkit.commands.trainer import _Columns, index_columns
 from shardkit.errors import ShardkitError
 from shardkit.io import indexfile
 from shardkit.io.synth import write_shards
+from shardkit.wenet_conf.columns import ColumnCollector, index_columns
 
 pytest.importorskip("yaml")
 pytest.importorskip("pyarrow")
@@ -67,7 +67,7 @@ def _write_both(tmp_path, records, name="index", group_rows=100, monkeypatch=Non
 
 def _reference(paths, want_txt, keep=None):
     """What index_columns gave before it read Parquet columnar: one record dict per row."""
-    cols = _Columns(want_txt)
+    cols = ColumnCollector(want_txt)
     for path in paths:
         for number, record in enumerate(indexfile.iter_index(path), 1):
             if keep is None or record["shard"] in keep:
@@ -178,7 +178,7 @@ def _balance(corpora, tmp_path, *extra, out="o"):
 def test_balance_with_wenet_conf_reads_each_index_once(tmp_path, monkeypatch, form):
     """Every index file is opened (JSON lines) or every row group read (Parquet) once for the filter's
     columns: no second pass over the index, and no per-row dicts of a Parquet index."""
-    from shardkit.commands import trainer
+    from shardkit.wenet_conf import columns, list_view
 
     files = [_write_both(tmp_path, _records(400, seed=s, corpus_name=n), n, monkeypatch=monkeypatch)[form == "parquet"]
              for s, n in ((1, "a"), (2, "b"))]
@@ -194,7 +194,8 @@ def test_balance_with_wenet_conf_reads_each_index_once(tmp_path, monkeypatch, fo
 
     monkeypatch.setattr(indexfile, "read_row_group", counted_group)
     monkeypatch.setattr(indexfile, "iter_parquet_records", lambda *a, **k: pytest.fail("a per-row read"))
-    monkeypatch.setattr(trainer, "index_columns", lambda *a, **k: pytest.fail("a second read of the index"))
+    for module in (columns, list_view):
+        monkeypatch.setattr(module, "index_columns", lambda *a, **k: pytest.fail("a second read of the index"))
     dropped = tmp_path / "dropped.txt"
     result = _balance([f"a={files[0]}", f"b={files[1]}"], tmp_path, "--wenet-conf", conf,
                       "--dropped-keys", str(dropped))
@@ -214,7 +215,8 @@ def test_balance_reports_the_same_from_both_forms_and_after_the_index_is_gone(tm
     """JSON lines and Parquet give one report; the filter needs nothing of the index once it is loaded
     (a conf that drops nothing reads no key back), so the files can be gone by then."""
     from shardkit.commands.balance.columns import load_columns as real_load
-    from shardkit.commands.trainer import filter_mix, load_spec
+    from shardkit.wenet_conf.load import load_spec
+    from shardkit.wenet_conf.mix import filter_mix
 
     records = _records(600)
     jsonl, parquet = _write_both(tmp_path, records, monkeypatch=monkeypatch)

@@ -21,12 +21,6 @@ def wenet_conf_options(f):
 
 def trainer_spec(wenet_conf, tokenizer, dropped_keys):
     """The loaded --wenet-conf (None without it); --tokenizer and --dropped-keys need it."""
-    if wenet_conf is None:
-        if tokenizer is not None or dropped_keys is not None:
-            from shardkit.errors import UsageError
+    from shardkit.wenet_conf.load import spec_of_options
 
-            raise UsageError("--tokenizer and --dropped-keys need --wenet-conf")
-        return None
-    from shardkit.commands.trainer import load_spec
-
-    return load_spec(wenet_conf, tokenizer)
+    return spec_of_options(wenet_conf, tokenizer, dropped_keys)

@@ -167,7 +167,7 @@ def _show(report, settings, corpora, *, quiet: bool, as_json: bool) -> None:
 
 
 def _show_wenet_conf(wenet_conf: dict, warnings: list[str], quiet: bool) -> None:
-    from shardkit.commands.trainer import format_report
+    from shardkit.wenet_conf.report import format_report
 
     click.echo(format_report(wenet_conf, warnings) if not quiet else "\n".join(f"warning: {w}" for w in warnings),
                err=True, nl=bool(warnings) or not quiet)

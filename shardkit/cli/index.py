@@ -4,8 +4,10 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, executor_options, jobs_option, json_option
-from shardkit.cli import io_options
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
+from shardkit.cli._progress import ProgressBars
+from shardkit.run.events import DONE
 
 
 @click.command("index", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -41,76 +43,45 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
     decompressed tar), so `plan` and `balance` need not read the shards again. Memory stays at one
     shard's records. If any shard cannot be read, no index is written and each failure is listed.
     """
-    import os
+    from shardkit.commands.index import is_index_rewrite, run_index
 
-    from tqdm import tqdm
-
-    from shardkit.cli._figures import audio_length
-    from shardkit.commands.index import build_index
-    from shardkit.errors import UsageError
-    from shardkit.io.inputs import expand_shards
-    from shardkit.run.split import parse_split, select_slice
-
-    if ray_address and executor != "ray":
-        raise UsageError("--ray-address needs --executor ray")
-    if len(shards) == 1 and shards[0].endswith(".jsonl") and output.endswith(".parquet"):
-        _convert(shards[0], output, as_json, quiet)
-    split_slice = parse_split(split) if split else None
-    from shardkit.run.lifecycle import claim_output_file
-    from shardkit.run.split import slice_path
-
-    folder = os.path.dirname(os.path.abspath(output))
-    folder_existed = os.path.isdir(folder)
-    # the arguments themselves too: build_index sees only the shards a data.list names, not the list
-    claim_output_file(slice_path(output, *split_slice) if split_slice else output, [s for s in shards if s != "-"])
-    paths = expand_shards(list(shards))
-    total = len(select_slice(paths, *split_slice) if split_slice else paths)
-    bar = tqdm(total=total, unit="shard", file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="index")
-    state = {"utts": 0}
-
-    def on_shard(shard, count, error):
-        state["utts"] += count
-        bar.update(1)
-        bar.set_postfix_str(f"{state['utts']} utterances", refresh=False)
-        if error:
-            bar.write(f"failed: {error}", file=sys.stderr)
-
-    report = build_index(paths, output, corpus, jobs=jobs or os.cpu_count() or 1, on_shard=on_shard,
-                         executor=executor, ray_address=ray_address, split=split_slice)
-    bar.close()
-    if report.failures and not folder_existed:  # no empty folder that looks made
-        try:
-            os.rmdir(folder)
-        except OSError:
-            pass
-    summary = report.summary()
+    rewrite = is_index_rewrite(list(shards), output)  # (a rewrite reads no --split)
+    with _IndexBars(quiet=quiet, min_total=0) as bars:
+        options = run_options(jobs=jobs, executor=executor, ray_address=ray_address,
+                              split=None if rewrite else split, on_event=bars)
+        report = run_index(list(shards), output, corpus, options)
     if as_json:
-        emit_json(summary)
+        emit_json(report.summary())
     if not quiet:
-        if report.failures:
-            from shardkit.cli._outcome import failure_line
-
-            click.echo(failure_line("index", failed=[f["shard"] for f in report.failures], total=report.shards,
-                                    args=list(shards), written="nothing", not_written=f"the index {output}",
-                                    resumes=False),
-                       err=True)
-        else:
-            click.echo(f"indexed {report.utterances} utterances ({audio_length(report.seconds)}) from "
-                       f"{report.shards} shards into {report.path}", err=True)
+        _print_outcome(report, list(shards), output)
     sys.exit(report.exit_code)
 
 
-def _convert(src: str, output: str, as_json: bool, quiet: bool) -> None:
-    """index IN.jsonl -o OUT.parquet: rewrite an index, no shard opened."""
-    from tqdm import tqdm
+class _IndexBars(ProgressBars):
+    """ProgressBars that also show, after the shards, the utterances indexed so far."""
 
-    from shardkit.commands.index import convert_index_file
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.utterances = 0
 
-    bar = tqdm(unit="utt", unit_scale=True, file=sys.stderr, disable=quiet, dynamic_ncols=True, desc="convert")
-    report = convert_index_file(src, output, on_rows=bar.update)
-    bar.close()
-    if as_json:
-        emit_json({**report.summary(), "converted_from": src})
-    if not quiet:
-        click.echo(f"rewrote {report.utterances} utterances of {src} into {report.path}", err=True)
-    sys.exit(0)
+    def __call__(self, event) -> None:
+        super().__call__(event)
+        if event.kind == DONE and self.bar is not None and isinstance(event.result, dict):
+            self.utterances += event.result.get("utterances", 0)
+            self.bar.set_postfix_str(f"{self.utterances} utterances", refresh=False)
+
+
+def _print_outcome(report, args: list[str], output: str) -> None:
+    """The closing line on stderr: what was indexed (or rewritten), or what failed and was not written."""
+    from shardkit.cli._figures import audio_length
+    from shardkit.cli._outcome import failure_line
+
+    if report.converted_from is not None:
+        click.echo(f"rewrote {report.utterances} utterances of {report.converted_from} into {report.path}", err=True)
+    elif report.failures:
+        click.echo(failure_line("index", failed=[f["shard"] for f in report.failures], total=report.shards,
+                                args=args, written="nothing", not_written=f"the index {output}", resumes=False),
+                   err=True)
+    else:
+        click.echo(f"indexed {report.utterances} utterances ({audio_length(report.seconds)}) from "
+                   f"{report.shards} shards into {report.path}", err=True)

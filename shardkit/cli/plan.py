@@ -6,8 +6,8 @@ import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
 from shardkit.cli._figures import format_figures
-from shardkit.cli._options import io_options, jobs_option, json_option
-from shardkit.cli._wenet_conf import trainer_spec, wenet_conf_options
+from shardkit.cli._options import io_options, jobs_option, json_option, run_options
+from shardkit.cli._wenet_conf import wenet_conf_options
 
 
 @click.command("plan", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -58,65 +58,37 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
     (batch_conf, shuffle and sort buffers) and reports steps per rank and worker and what
     equal_steps would leave out; JSON: "wenet_conf" and "warnings".
     """
-    import os
+    from shardkit.cli._progress import ProgressBars
+    from shardkit.commands.plan import PlanSettings, run_plan
 
-    from tqdm import tqdm
-
-    from shardkit.commands.index import shard_sizes
-    from shardkit.io.inputs import expand_shards
-    from shardkit.planning.partition import plan_figures, plan_figures_webdataset
-
-    if draws is not None and reader != "webdataset":
-        from shardkit.errors import UsageError
-
-        raise UsageError("--draws needs --reader webdataset")
-    paths = expand_shards(list(shards))
-    bar = tqdm(total=len(set(paths)), unit="shard", file=sys.stderr, disable=quiet or bool(index_files),
-               dynamic_ncols=True, desc="read")
-
-    def on_shard(shard, count, error):
-        bar.update(1)
-        if error:
-            bar.write(f"failed: {error}", file=sys.stderr)
-
-    spec = trainer_spec(wenet_conf, tokenizer, dropped_keys)
-    if spec is None:
-        utts, secs, failures = shard_sizes(paths, index_files=list(index_files), jobs=jobs or os.cpu_count() or 1,
-                                           on_shard=on_shard)
-    else:
-        from shardkit.commands.trainer import plan_list
-
-        view, failures = plan_list(paths, spec, index_files=list(index_files), jobs=jobs or os.cpu_count() or 1,
-                                   world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed,
-                                   on_shard=on_shard)
-        if view is not None:
-            utts, secs = view.utterances, view.seconds
-    bar.close()
-    if failures:
-        if as_json:
-            emit_json({"command": "plan", "failures": failures})
-        click.echo(f"Error: {len(failures)} of {len(set(paths))} shards cannot be read; first: "
-                   f"{failures[0]['error']}", err=True)
-        sys.exit(1)
-    figures = plan_figures(utts, secs, world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed)
-    shown = [figures]
-    if reader == "webdataset":
-        sizes = {"world_size": world_size, "num_workers": num_workers, "epochs": epochs, "seed": seed}
-        resampled = plan_figures_webdataset(utts, secs, resampled=True, draws=draws, **sizes)
-        wenet = {"reader": "wenet", **figures}
-        figures = {**plan_figures_webdataset(utts, secs, **sizes), "resampled": resampled, "wenet": wenet}
-        shown = [figures, resampled, wenet]
-    extra = {} if spec is None else {"wenet_conf": view.report, "warnings": spec.warnings}
-    if spec is not None and dropped_keys:
-        from shardkit.commands.trainer import write_dropped_keys
-
-        write_dropped_keys(dropped_keys, view.dropped_keys)
+    settings = PlanSettings(world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed, reader=reader,
+                            draws=draws, index_files=tuple(index_files), wenet_conf=wenet_conf, tokenizer=tokenizer,
+                            dropped_keys=dropped_keys)
+    with ProgressBars(quiet=quiet) as bars:
+        result = run_plan(list(shards), settings, run_options(jobs=jobs, on_event=bars))
+    if result.failures:
+        _fail(result, as_json)
     if as_json:
-        emit_json({"command": "plan", **figures, **extra})
+        emit_json(result.summary())
     if not quiet:
-        click.echo("\n\n".join(format_figures(f) for f in shown), err=True)
-    if spec is not None:
-        from shardkit.commands.trainer import format_report
+        click.echo("\n\n".join(format_figures(f) for f in result.shown), err=True)
+    if result.wenet_conf is not None:
+        _print_wenet_conf(result, quiet)
 
-        click.echo(format_report(view.report, spec.warnings) if not quiet else
-                   "\n".join(f"warning: {w}" for w in spec.warnings), err=True, nl=bool(spec.warnings) or not quiet)
+
+def _fail(result, as_json: bool) -> None:
+    """Shards that cannot be read: the JSON document lists them, the error names the first; exit 1."""
+    if as_json:
+        emit_json(result.summary())
+    click.echo(f"Error: {len(result.failures)} of {result.shards} shards cannot be read; first: "
+               f"{result.failures[0]['error']}", err=True)
+    sys.exit(result.exit_code)
+
+
+def _print_wenet_conf(result, quiet: bool) -> None:
+    """--wenet-conf's report on stderr (quiet: its warnings only)."""
+    from shardkit.wenet_conf.report import format_report
+
+    warnings = result.warnings
+    click.echo(format_report(result.wenet_conf, warnings) if not quiet else
+               "\n".join(f"warning: {w}" for w in warnings), err=True, nl=bool(warnings) or not quiet)

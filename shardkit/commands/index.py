@@ -24,6 +24,17 @@ from typing import Callable, Iterator
 
 from shardkit.errors import AudioError, ShardkitError, UsageError, printable
 from shardkit.io.audio import flac_total_samples, probe_file  # noqa: F401 - public names of this module
+from shardkit.io.indexfile import (  # noqa: F401 - the index file names, importable from here as before
+    REQUIRED_FIELDS,
+    IndexWriter,
+    dumps_line,
+    is_index_file,
+    is_parquet,
+    iter_index,
+    loads,
+    open_index,
+    parse_index_line,
+)
 from shardkit.io.tar import (
     AUDIO_EXTENSIONS,
     BLOCK,
@@ -36,18 +47,7 @@ from shardkit.io.tar import (
     open_shard,
     split_key,
 )
-
-from shardkit.io.indexfile import (  # noqa: F401 - the index file names, importable from here as before
-    REQUIRED_FIELDS,
-    IndexWriter,
-    dumps_line,
-    is_index_file,
-    is_parquet,
-    iter_index,
-    loads,
-    open_index,
-    parse_index_line,
-)
+from shardkit.run.options import RunOptions
 
 
 class _CountingChunkReader(ChunkReader):
@@ -194,6 +194,23 @@ def utterance_record(sample: dict, *, shard: str, corpus: str) -> dict:
     key = sample["__key__"]
     names = sample["__members__"]
     exts = [n[len(key) + 1:] for n in names]
+    audio_ext = _audio_extension(key, names, exts, shard)
+    audio_name = f"{key}.{audio_ext}"
+    audio_data, _, audio_size = sample[audio_ext]
+    try:
+        info = probe_member(audio_data, audio_size)
+    except AudioError as err:
+        raise err.located(shard=shard, member=audio_name)
+    text_chars = _text_chars(sample["txt"], shard, f"{key}.txt")
+    members = [[name, sample[ext][1], sample[ext][2]] for name, ext in zip(names, exts)]
+    return {"shard": shard, "key": key, "corpus": corpus, "audio": audio_name, "format": info["format"],
+            "bytes": sum(m[2] for m in members), "sample_rate": info["sample_rate"], "channels": info["channels"],
+            "frames": info["frames"], "duration": round(info["duration"], 6), "text_chars": text_chars,
+            "members": members}
+
+
+def _audio_extension(key: str, names: list[str], exts: list[str], shard: str) -> str:
+    """The utterance's audio member's extension; no audio, no transcript or a repeated extension is an error."""
     audio_ext = next((e for e in exts if e.lower() in AUDIO_EXTENSIONS), None)
     if audio_ext is None:
         raise ShardkitError(f"utterance {key!r} has no audio member (members: {', '.join(names)})", shard=shard)
@@ -201,24 +218,17 @@ def utterance_record(sample: dict, *, shard: str, corpus: str) -> dict:
         raise ShardkitError(f"utterance {key!r} has no .txt transcript", shard=shard)
     if len(set(exts)) != len(exts):
         raise ShardkitError(f"utterance {key!r} repeats a member extension ({', '.join(names)})", shard=shard)
-    audio_name = f"{key}.{audio_ext}"
-    audio_data, _, audio_size = sample[audio_ext]
+    return audio_ext
+
+
+def _text_chars(txt: tuple[bytes, int, int], shard: str, member: str) -> int:
+    """The transcript's length in characters (it must be held whole, and UTF-8)."""
+    if txt[2] > len(txt[0]):
+        raise ShardkitError(f"transcript member of {txt[2]} bytes is too large to index", shard=shard, member=member)
     try:
-        info = probe_member(audio_data, audio_size)
-    except AudioError as err:
-        raise err.located(shard=shard, member=audio_name)
-    if sample["txt"][2] > len(sample["txt"][0]):
-        raise ShardkitError(f"transcript member of {sample['txt'][2]} bytes is too large to index", shard=shard,
-                            member=f"{key}.txt")
-    try:
-        text_chars = len(sample["txt"][0].decode("utf-8"))
+        return len(txt[0].decode("utf-8"))
     except UnicodeDecodeError:
-        raise ShardkitError("transcript is not UTF-8", shard=shard, member=f"{key}.txt") from None
-    members = [[name, sample[ext][1], sample[ext][2]] for name, ext in zip(names, exts)]
-    return {"shard": shard, "key": key, "corpus": corpus, "audio": audio_name, "format": info["format"],
-            "bytes": sum(m[2] for m in members), "sample_rate": info["sample_rate"], "channels": info["channels"],
-            "frames": info["frames"], "duration": round(info["duration"], 6), "text_chars": text_chars,
-            "members": members}
+        raise ShardkitError("transcript is not UTF-8", shard=shard, member=member) from None
 
 
 def default_corpus_name(shard: str) -> str:
@@ -267,17 +277,29 @@ def _index_failed(task, error: ShardkitError) -> tuple[None, str]:
     return None, str(error.located(shard=task[0]))
 
 
-def iter_indexed_shards(shards: list[str], corpus: str | None = None, *, jobs: int = 1,
-                        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, executor: str = "local",
-                        ray_address: str | None = None) -> Iterator[tuple[str, list[dict] | None, str | None]]:
-    """``(shard, records, error)`` per shard in list order; ``jobs`` processes or Ray tasks, a bounded window ahead."""
-    from shardkit.run.executor import run_tasks
-
+def iter_indexed_shards(shards: list[str], corpus: str | None = None, options: RunOptions | None = None, *,
+                        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+                        ) -> Iterator[tuple[str, list[dict] | None, str | None]]:
+    """``(shard, records, error)`` per shard in list order; ``options``' jobs processes or Ray tasks, a
+    bounded window ahead."""
     tasks = [(s, corpus, max_member_bytes) for s in shards]
     # results are handed back in list order and at most a window of them wait: memory stays a few shards
-    for i, (records, error) in run_tasks(_index_task, tasks, jobs=jobs, executor=executor, ray_address=ray_address,
-                                         ordered=True, on_error=_index_failed):
+    for i, (records, error) in (options or RunOptions()).run_tasks(_index_task, tasks, ordered=True,
+                                                                   on_error=_index_failed):
         yield tasks[i][0], records, error
+
+
+def indexed_shards(shards: list[str], options: RunOptions, *, stage: str, corpus: str | None = None,
+                   max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+                   ) -> Iterator[tuple[str, list[dict] | None, str | None]]:
+    """:func:`iter_indexed_shards`, reported through ``options``' events: a stage ``stage`` of
+    ``len(shards)`` shards, then a ``done`` per shard once its records were used (its result
+    ``{"shard", "utterances"}``, its error)."""
+    events = options.events
+    events.stage(stage, total=len(shards))
+    for shard, records, error in iter_indexed_shards(shards, corpus, options, max_member_bytes=max_member_bytes):
+        yield shard, records, error
+        events.done({"shard": shard, "utterances": len(records or ())}, error=error)
 
 
 @dataclass
@@ -289,87 +311,147 @@ class IndexReport:
     bytes: int = 0
     failures: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
+    converted_from: str | None = None  # ``index IN.jsonl -o OUT.parquet``: the index rewritten
 
     def summary(self) -> dict:
-        return {"command": "index", "index": self.path, "shards": self.shards, "utterances": self.utterances,
-                "audio_seconds": round(self.seconds, 3), "member_bytes": self.bytes,
-                "failed": len(self.failures), "failures": self.failures, "elapsed_seconds": round(self.elapsed, 3)}
+        summary = {"command": "index", "index": self.path, "shards": self.shards, "utterances": self.utterances,
+                   "audio_seconds": round(self.seconds, 3), "member_bytes": self.bytes,
+                   "failed": len(self.failures), "failures": self.failures,
+                   "elapsed_seconds": round(self.elapsed, 3)}
+        if self.converted_from is not None:
+            summary["converted_from"] = self.converted_from
+        return summary
 
     @property
     def exit_code(self) -> int:
         return 1 if self.failures else 0
 
+    def count(self, shard: str, records: list[dict] | None, error: str | None) -> None:
+        """One shard's outcome: its failure, or its utterances, seconds and member bytes."""
+        self.shards += 1
+        if error is not None:
+            self.failures.append({"shard": shard, "error": error})
+            return
+        self.utterances += len(records)
+        self.seconds += sum(r["duration"] for r in records)
+        self.bytes += sum(r["bytes"] for r in records)
 
-def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, jobs: int = 1,
-                max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-                on_shard: Callable[[str, int, str | None], None] | None = None, executor: str = "local",
-                ray_address: str | None = None, split: tuple[int, int] | None = None) -> IndexReport:
+
+def is_index_rewrite(shard_args: list[str], output: str) -> bool:
+    """``index IN.jsonl -o OUT.parquet``: one JSON lines index given, a Parquet one asked for."""
+    return len(shard_args) == 1 and shard_args[0].endswith(".jsonl") and output.endswith(".parquet")
+
+
+def run_index(shard_args: list[str], output: str, corpus: str | None = None, options: RunOptions | None = None, *,
+              max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> IndexReport:
+    """``shardkit index``: the shards ``shard_args`` name (files, folders, globs, data.list files) indexed
+    into ``output`` (see :func:`build_index`), or one JSON lines index rewritten as Parquet
+    (:func:`is_index_rewrite`, :func:`convert_index_file`; the report's ``converted_from``).
+
+    The output may be none of the arguments (a data.list included, which :func:`build_index` never
+    sees); a folder made for it is removed again when a shard failed (no empty folder that looks made).
+    ``options``: jobs, executor, ``split`` (only slice I of N, into ``<stem>.slice-I-of-N.<suffix>``)
+    and progress (a stage "index", a ``done`` per shard; a rewrite: a stage "convert" of rows).
+    """
+    options = options or RunOptions()
+    if is_index_rewrite(shard_args, output):
+        report = convert_index_file(shard_args[0], output, options)
+        report.converted_from = shard_args[0]
+        return report
+    from shardkit.io.inputs import expand_shards
+    from shardkit.run.lifecycle import claim_output_file
+    from shardkit.run.split import slice_path
+
+    folder = os.path.dirname(os.path.abspath(output))
+    folder_existed = os.path.isdir(folder)
+    # the arguments themselves too: build_index sees only the shards a data.list names, not the list
+    claim_output_file(slice_path(output, *options.split) if options.split else output,
+                      [s for s in shard_args if s != "-"])
+    report = build_index(expand_shards(list(shard_args)), output, corpus, options, max_member_bytes=max_member_bytes)
+    if report.failures and not folder_existed:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+    return report
+
+
+def build_index(shards: list[str], out_path: str, corpus: str | None = None, options: RunOptions | None = None, *,
+                max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES) -> IndexReport:
     """Index ``shards`` into ``out_path`` (shard order), atomically: Parquet when it ends in
     ``.parquet`` (``shardkit.io.indexfile``), else JSON lines.
 
     Lines stream to a temporary file beside ``out_path``; it is fsynced and renamed only when every
     shard was read. If any shard fails, no index is written (a partial index would make later
-    steps lose utterances without a word) and the report lists each failure. ``split=(I, N)``
+    steps lose utterances without a word) and the report lists each failure. ``options.split=(I, N)``
     indexes only slice I of N of ``shards`` into ``<out>.slice-I-of-N.jsonl``: the slices'
     files, concatenated in slice order, are byte for byte the index of the whole list (and
-    ``balance`` takes them as they are, comma-separated, as one corpus).
+    ``balance`` takes them as they are, comma-separated, as one corpus). Progress: a stage "index"
+    and a ``done`` per shard (its result ``{"shard", "utterances"}``, its error).
     """
     import time
 
-    from shardkit.run.lifecycle import AtomicFile, claim_output_file, output_error
+    from shardkit.run.lifecycle import AtomicFile, output_error
 
     started = time.perf_counter()
-    if split is not None:
+    options = options or RunOptions()
+    if options.split is not None:
         from shardkit.run.split import select_slice, slice_path
 
-        shards = select_slice(shards, *split)
-        out_path = slice_path(out_path, *split)
+        shards = select_slice(shards, *options.split)
+        out_path = slice_path(out_path, *options.split)
     out_path = os.path.abspath(out_path)
-    if is_parquet(out_path):
-        from shardkit.io.indexfile import require_pyarrow
-
-        require_pyarrow()  # before any shard is read
-    folder = os.path.dirname(out_path)
-    claim_output_file(out_path, shards)
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as err:
-        raise output_error(err, out_path, "cannot create its folder") from None
+    _ready_output(out_path, shards)
     report = IndexReport(path=None)
     with AtomicFile(out_path, buffering=1 << 20) as out:
         writer = IndexWriter(out_path, out.file)
         try:
-            for shard, records, error in iter_indexed_shards(shards, corpus, jobs=jobs,
-                                                             max_member_bytes=max_member_bytes,
-                                                             executor=executor, ray_address=ray_address):
-                report.shards += 1
-                if error is not None:
-                    report.failures.append({"shard": shard, "error": error})
-                else:
+            for shard, records, error in indexed_shards(shards, options, stage="index", corpus=corpus,
+                                                        max_member_bytes=max_member_bytes):
+                if error is None:
                     writer.write(records)
-                    report.utterances += len(records)
-                    report.seconds += sum(r["duration"] for r in records)
-                    report.bytes += sum(r["bytes"] for r in records)
-                if on_shard:
-                    on_shard(shard, len(records or ()), error)
+                report.count(shard, records, error)
         except OSError as err:
             raise output_error(err, out_path) from None
         if not report.failures:  # else leaving the block removes the temporary file
-            try:
-                writer.close()
-            except OSError as err:
-                raise output_error(err, out_path) from None
-            out.commit()
+            _commit(writer, out, out_path)
             report.path = out_path
     report.elapsed = time.perf_counter() - started
     return report
 
 
-def convert_index_file(src: str, out_path: str, *, on_rows: Callable[[int], None] | None = None) -> IndexReport:
+def _ready_output(out_path: str, shards: list[str]) -> None:
+    """Before any shard is read: pyarrow for a Parquet index, the output none of the shards, its folder made."""
+    from shardkit.run.lifecycle import claim_output_file, output_error
+
+    if is_parquet(out_path):
+        from shardkit.io.indexfile import require_pyarrow
+
+        require_pyarrow()
+    claim_output_file(out_path, shards)
+    try:
+        os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    except OSError as err:
+        raise output_error(err, out_path, "cannot create its folder") from None
+
+
+def _commit(writer: IndexWriter, out, out_path: str) -> None:
+    """The index's last rows (a Parquet footer) written, then the temporary file renamed onto ``out_path``."""
+    from shardkit.run.lifecycle import output_error
+
+    try:
+        writer.close()
+    except OSError as err:
+        raise output_error(err, out_path) from None
+    out.commit()
+
+
+def convert_index_file(src: str, out_path: str, options: RunOptions | None = None) -> IndexReport:
     """Rewrite the JSON lines index ``src`` as the Parquet index ``out_path`` without opening a shard.
 
     Streams (one row group in memory); every line ``balance`` accepts is accepted, a line with a bad
-    field is an error naming the file and line, and then no output is written.
+    field is an error naming the file and line, and then no output is written. Progress: a stage
+    "convert" of rows (total unknown), a ``done`` per batch of rows written.
     """
     import time
 
@@ -382,69 +464,16 @@ def convert_index_file(src: str, out_path: str, *, on_rows: Callable[[int], None
         raise UsageError("converting an index goes from a .jsonl index to a .parquet one")
     out_path = os.path.abspath(out_path)
     claim_output_file(out_path, [src])
+    events = (options or RunOptions()).events
+    events.stage("convert", total=None, unit="utt")
     report = IndexReport(path=None)
     try:
         os.makedirs(os.path.dirname(out_path), exist_ok=True)
         with AtomicFile(out_path, buffering=1 << 20) as out:
-            report.utterances = convert_index(src, out.file, on_rows=on_rows)
+            report.utterances = convert_index(src, out.file, on_rows=lambda rows: events.done(count=rows))
             out.commit()
     except OSError as err:
         raise output_error(err, out_path) from None
     report.path = out_path
     report.elapsed = time.perf_counter() - started
     return report
-
-
-def shard_sizes(shards: list[str], *, index_files: list[str] | None = None, jobs: int = 1,
-                on_shard: Callable[[str, int, str | None], None] | None = None):
-    """``(utterances, seconds, failures)`` per shard of the list: from indexes when given, else by reading.
-
-    With indexes, a listed shard that no index covers is a UsageError (the figures would be wrong).
-    """
-    import numpy as np
-
-    utts = np.zeros(len(shards), np.int64)
-    secs = np.zeros(len(shards), np.float64)
-    position: dict[str, list[int]] = {}
-    for i, s in enumerate(shards):
-        position.setdefault(s, []).append(i)
-    failures = []
-    if index_files:
-        seen = set()
-        for path in index_files:
-            if is_parquet(path):  # vectorised: columns, not records
-                from shardkit.io.indexfile import shard_sizes_of
-
-                unique = list(position)
-                u_utts, u_secs = np.zeros(len(unique), np.int64), np.zeros(len(unique), np.float64)
-                seen |= shard_sizes_of(path, {s: i for i, s in enumerate(unique)}, u_utts, u_secs)
-                for i, s in enumerate(unique):
-                    utts[position[s]] += u_utts[i]
-                    secs[position[s]] += u_secs[i]
-                continue
-            counts: dict[str, int] = {}
-            seconds: dict[str, float] = {}
-            for record in iter_index(path):  # sums in plain dicts: a numpy scalar update per line costs 3x
-                shard = record["shard"]
-                counts[shard] = counts.get(shard, 0) + 1
-                seconds[shard] = seconds.get(shard, 0.0) + record["duration"]
-            for shard, count in counts.items():
-                where = position.get(shard)
-                if where is not None:
-                    seen.add(shard)
-                    utts[where] += count
-                    secs[where] += seconds[shard]
-        missing = [s for s in position if s not in seen]
-        if missing:
-            raise UsageError(f"{len(missing)} listed shards are in no index given with --index "
-                             f"(first: {missing[0]})")
-    else:
-        for shard, records, error in iter_indexed_shards(list(position), jobs=jobs):
-            if error is not None:
-                failures.append({"shard": shard, "error": error})
-            else:
-                utts[position[shard]] = len(records)
-                secs[position[shard]] = sum(r["duration"] for r in records)
-            if on_shard:
-                on_shard(shard, len(records or ()), error)
-    return utts, secs, failures

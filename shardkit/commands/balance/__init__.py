@@ -129,7 +129,7 @@ class BalanceSettings:
     """What a balance run plans and writes (how it runs, its jobs, executor, ``--split``, overwrite and
     progress, is ``RunOptions``).
 
-    ``wenet`` (a ``shardkit.commands.trainer.TrainerSpec``, from ``--wenet-conf``): plan only the utterances
+    ``wenet`` (a ``shardkit.wenet_conf.load.TrainerSpec``, from ``--wenet-conf``): plan only the utterances
     the trainer's filter keeps, and report what it drops and how the output batches; ``dropped_keys``: with
     it, the file the dropped keys are written to. ``part=(I, P)``: plan (and write) only part I of P of every
     corpus, the utterances whose row in the corpus' indexes is I - 1 modulo P (:func:`load_columns`): P such
@@ -215,7 +215,7 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, settings: Balance
     _check_run_args(corpora, settings, options.split)
     report = _run(corpora, out_dir, settings, options, started)
     if settings.wenet is not None and settings.dropped_keys:
-        from shardkit.commands.trainer import write_dropped_keys
+        from shardkit.wenet_conf.report import write_dropped_keys
 
         write_dropped_keys(settings.dropped_keys, report.dropped_keys)
     return report
@@ -255,8 +255,8 @@ def _load_and_plan(stack: ExitStack, corpora: Sequence[CorpusSource], work_dir: 
     mix, index_files = _load_mix(corpora, work_dir, options, check_keys=wenet is not None, part=settings.part,
                                  on_corpus_loaded=ahead, trainer=wenet)
     trainer = None
-    if wenet is not None:  # the trainer's filter, before planning (shardkit.commands.trainer)
-        from shardkit.commands.trainer import filter_mix
+    if wenet is not None:  # the trainer's filter, before planning (shardkit.wenet_conf.mix)
+        from shardkit.wenet_conf.mix import filter_mix
 
         mix, trainer = filter_mix(mix, wenet)  # from the columns load_columns read for it
     options.events.note("planning...")

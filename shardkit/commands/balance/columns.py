@@ -41,7 +41,7 @@ class CorpusColumns:
     segments: list["_Segment"] | None = None  # the index files the rows came from (load_columns)
     rows: np.ndarray | None = None  # after a filter: the segments' rows these utterances are (None: all)
     # load_columns(trainer_columns=True): frames, sample_rate, text_chars (and .txt places) for --wenet-conf,
-    # a shardkit.commands.trainer.TrainerBlock; None otherwise (and once the filter has used it)
+    # a shardkit.wenet_conf.blocks.TrainerBlock; None otherwise (and once the filter has used it)
     trainer: object | None = None
 
 
@@ -256,7 +256,7 @@ class _LoadState:
         """The corpus' trainer columns as one TrainerBlock (None unless asked); the next corpus starts afresh."""
         if not self.trainer:
             return None
-        from shardkit.commands.trainer import concat_blocks
+        from shardkit.wenet_conf.blocks import concat_blocks
 
         block = concat_blocks(self.trainer_parts, self.want_txt)
         self.trainer_parts = []
@@ -266,7 +266,7 @@ class _LoadState:
         """A JSON lines file's collector of the trainer's filter fields (None unless asked)."""
         if not self.trainer:
             return None
-        from shardkit.commands.trainer import RecordTrainer
+        from shardkit.wenet_conf.blocks import RecordTrainer
 
         return RecordTrainer(self.want_txt)
 
@@ -383,7 +383,7 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
     pf = open_parquet_index(path)
     columns = ["shard", "key", "duration", *plausibility]
     if state.trainer:  # --wenet-conf: the filter's columns, in this same read (absent ones: the filter's error)
-        from shardkit.commands.trainer import TRAINER_FIELDS
+        from shardkit.wenet_conf.blocks import TRAINER_FIELDS
 
         extra = [*TRAINER_FIELDS, *(["members"] if state.want_txt else [])]
         columns += [c for c in extra if c not in columns and c in pf.schema_arrow.names]
@@ -409,7 +409,7 @@ def _trainer_columns(table, path: str, group: int, start: int, rows: np.ndarray 
     """The trainer's filter columns of a row group's rows ``rows`` (None: all), when asked (else None)."""
     if not state.trainer:
         return None
-    from shardkit.commands.trainer import table_trainer_block
+    from shardkit.wenet_conf.blocks import table_trainer_block
 
     try:
         return table_trainer_block(table, path, start, state.want_txt, rows)

@@ -10,6 +10,8 @@ before anything is written. A corpus spec (``NAME=SOURCES[:WEIGHT]``) and the so
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from typing import TYPE_CHECKING, Sequence
 
@@ -94,11 +96,11 @@ def _built_index(corpus: CorpusSource, built: str, shards: list[str], options: R
     stamp = {"corpus": corpus.name, "sources": source_stamps(shards)}
     if os.path.exists(built) and load_json(stamp_path) == stamp:
         return built
-    events.stage(f"index {corpus.name}", len(shards))
-    report = build_index(shards, built, corpus.name, jobs=options.jobs,
-                         on_shard=lambda shard, count, error: events.done({"shard": shard, "utterances": count},
-                                                                          error=error),
-                         executor=options.executor, ray_address=options.ray_address)
+    stage = f"index {corpus.name}"
+    sink = events.sink
+    # index's own progress, shown as this corpus' stage; never a slice of it (--split slices balance's output)
+    on_event = (lambda event: sink(dataclasses.replace(event, stage=stage)))
+    report = build_index(shards, built, corpus.name, options.replace(on_event=on_event, split=None))
     if report.failures:
         first = report.failures[0]["error"]
         raise ShardkitError(f"corpus {corpus.name!r}: {len(report.failures)} of {report.shards} shards "

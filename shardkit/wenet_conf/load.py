@@ -1,20 +1,22 @@
-"""Reading what ``--wenet-conf`` needs: WeNet's training YAML, its tokenizer files, and transcripts.
+"""What ``--wenet-conf`` and ``--tokenizer`` load: WeNet's training YAML and its tokenizer files, as a
+:class:`TrainerSpec` that plan and balance take.
 
-The meaning of the conf lives in :mod:`shardkit.planning.trainer` (pure); this module only reads
-files: the YAML (PyYAML, the ``wenet-conf`` extra), the symbol table and non-language symbols in
-WeNet's formats (``wenet/utils/file_utils.py``), a sentencepiece model (optional dependency, only
-for a BPE tokenizer), and the ``.txt`` members of shards at the offsets an index records. Every
-failure is a UsageError (a file named on the command line, or by the conf) or a ShardkitError
-(a shard) that names the file and the reason.
+The meaning of the conf lives in :mod:`shardkit.wenet_conf.conf` and of the tokenizer in
+:mod:`shardkit.wenet_conf.tokens` (pure); this module only reads files: the YAML (PyYAML, the
+``wenet-conf`` extra), the symbol table and non-language symbols in WeNet's formats
+(``wenet/utils/file_utils.py``) and a sentencepiece model (optional dependency, only for a BPE
+tokenizer). Every failure is a UsageError that names the file (on the command line, or named by
+the conf) and the reason.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from dataclasses import dataclass
 
-from shardkit.errors import ShardkitError, UsageError
-from shardkit.planning.trainer import ConfError, Tokenizer, TokenizerConf, TrainerConf, trainer_conf
+from shardkit.errors import UsageError
+from shardkit.wenet_conf.conf import ConfError, TokenizerConf, TrainerConf, trainer_conf
+from shardkit.wenet_conf.tokens import Tokenizer
 
 
 def load_trainer_conf(path: str) -> TrainerConf:
@@ -108,28 +110,44 @@ def load_tokenizer(conf: TokenizerConf, conf_path: str, override: str | None = N
     """
     if override is not None and not os.path.isfile(override):
         raise UsageError("--tokenizer: no such file", shard=override)
-    bpe_override = override if override is not None and override.endswith(".model") else None
-    table_override = override if override is not None and bpe_override is None else None
     if conf.tokenizer not in ("char", "bpe") and override is None:
         return None, f"tokenizer {conf.tokenizer!r} is not modelled: one token per transcript character assumed"
-
-    def conf_file(value: str | None, key: str) -> str | None:
-        if not value:
-            return None
-        if override is None:
-            return resolve_conf_path(value, conf_path, key)
-        try:
-            return resolve_conf_path(value, conf_path, key)
-        except UsageError:
-            return None
-
-    table_path = table_override or conf_file(conf.symbol_table_path, "tokenizer_conf.symbol_table_path")
-    bpe_path = bpe_override or (conf_file(conf.bpe_path, "tokenizer_conf.bpe_path") if conf.tokenizer == "bpe"
-                                else None)
-    if conf.tokenizer == "bpe" and not bpe_path:
-        raise UsageError("tokenizer 'bpe' needs tokenizer_conf.bpe_path (or --tokenizer MODEL.model)", shard=conf_path)
+    table_path, bpe_path = _tokenizer_files(conf, conf_path, override)
     if not table_path and not bpe_path:
         return None, "no tokenizer file: one token per transcript character assumed (the index's text_chars)"
+    return _read_tokenizer(conf, conf_path, table_path, bpe_path)
+
+
+def _tokenizer_files(conf: TokenizerConf, conf_path: str, override: str | None) -> tuple[str | None, str | None]:
+    """``(symbol table, BPE model)`` paths: ``--tokenizer`` for one of them, the conf's for the rest (a file
+    of the conf that is missing is an error, unless ``--tokenizer`` was given: then it is left out)."""
+    bpe_override = override if override is not None and override.endswith(".model") else None
+    table_override = override if override is not None and bpe_override is None else None
+    lenient = override is not None
+    table_path = table_override or _conf_file(conf.symbol_table_path, conf_path, "tokenizer_conf.symbol_table_path",
+                                              lenient)
+    bpe_path = bpe_override or (_conf_file(conf.bpe_path, conf_path, "tokenizer_conf.bpe_path", lenient)
+                                if conf.tokenizer == "bpe" else None)
+    if conf.tokenizer == "bpe" and not bpe_path:
+        raise UsageError("tokenizer 'bpe' needs tokenizer_conf.bpe_path (or --tokenizer MODEL.model)", shard=conf_path)
+    return table_path, bpe_path
+
+
+def _conf_file(value: str | None, conf_path: str, key: str, lenient: bool) -> str | None:
+    """The file a tokenizer key of the conf names (None: none named, or ``lenient`` and not found)."""
+    if not value:
+        return None
+    try:
+        return resolve_conf_path(value, conf_path, key)
+    except UsageError:
+        if lenient:
+            return None
+        raise
+
+
+def _read_tokenizer(conf: TokenizerConf, conf_path: str, table_path: str | None,
+                    bpe_path: str | None) -> tuple[Tokenizer, str]:
+    """The tokenizer of these files, and what it is, in words."""
     symbols = read_symbol_table(table_path) if table_path else None
     non_lang = None
     if conf.non_lang_syms_path:
@@ -143,68 +161,36 @@ def load_tokenizer(conf: TokenizerConf, conf_path: str, override: str | None = N
     return tokenizer, f"WeNet's {name}, {table}"
 
 
-def read_transcripts(shard: str, ranges: Sequence[tuple[int, int]]) -> list[str]:
-    """The transcripts at ``(offset, size)`` of the decompressed tar of ``shard`` (ranges ascending,
-    as an index records its members), stripped as WeNet's reader strips them.
 
-    A plain shard is read by seeks; a compressed one is decompressed once, streaming.
-    """
-    from shardkit.io.codecs import detect_codec, iter_decompressed
-    from shardkit.io.tar import ChunkReader, open_shard
+@dataclass(frozen=True)
+class TrainerSpec:
+    """What ``--wenet-conf`` (and ``--tokenizer``) hand to plan and balance."""
 
-    out: list[str] = []
-    with open_shard(shard) as f:
-        codec = detect_codec(f.peek(16)[:16]) if hasattr(f, "peek") else None
-        if codec == "none":
-            for offset, size in ranges:
-                f.seek(offset)
-                out.append(_text(f.read(size), size, shard, offset))
-            return out
-        reader = ChunkReader(iter_decompressed(f, shard=shard, codec=codec))
-        position = 0
-        for offset, size in ranges:
-            if offset < position:
-                raise ShardkitError(f"transcript ranges out of order at offset {offset}", shard=shard)
-            _skip(reader, offset - position)
-            out.append(_text(reader.read(size), size, shard, offset))
-            position = offset + size
-    return out
+    conf: TrainerConf
+    conf_path: str
+    tokenizer: Tokenizer | None
+    tokenizer_note: str
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.conf.warnings)
+
+    def header(self) -> dict:
+        return {"conf": self.conf_path, "tokens": self.tokenizer_note}
 
 
-def _skip(reader, n: int) -> None:
-    while n > 0:
-        chunk = reader.read(min(n, 1 << 20))
-        if not chunk:
-            return
-        n -= len(chunk)
+def load_spec(conf_path: str, tokenizer: str | None = None) -> TrainerSpec:
+    """Read the conf and its tokenizer; every problem is a UsageError naming the file."""
+    conf = load_trainer_conf(conf_path)
+    tok, note = load_tokenizer(conf.tokenizer, conf_path, tokenizer)
+    return TrainerSpec(conf, conf_path, tok, note)
 
 
-def _text(data: bytes, size: int, shard: str, offset: int) -> str:
-    if len(data) != size:
-        raise ShardkitError(f"the transcript at offset {offset} is cut short (the shard changed since it was "
-                            "indexed?)", shard=shard)
-    try:
-        return data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise ShardkitError(f"the transcript at offset {offset} is not UTF-8", shard=shard) from None
 
-
-def transcripts_by_shard(shards: Sequence[str], shard_of, ranges: Sequence[tuple[int, int]],
-                         on_shard=None) -> list[str]:
-    """Transcripts of many utterances, read shard by shard: utterance i is in ``shards[shard_of[i]]``
-    at ``ranges[i]`` = (offset, size) of its ``.txt`` member in the decompressed tar."""
-    import numpy as np
-
-    shard_of = np.asarray(shard_of, np.int64)
-    texts: list[str] = [""] * len(shard_of)
-    if not len(shard_of):
-        return texts
-    order = np.lexsort((np.asarray([r[0] for r in ranges], np.int64), shard_of))
-    cuts = np.flatnonzero(np.diff(shard_of[order])) + 1
-    for picked in np.split(order, cuts):
-        sid = int(shard_of[picked[0]])
-        for i, text in zip(picked.tolist(), read_transcripts(shards[sid], [ranges[i] for i in picked.tolist()])):
-            texts[i] = text
-        if on_shard:
-            on_shard(shards[sid])
-    return texts
+def spec_of_options(wenet_conf: str | None, tokenizer: str | None, dropped_keys: str | None) -> TrainerSpec | None:
+    """The loaded ``--wenet-conf`` (None without it); ``--tokenizer`` and ``--dropped-keys`` need it."""
+    if wenet_conf is None:
+        if tokenizer is not None or dropped_keys is not None:
+            raise UsageError("--tokenizer and --dropped-keys need --wenet-conf")
+        return None
+    return load_spec(wenet_conf, tokenizer)
