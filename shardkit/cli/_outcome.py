@@ -76,7 +76,7 @@ def zstd_note(codec: str) -> dict | None:
     """For zst output: whether this environment's tarfile (WeNet's reader) opens it, from ``wenet status``."""
     if codec != "zst":
         return None
-    from shardkit.training.wenet import zstd_status
+    from shardkit.training.zstd_hook import zstd_status
 
     try:
         reads = bool(zstd_status()["reads_zstd"])

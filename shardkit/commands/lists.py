@@ -20,7 +20,7 @@ from shardkit.io.tar import DEFAULT_MAX_MEMBER_BYTES, group_samples, iter_shard_
 from shardkit.run.options import RunOptions
 
 SHARD_SUFFIXES = tuple(pattern[1:] for pattern in SHARD_PATTERNS)  # ".tar", ".tar.gz", ...
-# Python's tarfile reads these without help; zst needs the hook before 3.14 (see shardkit.training.wenet).
+# Python's tarfile reads these without help; zst needs the hook before 3.14 (see shardkit.training.zstd_hook).
 TARFILE_NATIVE = frozenset({"none", "gz", "bz2", "xz"})
 
 
