@@ -13,7 +13,7 @@ from shardkit.commands import merge_reports
 from shardkit.commands.convert import ConvertSettings, run_convert
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.files import partial_list_path
-from shardkit.run.manifest import atomic_write_json, load_json
+from shardkit.io.files import atomic_write_json, load_json
 from shardkit.run.split import inputs_digest, parse_split, select_slice, slice_bounds, slice_path, slice_record
 
 

@@ -27,7 +27,7 @@ def command(out_dir, minutes, seed, faults, as_json):
     Prints NAME=DIR per corpus on stdout (or one JSON report with --json).
     """
     from shardkit.commands.demo import write_demo
-    from shardkit.run.manifest import prepare_out_dir
+    from shardkit.run.lifecycle import prepare_out_dir
 
     corpora = write_demo(prepare_out_dir(out_dir), minutes=minutes, seed=seed, faults=faults)
     if as_json:

@@ -80,7 +80,7 @@ def command(shards, backend, jobs, sample_rate, channels, strict, min_duration, 
 
     from shardkit.commands.validate import ValidateOptions, format_finding, run_validate
     from shardkit.errors import UsageError
-    from shardkit.run.manifest import atomic_write_json
+    from shardkit.io.files import atomic_write_json
     from shardkit.run.split import parse_split, slice_path
 
     if ray_address and executor != "ray":

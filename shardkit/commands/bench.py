@@ -1013,7 +1013,8 @@ def plot_loader(ax, report: dict) -> None:
 
 def write_outputs(report: BenchReport, out_dir: str) -> dict:
     """OUT_DIR/bench.json, bench.md and bench.png (each written atomically); returns their paths."""
-    from shardkit.run.lifecycle import atomic_write_bytes, atomic_write_json, prepare_out_dir
+    from shardkit.io.files import atomic_write_bytes, atomic_write_json
+    from shardkit.run.lifecycle import prepare_out_dir
 
     out_dir = prepare_out_dir(out_dir)
     data = report.to_json()

@@ -17,14 +17,18 @@ from shardkit import __version__
 from shardkit.errors import ShardkitError, UsageError, printable
 from shardkit.io.codecs import CODECS, open_writer
 from shardkit.io.files import (  # noqa: F401
+    AtomicFile,
     HashingFile,
+    atomic_write_json,
     combine_digests,
     file_sha256,
     load_report,
     member_digest,
+    os_reason,
     output_size,
     output_unchanged,
     publish_list,
+    remove_leftovers,
     remove_temporary_keys,
 )
 from shardkit.io.indexfile import ShardRecords, index_beside
@@ -37,20 +41,16 @@ from shardkit.io.tar import (
     iter_shard_members,
     split_key,
 )
-from shardkit.run.options import RunOptions
 from shardkit.run.lifecycle import (
-    AtomicFile,
     Journal,
-    atomic_write_json,
     claimed_output_dir,
     note,
-    os_reason,
     remote_journal_dir,  # noqa: F401  (moved to lifecycle; still importable from here)
-    remove_leftovers,
     this_run,
     this_run_counts,
     verify_members,
 )
+from shardkit.run.options import RunOptions
 from shardkit.run.split import slice_path, slice_record
 
 MANIFEST = "convert.json"

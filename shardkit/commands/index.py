@@ -316,7 +316,8 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, *, 
     """
     import time
 
-    from shardkit.run.lifecycle import AtomicFile, claim_output_file, output_error
+    from shardkit.io.files import AtomicFile, output_error
+    from shardkit.run.lifecycle import claim_output_file
 
     started = time.perf_counter()
     if split is not None:
@@ -374,7 +375,8 @@ def convert_index_file(src: str, out_path: str, *, on_rows: Callable[[int], None
     import time
 
     from shardkit.io.indexfile import convert_index, require_pyarrow
-    from shardkit.run.lifecycle import AtomicFile, claim_output_file, output_error
+    from shardkit.io.files import AtomicFile, output_error
+    from shardkit.run.lifecycle import claim_output_file
 
     started = time.perf_counter()
     require_pyarrow()

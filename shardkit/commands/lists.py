@@ -271,7 +271,7 @@ def rewrite_list(list_path: str, out_path: str, *, suffix: str, new_dir: str | N
         shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
         raise ShardkitError(f"{len(problems)} of {sum(l.is_entry for l in lines)} rewritten lines are not "
                             f"ready ({shown}); nothing written (use --no-check to write anyway)", shard=list_path)
-    from shardkit.run.lifecycle import atomic_write_lines
+    from shardkit.io.files import atomic_write_lines
 
     atomic_write_lines(out_path, out_lines)
     return {"list": list_path, "out": os.path.abspath(out_path), "lines": len(lines),
@@ -336,7 +336,7 @@ def concat_lists(list_paths: list[str], out_path: str, *, shuffle: bool = False,
         per_list.append({"list": list_path, "lines": len(entries)})
     if shuffle:
         random.Random(seed).shuffle(out_lines)
-    from shardkit.run.lifecycle import atomic_write_lines
+    from shardkit.io.files import atomic_write_lines
 
     atomic_write_lines(out_path, out_lines)
     return {"out": os.path.abspath(out_path), "lines": len(out_lines), "lists": per_list,

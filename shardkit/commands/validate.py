@@ -67,8 +67,8 @@ from shardkit.io.tar import (
 )
 from shardkit.io.text import EMPTY_TEXT, KEY_CONTROL, TEXT_CONTROL, key_control_problem, text_problems
 from shardkit.run.executor import run_tasks
+from shardkit.io.files import AtomicFile
 from shardkit.run.lifecycle import (
-    AtomicFile,
     DigestingTar,
     atomic_write_lines,
     claimed_output_dir,
@@ -1174,7 +1174,7 @@ def format_finding(f: dict) -> str:
 
 def merge_reports(slices) -> dict:
     """merge-reports for validate (``shardkit.run.merge.Slices`` in): the report, quarantine lists; a summary."""
-    from shardkit.run.lifecycle import atomic_write_json
+    from shardkit.io.files import atomic_write_json
 
     merged = merge_slice_reports(slices.docs)
     atomic_write_json(slices.report_path, merged)

@@ -10,10 +10,10 @@ import os
 from itertools import zip_longest
 
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.io.files import load_json
 from shardkit.io.inputs import expand_shards, shard_stem
 from shardkit.io.tar import AUDIO_EXTENSIONS, iter_shard_members, split_key
 from shardkit.io.transcode import pcm_digest, read_pcm
-from shardkit.run.manifest import load_json
 
 
 def verify_pair(source: str, output: str, recorded: dict[str, str] | None = None) -> dict:

@@ -37,7 +37,7 @@ from contextlib import closing
 from typing import Any, Callable, Iterable, Iterator
 
 from shardkit.errors import ClusterError, ShardkitError, UsageError
-from shardkit.run.lifecycle import pid_alive
+from shardkit.io.files import pid_alive
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'shardkit[ray]'"

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.run.lifecycle import OutputLock, atomic_write_json
+from shardkit.io.files import atomic_write_json
+from shardkit.run.lifecycle import OutputLock
 from shardkit.run.split import (
     ENTRIES_KEY,
     FAILED_STATUSES,

@@ -239,7 +239,7 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, *, jobs:
     from shardkit.commands.index import build_index
     from shardkit.io.indexfile import is_index_file
     from shardkit.io.inputs import expand_shards
-    from shardkit.run.manifest import atomic_write_json, load_json
+    from shardkit.io.files import atomic_write_json, load_json
 
     owner: dict[str, str] = {}
     result = []

@@ -45,7 +45,7 @@ def _spool_task(args) -> tuple[str, str | None]:
         return src, None
     from shardkit.io.codecs import iter_decompressed
     from shardkit.io.tar import open_shard
-    from shardkit.run.lifecycle import AtomicFile
+    from shardkit.io.files import AtomicFile
 
     try:
         with open_shard(src) as f, AtomicFile(dst) as out:
@@ -173,7 +173,8 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     from shardkit.io.codecs import open_writer
     from shardkit.io.files import HashingFile, combine_digests, member_digest, output_unchanged
     from shardkit.io.tar import TarWriter, split_key
-    from shardkit.run.lifecycle import AtomicFile, os_reason, verify_members
+    from shardkit.io.files import AtomicFile, os_reason
+    from shardkit.run.lifecycle import verify_members
 
     started = time.perf_counter()
     entry = {"path": dst, "spec": None, "status": "failed", "error": None}
