@@ -115,7 +115,7 @@ def sliced_run(sources, tmp_path):
 def test_three_slices_merged_equal_a_single_run(sliced_run):
     out, single = sliced_run
     assert not (out / "convert.json").exists() and not (out / "data.list").exists()
-    summary = merge_reports(str(out), "convert")
+    summary = merge_reports(str(out), "convert").summary
     assert summary["slices"] == 3 and summary["entries"] == 7 and summary["statuses"] == {"ok": 7}
     assert read(out / "data.list") == single["list"]
     assert without_timing(load_json(str(out / "convert.json"))) == without_timing(single["manifest"])

@@ -46,9 +46,39 @@ class Slices:
 Merger = Callable[[Slices], dict]
 
 
+@dataclass(frozen=True)
+class MergeResult:
+    """What a merge did: ``summary`` (the ``--json`` document a command's merger returned), the line a
+    person reads (``text()``) and the exit status (1 when a merged entry failed or holds a finding)."""
+
+    summary: dict
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.summary["problems"] else 0
+
+    def text(self) -> str:
+        """``merged 3 slices of convert: 7 entries (ok 7); report: OUT/convert.json; list: OUT/data.list``."""
+        summary = self.summary
+        statuses = self._statuses()
+        listed = f"; list: {summary['data_list']}" if summary["data_list"] else ""
+        listed += f"; index: {summary['index']}" if summary.get("index") else ""
+        return (f"merged {summary['slices']} slices of {summary['report']}: {summary['entries']} entries"
+                f"{f' ({statuses})' if statuses else ''}; report: {summary['manifest']}{listed}")
+
+    def _statuses(self) -> str:
+        summary = self.summary
+        statuses = ", ".join(f"{status} {n}" for status, n in sorted(summary["statuses"].items()))
+        if "findings" in summary:
+            statuses = f"{summary['findings']} findings in {summary['problems']} shards"
+        if summary.get("skipped_utterances"):
+            statuses += f"{'; ' if statuses else ''}{summary['skipped_utterances']} utterances skipped"
+        return statuses
+
+
 def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = ENTRIES_KEY,
                   may_differ: tuple[str, ...] | None = None,
-                  mergers: Callable[[str], Merger | None] | None = None) -> dict:
+                  mergers: Callable[[str], Merger | None] | None = None) -> MergeResult:
     """Merge ``<command>.slice-I-of-N.json`` (and ``data.slice-I-of-N.list``) in ``out_dir`` into one.
 
     Writes ``<command>.json`` (the slices' entries concatenated in slice order, everything else as
@@ -57,14 +87,14 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
     different N, of different input lists or with different settings raise ``ShardkitError``
     naming them; ``may_differ`` (default ``MAY_DIFFER`` of the reports' own ``command``) lists
     settings exempt from the check. ``mergers(kind)`` gives the command's own merger, or None for
-    the generic join (``write_merged``). Returns a summary dict.
+    the generic join (``write_merged``). Returns the merger's summary as a :class:`MergeResult`.
     """
     slices = _checked_slices(out_dir, command, entries_key, may_differ)
     merger = (mergers(slices.kind) if mergers is not None else None) or write_merged
     with ExitStack() as locks:
         for folder in _written_folders(slices.out_dir, slices.kind, slices.docs):
             locks.enter_context(OutputLock(folder, slices.kind))
-        return merger(slices)
+        return MergeResult(merger(slices))
 
 
 def _checked_slices(out_dir: str, command: str, entries_key: str, may_differ: tuple[str, ...] | None) -> Slices:
