@@ -106,16 +106,21 @@ def _checked_slices(out_dir: str, command: str, entries_key: str, may_differ: tu
     if not found:
         raise ShardkitError(f"no slice reports to merge (looked for {command}.slice-I-of-N.json)", shard=out_dir)
     count = _one_slice_count(out_dir, found)
+    _refuse_missing(out_dir, report_name, found, count)
+    docs = [_load_slice(found[(i, count)], i, count, entries_key) for i in range(1, count + 1)]
+    kind = docs[0].get("command") or command  # the report's own command: --report may have named it otherwise
+    _check_slices_agree(out_dir, docs, entries_key, MAY_DIFFER.get(kind, ()) if may_differ is None else may_differ)
+    return Slices(out_dir, command, kind, docs, count, entries_key)
+
+
+def _refuse_missing(out_dir: str, report_name: str, found: dict, count: int) -> None:
+    """A ShardkitError naming the slices of ``count`` that wrote no report (at most five file names)."""
     missing = [i for i in range(1, count + 1) if (i, count) not in found]
     if missing:
         names = ", ".join(os.path.basename(slice_path(report_name, i, count)) for i in missing[:5])
         names += " ..." if len(missing) > 5 else ""
         raise ShardkitError(f"missing slice{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
                             f"of {count} (no {names}); rerun those jobs, then merge again", shard=out_dir)
-    docs = [_load_slice(found[(i, count)], i, count, entries_key) for i in range(1, count + 1)]
-    kind = docs[0].get("command") or command  # the report's own command: --report may have named it otherwise
-    _check_slices_agree(out_dir, docs, entries_key, MAY_DIFFER.get(kind, ()) if may_differ is None else may_differ)
-    return Slices(out_dir, command, kind, docs, count, entries_key)
 
 
 def _one_slice_count(out_dir: str, found: dict) -> int:
@@ -175,13 +180,7 @@ def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
     full_paths = [slice_path(os.path.join(out_dir, "data.list"), i, count) for i in range(1, count + 1)]
     list_paths = [p if os.path.exists(p) or not os.path.exists(partial_list_path(p)) else partial_list_path(p)
                   for p in full_paths]
-    have_lists = [os.path.exists(p) for p in list_paths]
-    if any(have_lists) and not all(have_lists):
-        absent = [str(i) for i, ok in enumerate(have_lists, start=1) if not ok]
-        raise ShardkitError(f"slice report{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
-                            f"{'have' if len(absent) > 1 else 'has'} no data.slice-I-of-{count}.list beside "
-                            f"{'them' if len(absent) > 1 else 'it'}", shard=out_dir)
-    if not all(have_lists):
+    if not _every_slice_listed(out_dir, count, list_paths):
         return None, None
     lines = []
     for path in list_paths:
@@ -189,6 +188,17 @@ def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
             lines.extend(line.rstrip("\n") for line in f if line.strip())
     data_list = publish_list(os.path.join(out_dir, "data.list"), lines, complete=list_paths == full_paths)
     return data_list, len(lines)
+
+
+def _every_slice_listed(out_dir: str, count: int, list_paths: list[str]) -> bool:
+    """Whether every slice wrote its list (False when none did); some but not all is a ShardkitError."""
+    have_lists = [os.path.exists(p) for p in list_paths]
+    if any(have_lists) and not all(have_lists):
+        absent = [str(i) for i, ok in enumerate(have_lists, start=1) if not ok]
+        raise ShardkitError(f"slice report{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
+                            f"{'have' if len(absent) > 1 else 'has'} no data.slice-I-of-{count}.list beside "
+                            f"{'them' if len(absent) > 1 else 'it'}", shard=out_dir)
+    return all(have_lists)
 
 
 def _merged_index(slices: Slices, data_list: str | None) -> tuple[str | None, str | None]:
