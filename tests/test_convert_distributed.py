@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.run.manifest import load_json
+from shardkit.io.files import load_json
 
 
 def run_cli(*args):

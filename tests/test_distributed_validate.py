@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from shardkit.cli import main
 from shardkit.io.synth import CorpusSpec, corpus_utterances
 from shardkit.io.tar import TarWriter
-from shardkit.run.manifest import load_json
+from shardkit.io.files import load_json
 
 TIMING = ("elapsed_s", "utterances_per_s", "audio_hours_per_s")
 

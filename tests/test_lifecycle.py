@@ -22,8 +22,8 @@ from conftest import corpus
 from shardkit.cli import main
 from shardkit.errors import UsageError
 from shardkit.io.synth import CorpusSpec, encode, speech_like
+from shardkit.io.files import AtomicFile
 from shardkit.run.lifecycle import (
-    AtomicFile,
     Journal,
     OutputError,
     OutputLock,

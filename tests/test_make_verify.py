@@ -124,7 +124,7 @@ def test_no_verify_skips_only_the_read_back(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from shardkit.cli import main
-    from shardkit.run.lifecycle import AtomicFile
+    from shardkit.io.files import AtomicFile
 
     wav_scp, text = tmp_path / "wav.scp", tmp_path / "text"
     lines_wav, lines_text = [], []
@@ -176,7 +176,7 @@ def test_tar_header_template_is_tarfiles_header_byte_for_byte(name, size):
 def test_sync_while_verifying_publishes_after_both_and_reports_a_failed_fsync(tmp_path, monkeypatch):
     import errno
 
-    from shardkit.run.lifecycle import AtomicFile, OutputError
+    from shardkit.io.files import AtomicFile, OutputError
 
     seen = []
     dst = str(tmp_path / "out.bin")

@@ -280,10 +280,10 @@ def test_run_tasks_turns_any_task_exception_into_that_tasks_result(jobs):
 
 def test_a_lost_cluster_is_exit_code_3_with_one_json_document_and_a_rerun_resumes(make_shards, tmp_path,
                                                                                    monkeypatch):
-    import shardkit.commands.convert as convert
+    import shardkit.run.executor as executor  # convert runs its tasks through RunOptions.run_tasks, i.e. here
 
     shards = make_shards("none", utts_per_shard=4)
-    real = convert.run_tasks
+    real = executor.run_tasks
 
     def losing(fn, tasks, **kwargs):
         for k, (index, entry) in enumerate(real(fn, tasks, **kwargs)):
@@ -291,14 +291,14 @@ def test_a_lost_cluster_is_exit_code_3_with_one_json_document_and_a_rerun_resume
                 raise ClusterError("lost the Ray cluster: its head at 10.0.0.1:6379 has not answered for 20 s")
             yield index, entry
 
-    monkeypatch.setattr(convert, "run_tasks", losing)
+    monkeypatch.setattr(executor, "run_tasks", losing)
     out = tmp_path / "out"
     result = CliRunner().invoke(main, ["convert", *shards, "-o", str(out), "-j", "1", "--json", "-q"])
     assert result.exit_code == 3
     doc = json.loads(result.stdout)
     assert doc["exit_code"] == 3 and "lost the Ray cluster" in doc["error"]
     assert not [n for n in os.listdir(out) if n.endswith((".partial", ".lock"))]
-    monkeypatch.setattr(convert, "run_tasks", real)
+    monkeypatch.setattr(executor, "run_tasks", real)
     result = CliRunner().invoke(main, ["convert", *shards, "-o", str(out), "-j", "1", "--json", "-q"])
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)

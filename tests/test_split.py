@@ -13,7 +13,7 @@ from shardkit.commands import merge_reports
 from shardkit.commands.convert import ConvertSettings, run_convert
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.files import partial_list_path
-from shardkit.run.manifest import atomic_write_json, load_json
+from shardkit.io.files import atomic_write_json, load_json
 from shardkit.run.split import inputs_digest, parse_split, select_slice, slice_bounds, slice_path, slice_record
 
 
@@ -115,7 +115,7 @@ def sliced_run(sources, tmp_path):
 def test_three_slices_merged_equal_a_single_run(sliced_run):
     out, single = sliced_run
     assert not (out / "convert.json").exists() and not (out / "data.list").exists()
-    summary = merge_reports(str(out), "convert")
+    summary = merge_reports(str(out), "convert").summary
     assert summary["slices"] == 3 and summary["entries"] == 7 and summary["statuses"] == {"ok": 7}
     assert read(out / "data.list") == single["list"]
     assert without_timing(load_json(str(out / "convert.json"))) == without_timing(single["manifest"])

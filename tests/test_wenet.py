@@ -19,7 +19,7 @@ import shardkit
 from shardkit.cli import main
 from shardkit.io import zstd_tarfile as hook
 from shardkit.io.tar import iter_shard_members
-from shardkit.training import wenet
+from shardkit.training import zstd_hook
 
 pytestmark = pytest.mark.skipif(not hook.needed(), reason="Python 3.14+ tarfile reads zstd itself")
 
@@ -277,12 +277,12 @@ def test_wenet_reads_zst_shards_in_a_venv_with_the_hook_installed_by_the_cli(mak
     assert before.stderr.count("could not be opened successfully") == 4
 
     enabled = run(python, "-m", "shardkit", "wenet", "enable-zstd")
-    pth = os.path.join(purelib, wenet.PTH_NAME)
+    pth = os.path.join(purelib, zstd_hook.PTH_NAME)
     assert enabled.returncode == 0, enabled.stderr
     assert enabled.stderr.startswith(f"wrote {pth} (backports.zstd ")
     assert f"reads .tar.zst at every start of {python}" in enabled.stderr
     with open(pth) as f:
-        assert f.read() == wenet.PTH_TEXT
+        assert f.read() == zstd_hook.PTH_TEXT
 
     after = run(python, str(reader), *lists.values())
     assert after.returncode == 0, after.stderr
@@ -307,8 +307,8 @@ def test_wenet_reads_zst_shards_in_a_venv_with_the_hook_installed_by_the_cli(mak
 
 def test_leftover_hook_without_shardkit_is_silent_at_startup(tmp_path):
     python, purelib = make_venv(tmp_path / "bare", link_shardkit=False)
-    with open(os.path.join(purelib, wenet.PTH_NAME), "w") as f:
-        f.write(wenet.PTH_TEXT)
+    with open(os.path.join(purelib, zstd_hook.PTH_NAME), "w") as f:
+        f.write(zstd_hook.PTH_TEXT)
     done = run(python, "-c", "import tarfile; print('zst' in tarfile.TarFile.OPEN_METH)")
     assert (done.returncode, done.stdout, done.stderr) == (0, "False\n", "")
 
@@ -321,11 +321,11 @@ def invoke(*args):
 
 
 def test_cli_enable_status_disable_with_target(tmp_path):
-    pth = tmp_path / wenet.PTH_NAME
+    pth = tmp_path / zstd_hook.PTH_NAME
     first = invoke("wenet", "enable-zstd", "--target", tmp_path)
     assert first.exit_code == 0, first.output
     assert first.stderr.splitlines()[0].startswith(f"wrote {pth} (backports.zstd ")
-    assert pth.read_text() == wenet.PTH_TEXT
+    assert pth.read_text() == zstd_hook.PTH_TEXT
     second = invoke("wenet", "enable-zstd", "--target", tmp_path, "--json")
     assert second.exit_code == 0
     report = json.loads(second.stdout)
@@ -348,12 +348,12 @@ def test_cli_enable_status_disable_with_target(tmp_path):
 
 
 def test_cli_refuses_a_foreign_pth_and_a_missing_target(tmp_path):
-    (tmp_path / wenet.PTH_NAME).write_text("import something_else\n")
+    (tmp_path / zstd_hook.PTH_NAME).write_text("import something_else\n")
     refused = invoke("wenet", "disable-zstd", "--target", tmp_path)
     assert refused.exit_code == 2
-    assert refused.stderr == (f"Error: {tmp_path / wenet.PTH_NAME}: {wenet.PTH_NAME} was not written by shardkit "
+    assert refused.stderr == (f"Error: {tmp_path / zstd_hook.PTH_NAME}: {zstd_hook.PTH_NAME} was not written by shardkit "
                               f"(it does not import shardkit.io.zstd_tarfile); left in place\n")
-    assert (tmp_path / wenet.PTH_NAME).exists()
+    assert (tmp_path / zstd_hook.PTH_NAME).exists()
     missing = invoke("wenet", "enable-zstd", "--target", tmp_path / "nope")
     assert missing.exit_code == 2
     assert missing.stderr == (f"Error: {tmp_path / 'nope'}: target folder does not exist "
@@ -361,18 +361,26 @@ def test_cli_refuses_a_foreign_pth_and_a_missing_target(tmp_path):
 
 
 def test_cli_enable_without_backports_zstd_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(wenet, "backports_zstd_version", lambda: None)
+    monkeypatch.setattr(zstd_hook, "backports_zstd_version", lambda: None)
     result = invoke("wenet", "enable-zstd", "--target", tmp_path)
     assert result.exit_code == 1
     assert result.stderr == (f"Error: backports.zstd is not installed for {sys.executable}; the hook reads zstd "
                              "through it. Run: pip install backports.zstd\n")
-    assert not (tmp_path / wenet.PTH_NAME).exists()
+    assert not (tmp_path / zstd_hook.PTH_NAME).exists()
 
 
 def test_cli_on_python_314_does_nothing_and_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(wenet, "native_zstd", lambda: True)
-    monkeypatch.setattr(wenet, "python_version", lambda: "3.14.0")
+    monkeypatch.setattr(zstd_hook, "native_zstd", lambda: True)
+    monkeypatch.setattr(zstd_hook, "python_version", lambda: "3.14.0")
     result = invoke("wenet", "enable-zstd", "--target", tmp_path)
     assert (result.exit_code, result.stderr) == (
         0, "Python 3.14.0 reads .tar.zst natively (tarfile mode r:*); nothing to install.\n")
     assert os.listdir(tmp_path) == []
+
+
+def test_the_old_module_path_is_the_zstd_hook_module():
+    """``shardkit.training.wenet`` (the hook's old name) is the same module object as ``training.zstd_hook``."""
+    import importlib
+
+    assert importlib.import_module("shardkit.training.wenet") is zstd_hook
+    assert zstd_hook.HOOK_MODULE == "shardkit.io.zstd_tarfile"

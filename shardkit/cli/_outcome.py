@@ -76,7 +76,7 @@ def zstd_note(codec: str) -> dict | None:
     """For zst output: whether this environment's tarfile (WeNet's reader) opens it, from ``wenet status``."""
     if codec != "zst":
         return None
-    from shardkit.training.wenet import zstd_status
+    from shardkit.training.zstd_hook import zstd_status
 
     try:
         reads = bool(zstd_status()["reads_zstd"])
@@ -95,20 +95,27 @@ def list_lines(failed_paths: list[str], args: list[str]) -> list[str]:
     wanted = {os.path.abspath(p) if "://" not in p else p for p in failed_paths}
     found = []
     for arg in args:
-        if not (is_list_file(arg) and os.path.isfile(arg)):
-            continue
-        base = os.path.dirname(os.path.abspath(arg))
-        try:
-            with open(arg, encoding="utf-8") as f:
-                for number, line in enumerate(f, start=1):
-                    path = line.strip()
-                    if path and "://" not in path and not path.startswith("pipe:"):
-                        path = os.path.normpath(os.path.join(base, path))
-                    if path in wanted:
-                        found.append(f"{arg}:{number}")
-        except (OSError, UnicodeDecodeError):
-            continue
+        if is_list_file(arg) and os.path.isfile(arg):
+            found.extend(f"{arg}:{number}" for number in _lines_naming(arg, wanted))
     return found
+
+
+def _lines_naming(list_path: str, wanted: set[str]) -> list[int]:
+    """The line numbers of ``list_path`` whose shard (relative paths against the list's folder) is in ``wanted``;
+    none when the list cannot be read."""
+    base = os.path.dirname(os.path.abspath(list_path))
+    numbers = []
+    try:
+        with open(list_path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                path = line.strip()
+                if path and "://" not in path and not path.startswith("pipe:"):
+                    path = os.path.normpath(os.path.join(base, path))
+                if path in wanted:
+                    numbers.append(number)
+    except (OSError, UnicodeDecodeError):
+        return numbers
+    return numbers
 
 
 def shards(n: int) -> str:
@@ -120,16 +127,31 @@ def failure_line(command: str, *, failed: list[str], total: int | None, written:
                  headline: str | None = None, resumes: bool = True) -> str:
     """The last line of a run that failed shards: the same words for every command. ``total`` None: the
     run stopped before writing (``failed`` are the inputs it could not read)."""
-    where = list_lines(failed, list(args))
-    lists = [a for a in args if a.endswith((".list", ".lst")) and os.path.isfile(a)]
-    located = f" ({', '.join(where[:3])}{', ...' if len(where) > 3 else ''})" if where else ""
-    check = f"; `shardkit list check {shlex.join(lists)}` names every bad line" if lists and where else ""
-    unread = f": {len(failed)} input{'s' if len(failed) > 1 else ''} could not be read" if failed else ""
-    what = headline or (f"{len(failed)} of {total} shards failed" if total is not None else
-                        f"stopped before writing{unread}")
-    skipped = " (finished shards are skipped)" if resumes else ""
+    located, check = _where_listed(failed, args)
+    what = headline or _what_failed(failed, total)
+    skipped = " (finished shards are skipped)" if resumes and total is not None else ""
     return (f"{command}: {what}{located}; written: {written}; not written: {not_written}; next: {next_step} "
-            f"`{rerun_command()}`{skipped if total is not None else ''}{check}")
+            f"`{rerun_command()}`{skipped}{check}")
+
+
+def _where_listed(failed: list[str], args: list[str]) -> tuple[str, str]:
+    """`` (LIST:LINE, ...)`` naming where the failed shards are listed, and the `list check` advice that goes
+    with it (both empty when no list argument names them)."""
+    where = list_lines(failed, list(args))
+    if not where:
+        return "", ""
+    lists = [a for a in args if a.endswith((".list", ".lst")) and os.path.isfile(a)]
+    located = f" ({', '.join(where[:3])}{', ...' if len(where) > 3 else ''})"
+    check = f"; `shardkit list check {shlex.join(lists)}` names every bad line" if lists else ""
+    return located, check
+
+
+def _what_failed(failed: list[str], total: int | None) -> str:
+    """``N of M shards failed``, or, for a run that stopped before writing, how many inputs it could not read."""
+    if total is not None:
+        return f"{len(failed)} of {total} shards failed"
+    unread = f": {len(failed)} input{'s' if len(failed) > 1 else ''} could not be read" if failed else ""
+    return f"stopped before writing{unread}"
 
 
 def stopped(command: str, err: Exception, *, failed: list[str], args: list[str], as_json: bool) -> None:

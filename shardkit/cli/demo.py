@@ -26,14 +26,13 @@ def command(out_dir, minutes, seed, faults, as_json):
     segments file. Each OUT_DIR/NAME holds wav.scp, text (and segments) with absolute paths.
     Prints NAME=DIR per corpus on stdout (or one JSON report with --json).
     """
-    from shardkit.commands.demo import write_demo
-    from shardkit.run.manifest import prepare_out_dir
+    from shardkit.commands.demo import run_demo
 
-    corpora = write_demo(prepare_out_dir(out_dir), minutes=minutes, seed=seed, faults=faults)
+    report = run_demo(out_dir, minutes=minutes, seed=seed, faults=faults)
     if as_json:
-        emit_json({"command": "demo", "out_dir": out_dir, "corpora": corpora})
+        emit_json(report)
         return
-    for c in corpora:
+    for c in report["corpora"]:
         click.echo(f"{c['name']}={c['dir']}")
         click.echo(f"{c['name']}: {c['utterances']} utterances, {c['seconds'] / 60:.1f} min of "
                    f"{c['audio_format'].upper()}{' recordings with segments' if c['segments'] else ''}", err=True)

@@ -48,22 +48,32 @@ def check(lists, jobs, max_member_bytes, as_json, quiet):
     if as_json:
         emit_json(summary)
     elif not quiet:
-        if summary["entries"]:
-            click.echo(f"{'LIST:LINE'}\t{'status':<9} {'comp':<4} {'members':>7} {'utts':>6}  path\tproblems")
-        for e in summary["entries"]:
-            notes = ([e["error"]] if e["error"] else []) + e["warnings"]
-            counts = f"{e['members']:>7} {e['utterances']:>6}" if e["status"] == "ok" else f"{'-':>7} {'-':>6}"
-            click.echo(f"{e['list']}:{e['line']}\t{e['status']:<9} {e['compression'] or '-':<4} {counts}  "
-                       f"{e['path'] or e['text']!s}" + (f"\t{'; '.join(notes)}" if notes else ""))
+        _echo_table(summary["entries"])
     if not quiet:
-        click.echo(f"{summary['ok']} ok, {summary['bad']} bad, {summary['unchecked']} unchecked of {summary['lines']} "
-                   f"lines; {summary['utterances']} utterances in {summary['members']} members, "
-                   f"{summary['bytes'] / 1e6:.1f} MB; compression: "
-                   + (", ".join(f"{k} {v}" for k, v in summary["compression"].items()) or "-"), err=True)
-        if summary["need_zstd_hook"]:
-            click.echo(f"note: {summary['need_zstd_hook']} zst shards: on Python < 3.14 WeNet reads them only with "
-                       "the hook (run `shardkit wenet enable-zstd` in the training environment)", err=True)
+        _echo_totals(summary)
     sys.exit(report.exit_code)
+
+
+def _echo_table(entries: list[dict]) -> None:
+    """The per-line table on stdout: a header, then LIST:LINE, status, compression, counts, path and problems."""
+    if entries:
+        click.echo(f"{'LIST:LINE'}\t{'status':<9} {'comp':<4} {'members':>7} {'utts':>6}  path\tproblems")
+    for e in entries:
+        notes = ([e["error"]] if e["error"] else []) + e["warnings"]
+        counts = f"{e['members']:>7} {e['utterances']:>6}" if e["status"] == "ok" else f"{'-':>7} {'-':>6}"
+        click.echo(f"{e['list']}:{e['line']}\t{e['status']:<9} {e['compression'] or '-':<4} {counts}  "
+                   f"{e['path'] or e['text']!s}" + (f"\t{'; '.join(notes)}" if notes else ""))
+
+
+def _echo_totals(summary: dict) -> None:
+    """The summary on stderr, and the zstd-hook note when zst shards are listed."""
+    click.echo(f"{summary['ok']} ok, {summary['bad']} bad, {summary['unchecked']} unchecked of {summary['lines']} "
+               f"lines; {summary['utterances']} utterances in {summary['members']} members, "
+               f"{summary['bytes'] / 1e6:.1f} MB; compression: "
+               + (", ".join(f"{k} {v}" for k, v in summary["compression"].items()) or "-"), err=True)
+    if summary["need_zstd_hook"]:
+        click.echo(f"note: {summary['need_zstd_hook']} zst shards: on Python < 3.14 WeNet reads them only with "
+                   "the hook (run `shardkit wenet enable-zstd` in the training environment)", err=True)
 
 
 @command.command("rewrite", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}

@@ -46,17 +46,9 @@ def command(out_dir, report, as_json, quiet):
     """
     from shardkit.commands import merge_reports
 
-    summary = merge_reports(out_dir, report)
+    result = merge_reports(out_dir, report)
     if as_json:
-        emit_json(summary)
+        emit_json(result.summary)
     if not quiet:
-        statuses = ", ".join(f"{status} {n}" for status, n in sorted(summary["statuses"].items()))
-        if "findings" in summary:
-            statuses = f"{summary['findings']} findings in {summary['problems']} shards"
-        if summary.get("skipped_utterances"):
-            statuses += f"{'; ' if statuses else ''}{summary['skipped_utterances']} utterances skipped"
-        listed = f"; list: {summary['data_list']}" if summary["data_list"] else ""
-        listed += f"; index: {summary['index']}" if summary.get("index") else ""
-        click.echo(f"merged {summary['slices']} slices of {report}: {summary['entries']} entries"
-                   f"{f' ({statuses})' if statuses else ''}; report: {summary['manifest']}{listed}", err=True)
-    sys.exit(1 if summary["problems"] else 0)
+        click.echo(result.text(), err=True)
+    sys.exit(result.exit_code)

@@ -45,7 +45,7 @@ def enable_zstd(target, as_json):
     interpreter, that tarfile.open(fileobj=..., mode="r:*") opens a .tar.zst. On Python 3.14+
     nothing is written. Running it again changes nothing.
     """
-    from shardkit.training.wenet import enable_zstd as run
+    from shardkit.training.zstd_hook import enable_zstd as run
 
     result = run(target)
     if as_json:
@@ -73,7 +73,7 @@ Example:
 @json_option
 def disable_zstd(target, as_json):
     """Remove the hook that enable-zstd installed (a file not written by shardkit is left alone)."""
-    from shardkit.training.wenet import disable_zstd as run
+    from shardkit.training.zstd_hook import disable_zstd as run
 
     result = run(target)
     if as_json:
@@ -91,7 +91,7 @@ Example:
 @json_option
 def status(target, as_json):
     """Say whether WeNet's tarfile call reads .tar.zst here (asks a fresh interpreter)."""
-    from shardkit.training.wenet import zstd_status
+    from shardkit.training.zstd_hook import zstd_status
 
     result = zstd_status(target)
     if as_json:

@@ -21,8 +21,9 @@ def report_merger(kind: str) -> Callable | None:
     return merge_reports
 
 
-def merge_reports(out_dir: str, command: str = "convert", **options) -> dict:
-    """``shardkit.run.merge.merge_reports`` with every command's own merger: what ``merge-reports`` runs."""
+def merge_reports(out_dir: str, command: str = "convert", **options):
+    """``shardkit.run.merge.merge_reports`` with every command's own merger: what ``merge-reports`` runs;
+    a ``shardkit.run.merge.MergeResult`` (``summary``, ``text()``, ``exit_code``)."""
     from shardkit.run.merge import merge_reports as merge_slices
 
     return merge_slices(out_dir, command, mergers=report_merger, **options)

@@ -17,14 +17,18 @@ from shardkit import __version__
 from shardkit.errors import ShardkitError, UsageError, printable
 from shardkit.io.codecs import CODECS, open_writer
 from shardkit.io.files import (  # noqa: F401
+    AtomicFile,
     HashingFile,
+    atomic_write_json,
     combine_digests,
     file_sha256,
     load_report,
     member_digest,
+    os_reason,
     output_size,
     output_unchanged,
     publish_list,
+    remove_leftovers,
     remove_temporary_keys,
 )
 from shardkit.io.indexfile import ShardRecords, index_beside
@@ -37,20 +41,16 @@ from shardkit.io.tar import (
     iter_shard_members,
     split_key,
 )
-from shardkit.run.options import RunOptions
 from shardkit.run.lifecycle import (
-    AtomicFile,
     Journal,
-    atomic_write_json,
     claimed_output_dir,
     note,
-    os_reason,
     remote_journal_dir,  # noqa: F401  (moved to lifecycle; still importable from here)
-    remove_leftovers,
     this_run,
     this_run_counts,
     verify_members,
 )
+from shardkit.run.options import RunOptions
 from shardkit.run.split import slice_path, slice_record
 
 MANIFEST = "convert.json"
@@ -120,6 +120,13 @@ def _source_info(src: str) -> dict:
     return {"path": src, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def _empty_entry(src: str) -> dict:
+    """A shard's manifest entry before it is converted: failed until the conversion says otherwise."""
+    return {"source": {"path": src}, "output": None, "status": "failed", "error": None,
+            "members": 0, "samples": 0, "tar_bytes": 0, "members_digest": None, "lost": None,
+            "transcoded": None}
+
+
 def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Callable | None = None) -> dict:
     """Convert one shard. Returns its manifest entry; data problems become ``status: failed``.
 
@@ -128,9 +135,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
     (audio transcoding); it returns ``(name, data, info)`` with ``info`` recorded per member.
     """
     started = time.perf_counter()
-    result: dict = {"source": {"path": src}, "output": None, "status": "failed", "error": None,
-                    "members": 0, "samples": 0, "tar_bytes": 0, "members_digest": None, "lost": None,
-                    "transcoded": None}
+    result = _empty_entry(src)
     from shardkit.io.remote import is_local
 
     try:
@@ -141,73 +146,7 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
         result["source"] = _source_info(src)
         if is_local(dst):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
-        written: list[tuple[str, bytes]] = []
-        transcode_info: list[dict] = []
-        pending: list[tuple[str, bytes]] = []
-        pending_key = None
-        samples = 0
-        with AtomicFile(dst) as target:
-            hashing = HashingFile(target.file)
-            out = open_writer(hashing, settings.codec, settings.level)
-            tar = TarWriter(out)
-            # the index of what is written, as a by-product: each member's data offset and the audio header
-            indexed = ShardRecords.for_shard(dst)
-
-            def flush_pending():
-                for name, data in pending:
-                    tar.add(name, data)
-                    written.append((name, member_digest(name, data)))
-                    indexed.add_written(tar.offset, name, data, len(data))
-                pending.clear()
-
-            # the key of an utterance written before it was complete (a member too large to hold, or
-            # members past STREAM_MEMBER_BYTES together): --salvage cannot take it back
-            early = []
-            try:
-                for name, data in iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
-                                                     threads=settings.threads or 1,
-                                                     stream_over=None if transform else STREAM_MEMBER_BYTES):
-                    key, _ = split_key(name)
-                    if key != pending_key:
-                        flush_pending()
-                        pending_key = key
-                        samples += 1
-                    if isinstance(data, MemberStream):  # too large to hold: copied through in chunks
-                        flush_pending()
-                        early[:] = [key]
-                        written.append((name, copy_member(tar, name, data)))
-                        indexed.add_written(tar.offset, name, None, data.size)
-                        continue
-                    if transform is not None:
-                        name, data, info = _transformed(transform, src, name, data)
-                        if info:
-                            transcode_info.append(info)
-                    pending.append((name, data))
-                    if sum(len(d) for _, d in pending) > STREAM_MEMBER_BYTES:  # hold one utterance at most
-                        flush_pending()
-                        early[:] = [key]
-                flush_pending()
-            except ShardkitError as err:
-                if not settings.salvage or not written and not pending or early == [pending_key]:
-                    raise
-                result["lost"] = {"error": str(err), "after_member": written[-1][0] if written else None,
-                                  "dropped_members": [n for n, _ in pending]}
-                samples -= 1 if pending else 0
-                pending.clear()
-            result["tar_bytes"] = tar.close()
-            out.close()
-            result["members"] = len(written)
-            result["samples"] = samples
-            result["members_digest"] = combine_digests(written)
-            if transcode_info:
-                result["transcoded"] = transcode_info
-            if is_local(src) and _source_info(src) != result["source"]:
-                raise ShardkitError("source changed while it was being converted; convert it again", shard=src)
-            # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
-            readback = verify_members(written, shard=dst, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
-            target.commit(readback if settings.verify else None)
-        result["index_error"] = indexed.save()
-        result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
+        _write_converted(src, dst, settings, transform, result)
         result["status"] = "salvaged" if result["lost"] else "ok"
     except ShardkitError as err:
         result["error"] = str(err.located(shard=src))
@@ -216,6 +155,108 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
         result["error"] = f"{src}: {os_reason(err)}{where}"
     result["seconds"] = round(time.perf_counter() - started, 4)
     return result
+
+
+def _write_converted(src: str, dst: str, settings: ConvertSettings, transform: Callable | None, result: dict) -> None:
+    """Copy ``src``'s members into ``dst`` under a temporary name, verify, publish; fills ``result`` in."""
+    from shardkit.io.remote import is_local
+
+    with AtomicFile(dst) as target:
+        hashing = HashingFile(target.file)
+        out = open_writer(hashing, settings.codec, settings.level)
+        # the index of what is written, as a by-product: each member's data offset and the audio header
+        copy = _MemberCopy(TarWriter(out), ShardRecords.for_shard(dst), src, transform)
+        try:
+            copy.copy_all(iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
+                                             threads=settings.threads or 1,
+                                             stream_over=None if transform else STREAM_MEMBER_BYTES))
+        except ShardkitError as err:
+            result["lost"] = copy.salvaged(err) if settings.salvage else None
+            if result["lost"] is None:
+                raise
+        result["tar_bytes"] = copy.tar.close()
+        out.close()
+        result["members"] = len(copy.written)
+        result["samples"] = copy.samples
+        result["members_digest"] = combine_digests(copy.written)
+        if copy.transcoded:
+            result["transcoded"] = copy.transcoded
+        if is_local(src) and _source_info(src) != result["source"]:
+            raise ShardkitError("source changed while it was being converted; convert it again", shard=src)
+        # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
+        readback = verify_members(copy.written, shard=dst, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
+        target.commit(readback if settings.verify else None)
+    result["index_error"] = copy.indexed.save()
+    result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
+
+
+class _MemberCopy:
+    """One shard's members into the output tar, written one utterance behind the reader.
+
+    ``pending`` holds the members of the utterance being read; they are written when the next key
+    begins (or together they pass ``STREAM_MEMBER_BYTES``), so that ``--salvage`` can drop an
+    utterance that damage cut short. ``written`` is (name, digest) of every member written.
+    """
+
+    __slots__ = ("tar", "indexed", "src", "transform", "written", "transcoded", "pending", "pending_key", "samples",
+                 "early")
+
+    def __init__(self, tar: TarWriter, indexed: ShardRecords, src: str, transform: Callable | None):
+        self.tar, self.indexed, self.src, self.transform = tar, indexed, src, transform
+        self.written: list[tuple[str, bytes]] = []
+        self.transcoded: list[dict] = []
+        self.pending: list[tuple[str, bytes]] = []
+        self.pending_key = None
+        self.samples = 0
+        # the key of an utterance written before it was complete (a member too large to hold, or
+        # members past STREAM_MEMBER_BYTES together): --salvage cannot take it back
+        self.early: list = []
+
+    def copy_all(self, members) -> None:
+        pending = self.pending
+        for name, data in members:
+            key, _ = split_key(name)
+            if key != self.pending_key:
+                self.flush()
+                self.pending_key = key
+                self.samples += 1
+            if isinstance(data, MemberStream):  # too large to hold: copied through in chunks
+                self.flush()
+                self.early[:] = [key]
+                self.written.append((name, copy_member(self.tar, name, data)))
+                self.indexed.add_written(self.tar.offset, name, None, data.size)
+                continue
+            if self.transform is not None:
+                name, data = self._transformed(name, data)
+            pending.append((name, data))
+            if sum(len(d) for _, d in pending) > STREAM_MEMBER_BYTES:  # hold one utterance at most
+                self.flush()
+                self.early[:] = [key]
+        self.flush()
+
+    def _transformed(self, name: str, data: bytes) -> tuple[str, bytes]:
+        name, data, info = _transformed(self.transform, self.src, name, data)
+        if info:
+            self.transcoded.append(info)
+        return name, data
+
+    def flush(self) -> None:
+        for name, data in self.pending:
+            self.tar.add(name, data)
+            self.written.append((name, member_digest(name, data)))
+            self.indexed.add_written(self.tar.offset, name, data, len(data))
+        self.pending.clear()
+
+    def salvaged(self, err: ShardkitError) -> dict | None:
+        """``--salvage``: what was lost when the read failed with ``err`` (the utterance it cut short is dropped),
+        or None when nothing can be kept (nothing read yet, or that utterance is partly written already)."""
+        if not self.written and not self.pending or self.early == [self.pending_key]:
+            return None
+        lost = {"error": str(err), "after_member": self.written[-1][0] if self.written else None,
+                "dropped_members": [n for n, _ in self.pending]}
+        self.samples -= 1 if self.pending else 0
+        self.pending.clear()
+        return lost
 
 
 CONVERT_TASK = "convert_task"  # an exception nobody foresaw inside a shard's conversion: that shard fails
@@ -309,30 +350,40 @@ class ConvertReport:
     index_note: str | None = None
 
     def summary(self) -> dict:
-        counts = {s: sum(1 for e in self.shards if e["status"] == s) for s in ("ok", "skipped", "salvaged", "failed")}
-        done = [e for e in self.shards if e["status"] in ("ok", "salvaged")]
-        tar_bytes = sum(e["tar_bytes"] for e in done)
+        tar_bytes = sum(e["tar_bytes"] for e in self.shards if e["status"] in ("ok", "salvaged"))
         return {
             "command": "convert",
             "out_dir": self.out_dir,
             "data_list": self.data_list,
             "manifest": self.manifest,
             "shards": len(self.shards),
-            **counts,
+            **{s: sum(1 for e in self.shards if e["status"] == s) for s in ("ok", "skipped", "salvaged", "failed")},
             "this_run": this_run_counts(self.shards),
+            **self._totals(),
+            "tar_bytes_converted": tar_bytes,
+            "seconds": round(self.seconds, 3),
+            "tar_mb_per_s": round(tar_bytes / self.seconds / 1e6, 2) if self.seconds > 0 else None,
+            **self._problems(),
+            **({"audio": self._audio_summary()} if self.audio != "keep" else {}),
+            "index": self.index, **({"index_note": self.index_note} if self.index_note else {}),
+        }
+
+    def _totals(self) -> dict:
+        """Members, utterances and bytes in and out over every shard (a pipe's input size is unknown: 0)."""
+        return {
             "members": sum(e["members"] for e in self.shards),
             "samples": sum(e["samples"] for e in self.shards),
             "bytes_in": sum(e["source"].get("size") or 0 for e in self.shards),  # None: a pipe
             "bytes_out": sum((e["output"] or {}).get("size", 0) for e in self.shards),
-            "tar_bytes_converted": tar_bytes,
-            "seconds": round(self.seconds, 3),
-            "tar_mb_per_s": round(tar_bytes / self.seconds / 1e6, 2) if self.seconds > 0 else None,
+        }
+
+    def _problems(self) -> dict:
+        """The failed shards with their errors, and the salvaged ones with what they lost."""
+        return {
             "failures": [{"shard": e["source"]["path"], "error": e["error"]} for e in self.shards
                          if e["status"] == "failed"],
             "salvaged_shards": [{"shard": e["source"]["path"], **e["lost"]} for e in self.shards
                                 if e["status"] == "salvaged"],
-            **({"audio": self._audio_summary()} if self.audio != "keep" else {}),
-            "index": self.index, **({"index_note": self.index_note} if self.index_note else {}),
         }
 
     def _audio_summary(self) -> dict:
@@ -347,6 +398,30 @@ class ConvertReport:
     @property
     def exit_code(self) -> int:
         return 1 if any(e["status"] in ("failed", "salvaged") for e in self.shards) else 0
+
+
+@dataclass(frozen=True)
+class _RunFiles:
+    """Where one run (or one ``--split`` slice) keeps its bookkeeping inside the claimed folder."""
+
+    out_dir: str
+    manifest: str  # convert.json, or convert.slice-I-of-N.json
+    data_list: str
+    journal: str
+    reports: list[str]  # the reports an earlier run may have left: what to skip (a slice's own first)
+    slice_info: dict | None  # the slice record (``run.split.slice_record``), None for a whole run
+
+
+def _run_files(out_dir: str, journal_dir: str, split: tuple[int, int] | None, shards: list[str]) -> _RunFiles:
+    from shardkit.io.remote import is_url
+
+    join = (lambda name: f"{out_dir}/{name}") if is_url(out_dir) else (lambda name: os.path.join(out_dir, name))
+    manifest_path, data_list = join(MANIFEST), join("data.list")
+    journal_path = os.path.join(journal_dir, JOURNAL)
+    if split is None:
+        return _RunFiles(out_dir, manifest_path, data_list, journal_path, [manifest_path], None)
+    sliced = [slice_path(path, *split) for path in (manifest_path, data_list, journal_path)]
+    return _RunFiles(out_dir, sliced[0], sliced[1], sliced[2], [sliced[0], manifest_path], slice_record(shards, *split))
 
 
 def run_convert(
@@ -370,10 +445,7 @@ def run_convert(
     data.slice-I-of-N.list for ``shardkit merge-reports``. ``keep_tree``: the output layout, see
     :func:`shardkit.io.inputs.plan_output_paths` (None: mirror the input folders when file names repeat).
     """
-    from shardkit.io.remote import is_url
-
     options = options or RunOptions()
-    split = options.split
     shards = expand_shards(shard_args)
     if stdin_name is not None and STDIN not in shards:
         raise UsageError("--stdin-name names the output of SOURCE - (standard input), and no SHARDS argument is -")
@@ -381,94 +453,104 @@ def run_convert(
     outputs = plan_output_paths(shards, out_dir, suffix, keep_tree=keep_tree, stdin_name=stdin_name)
     # one run per folder and slice at a time; a URL's journal (and lock) stay on this machine (a
     # store has no fsynced append): a rerun elsewhere resumes from the convert.json the last run published
-    with claimed_output_dir(out_dir, shards + [a for a in shard_args if os.path.isfile(a)], "convert", split,
+    with claimed_output_dir(out_dir, shards + [a for a in shard_args if os.path.isfile(a)], "convert", options.split,
                             outputs=outputs) as (out_dir, journal_dir):
-        join = (lambda name: f"{out_dir}/{name}") if is_url(out_dir) else (lambda name: os.path.join(out_dir, name))
-        manifest_path, data_list = join(MANIFEST), join("data.list")
-        journal_path = os.path.join(journal_dir, JOURNAL)
-        reports = [manifest_path]
-        slice_info = None
-        if split is not None:  # outputs were planned over the whole list, so slices cannot collide
-            slice_info = slice_record(shards, *split)
-            shards = shards[slice_info["start"]:slice_info["stop"]]
-            outputs = outputs[slice_info["start"]:slice_info["stop"]]
-            manifest_path, data_list, journal_path = (slice_path(path, *split)
-                                                      for path in (manifest_path, data_list, journal_path))
-            reports.insert(0, manifest_path)
-        return _convert_claimed(shards, outputs, settings, out_dir=out_dir, reports=reports, journal_path=journal_path,
-                                manifest_path=manifest_path, data_list=data_list, slice_info=slice_info,
-                                options=options)
+        files = _run_files(out_dir, journal_dir, options.split, shards)
+        if files.slice_info is not None:  # outputs were planned over the whole list, so slices cannot collide
+            start, stop = files.slice_info["start"], files.slice_info["stop"]
+            shards, outputs = shards[start:stop], outputs[start:stop]
+        return _convert_claimed(shards, outputs, settings, files, options)
 
 
-def _convert_claimed(shards, outputs, settings, *, out_dir, reports, journal_path, manifest_path, data_list,
-                     slice_info, options: RunOptions) -> ConvertReport:
+def _convert_claimed(shards: list[str], outputs: list[str], settings: ConvertSettings, files: _RunFiles,
+                     options: RunOptions) -> ConvertReport:
     """The part of ``run_convert`` that runs while this run holds the output folder's lock."""
     from shardkit.io.remote import is_url
 
-    journal = Journal(journal_path)
-    overwrite, events = options.overwrite, options.events
-    previous = {}
-    if not overwrite:
-        for entry in [e for path in reports for e in (load_report(path) or {}).get("shards", [])] + journal.load():
-            if entry.get("output"):
-                previous[entry["output"]["path"]] = entry
+    journal = Journal(files.journal)
+    previous = {} if options.overwrite else _previous_entries(files.reports, journal)
     remove_leftovers(outputs)  # temporary files of a killed run (its lock died with it)
-    if is_url(out_dir):
+    if is_url(files.out_dir):
         remove_temporary_keys(outputs)
 
-    events.stage("convert", len(shards))
+    options.events.stage("convert", len(shards))
     started = time.perf_counter()
-    results: dict[int, dict] = {}
-    todo = []
-    for i, (src, dst) in enumerate(zip(shards, outputs)):
-        entry = previous.get(dst)
-        if not overwrite and entry and src == STDIN and entry["source"].get("path") == src:
-            note(f"{dst}: standard input cannot be compared with the stream an earlier run converted into it; "
-                 f"converting it again")
-        if not overwrite and entry and entry["source"].get("path") == src and _still_valid(entry, src, dst, settings):
-            results[i] = {**entry, "status": "skipped", "previous_status": entry["status"], "this_run": "skipped"}
-            events.done(results[i])
-        else:
-            todo.append((i, (src, dst, settings)))
-
-    def finish(i, entry):
-        entry["this_run"] = this_run(entry["status"])
-        results[i] = entry
-        journal.append(entry)
-        events.done(entry, nbytes=entry.get("tar_bytes") or 0)
-
-    tasks = [args for _, args in todo]
-    # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
-    extra = threads_per_task(tasks, options.jobs, options.executor) if settings.threads is None else {}
+    results, todo = _skip_finished(shards, outputs, settings, previous, options.events)
     try:
-        for k, entry in options.run_tasks(_task, tasks, on_error=_task_failed, **extra):
-            finish(todo[k][0], entry)
+        _run_todo(todo, settings, options, journal, results)
     finally:
         journal.close(remove=False)
         # a task lost with its worker or node left its temporary file: none stays once the run ends
         remove_leftovers(outputs)
 
     ordered = [results[i] for i in range(len(shards))]
-    report = ConvertReport(out_dir=out_dir, data_list=data_list, manifest=manifest_path,
+    report = ConvertReport(out_dir=files.out_dir, data_list=files.data_list, manifest=files.manifest,
                            shards=ordered, seconds=time.perf_counter() - started, audio=settings.audio)
+    listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "salvaged", "skipped")]
+    report.data_list = _publish_data_list(report.data_list, ordered)
+    report.index, report.index_note = index_beside(report.data_list, listed)
+    _write_manifest(files, settings, ordered)
+    journal.close(remove=True)
+    return report
+
+
+def _previous_entries(reports: list[str], journal: Journal) -> dict[str, dict]:
+    """An earlier run's entry per output path: its reports, then the journal of a killed run."""
+    previous = {}
+    for entry in [e for path in reports for e in (load_report(path) or {}).get("shards", [])] + journal.load():
+        if entry.get("output"):
+            previous[entry["output"]["path"]] = entry
+    return previous
+
+
+def _skip_finished(shards: list[str], outputs: list[str], settings: ConvertSettings, previous: dict[str, dict],
+                   events) -> tuple[dict[int, dict], list[tuple[int, tuple]]]:
+    """The shards an earlier run finished (entries marked ``skipped``, reported at once) and the tasks left."""
+    results: dict[int, dict] = {}
+    todo = []
+    for i, (src, dst) in enumerate(zip(shards, outputs)):
+        entry = previous.get(dst)
+        same_source = entry is not None and entry["source"].get("path") == src
+        if same_source and src == STDIN:
+            note(f"{dst}: standard input cannot be compared with the stream an earlier run converted into it; "
+                 f"converting it again")
+        if same_source and _still_valid(entry, src, dst, settings):
+            results[i] = {**entry, "status": "skipped", "previous_status": entry["status"], "this_run": "skipped"}
+            events.done(results[i])
+        else:
+            todo.append((i, (src, dst, settings)))
+    return results, todo
+
+
+def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options: RunOptions, journal: Journal,
+              results: dict[int, dict]) -> None:
+    """Run the tasks left; each finished entry is journaled, reported and stored in ``results``."""
+    tasks = [args for _, args in todo]
+    # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
+    extra = threads_per_task(tasks, options.jobs, options.executor) if settings.threads is None else {}
+    events = options.events
+    for k, entry in options.run_tasks(_task, tasks, on_error=_task_failed, **extra):
+        entry["this_run"] = this_run(entry["status"])
+        results[todo[k][0]] = entry
+        journal.append(entry)
+        events.done(entry, nbytes=entry.get("tar_bytes") or 0)
+
+
+def _write_manifest(files: _RunFiles, settings: ConvertSettings, ordered: list[dict]) -> None:
+    """convert.json (or the slice's): each entry with the status its run gave it (a skip names the earlier one)."""
     recorded = [{**e, "status": e.get("previous_status", e["status"])} if e["status"] == "skipped" else e
                 for e in ordered]
     for e in recorded:
         e.pop("previous_status", None)
-    listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "salvaged", "skipped")]
-    report.data_list = _publish_data_list(report.data_list, ordered)
-    report.index, report.index_note = index_beside(report.data_list, listed)
     libraries = {}
     if settings.audio != "keep":  # transcoded bytes depend on the encoder's version
         from shardkit.io.transcode import libsndfile_version
 
         libraries["libsndfile"] = libsndfile_version()
-    write_report_file(manifest_path, atomic_write_json, {
+    write_report_file(files.manifest, atomic_write_json, {
         "tool": "shardkit", "version": __version__, "command": "convert", "settings": {**asdict(settings)},
         "libraries": libraries, "shards": recorded,
-        **({"slice": slice_info} if slice_info else {})})
-    journal.close(remove=True)
-    return report
+        **({"slice": files.slice_info} if files.slice_info else {})})
 
 
 def _publish_data_list(path: str, ordered: list[dict]) -> str:

@@ -111,3 +111,12 @@ def write_demo(out_dir: str, *, minutes: float = 15.0, seed: int = 0, faults: bo
     counts = demo_counts(minutes)
     return [write_corpus(c, out_dir, utterances=counts[c.spec.name], seed=seed, faults=faults and i == 0)
             for i, c in enumerate(DEMO_MIX)]
+
+
+def run_demo(out_dir: str, *, minutes: float = 15.0, seed: int = 0, faults: bool = False) -> dict:
+    """``shardkit demo``: claim ``out_dir`` (created, proved writable) and write the mix into it; the
+    report (``command``, ``out_dir`` as given, ``corpora``: one ``write_corpus`` summary each)."""
+    from shardkit.run.lifecycle import prepare_out_dir
+
+    corpora = write_demo(prepare_out_dir(out_dir), minutes=minutes, seed=seed, faults=faults)
+    return {"command": "demo", "out_dir": out_dir, "corpora": corpora}

@@ -391,7 +391,8 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
     """
     import time
 
-    from shardkit.run.lifecycle import AtomicFile, output_error
+    from shardkit.io.files import AtomicFile
+    from shardkit.run.lifecycle import output_error
 
     started = time.perf_counter()
     options = options or RunOptions()
@@ -456,7 +457,8 @@ def convert_index_file(src: str, out_path: str, options: RunOptions | None = Non
     import time
 
     from shardkit.io.indexfile import convert_index, require_pyarrow
-    from shardkit.run.lifecycle import AtomicFile, claim_output_file, output_error
+    from shardkit.io.files import AtomicFile
+    from shardkit.run.lifecycle import claim_output_file, output_error
 
     started = time.perf_counter()
     require_pyarrow()

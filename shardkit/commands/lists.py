@@ -20,7 +20,7 @@ from shardkit.io.tar import DEFAULT_MAX_MEMBER_BYTES, group_samples, iter_shard_
 from shardkit.run.options import RunOptions
 
 SHARD_SUFFIXES = tuple(pattern[1:] for pattern in SHARD_PATTERNS)  # ".tar", ".tar.gz", ...
-# Python's tarfile reads these without help; zst needs the hook before 3.14 (see shardkit.training.wenet).
+# Python's tarfile reads these without help; zst needs the hook before 3.14 (see shardkit.training.zstd_hook).
 TARFILE_NATIVE = frozenset({"none", "gz", "bz2", "xz"})
 
 
@@ -145,23 +145,7 @@ def check_lists(
     """
     options = options or RunOptions()
     events = options.events
-    entries: list[dict] = []
-    todo: list[int] = []
-    for list_path in list_paths:
-        first_seen: dict[str, ListLine] = {}
-        for line in read_list_lines(list_path):
-            entry = {"list": list_path, "line": line.number, "text": line.text,
-                     "path": line.resolved() if line.is_entry else None, "status": "unchecked",
-                     "compression": None, "members": None, "utterances": None, "bytes": None, "error": None,
-                     "warnings": _line_warnings(line, first_seen)}
-            if line.is_entry:
-                first_seen.setdefault(line.resolved(), line)
-                if line.text != line.text.strip() and not os.path.exists(line.text):
-                    entry["status"] = "bad"
-                    entry["error"] = "whitespace around the path: WeNet opens the path with it, and no such file exists"
-                elif not line.is_url:
-                    todo.append(len(entries))
-            entries.append(entry)
+    entries, todo = _line_entries(list_paths)
     events.stage("check", len(todo))
 
     def finish(index: int, result: dict) -> None:
@@ -190,16 +174,38 @@ def check_lists(
     return ListCheckReport(entries)
 
 
+def _line_entries(list_paths: list[str]) -> tuple[list[dict], list[int]]:
+    """One entry per line of every list (``unchecked`` until read), and the indexes of the lines to read:
+    local shard paths (URLs stay unchecked; a path padded with whitespace that names no file is ``bad``)."""
+    entries: list[dict] = []
+    todo: list[int] = []
+    for list_path in list_paths:
+        first_seen: dict[str, ListLine] = {}
+        for line in read_list_lines(list_path):
+            entry = {"list": list_path, "line": line.number, "text": line.text,
+                     "path": line.resolved() if line.is_entry else None, "status": "unchecked",
+                     "compression": None, "members": None, "utterances": None, "bytes": None, "error": None,
+                     "warnings": _line_warnings(line, first_seen)}
+            if line.is_entry:
+                first_seen.setdefault(line.resolved(), line)
+                if line.text != line.text.strip() and not os.path.exists(line.text):
+                    entry["status"] = "bad"
+                    entry["error"] = "whitespace around the path: WeNet opens the path with it, and no such file exists"
+                elif not line.is_url:
+                    todo.append(len(entries))
+            entries.append(entry)
+    return entries, todo
+
+
 @dataclass
 class ListCheckReport:
     entries: list[dict]
 
     def summary(self) -> dict:
-        by_compression: dict[str, int] = {}
-        for e in self.entries:
-            if e["status"] == "ok":
-                by_compression[e["compression"]] = by_compression.get(e["compression"], 0) + 1
         ok = [e for e in self.entries if e["status"] == "ok"]
+        by_compression: dict[str, int] = {}
+        for e in ok:
+            by_compression[e["compression"]] = by_compression.get(e["compression"], 0) + 1
         return {
             "lists": sorted({e["list"] for e in self.entries}),
             "lines": len(self.entries),
@@ -207,9 +213,7 @@ class ListCheckReport:
             "bad": sum(e["status"] == "bad" for e in self.entries),
             "unchecked": sum(e["status"] == "unchecked" for e in self.entries),
             "warnings": sum(len(e["warnings"]) for e in self.entries),
-            "members": sum(e["members"] for e in ok),
-            "utterances": sum(e["utterances"] for e in ok),
-            "bytes": sum(e["bytes"] for e in ok),
+            **{total: sum(e[total] for e in ok) for total in ("members", "utterances", "bytes")},
             "compression": dict(sorted(by_compression.items())),
             "need_zstd_hook": by_compression.get("zst", 0),
             "entries": self.entries,
@@ -248,45 +252,55 @@ def rewrite_list(list_path: str, out_path: str, *, suffix: str, new_dir: str | N
     _refuse_overwriting_inputs(out_path, [list_path])
     new_dir = os.path.abspath(new_dir) if new_dir is not None else None
     lines = read_list_lines(list_path)
-    moved = _moved_like_convert(lines, suffix, new_dir, list_path) if new_dir is not None else {}
-    out_lines, problems, rewritten, urls = [], [], 0, 0
-    for line in lines:
-        if not line.is_entry:
-            out_lines.append(line.text)
-            continue
-        try:
-            new = rewrite_entry(line.text, suffix, new_dir)
-        except UsageError as err:
-            raise UsageError(f"line {line.number}: {err.reason}", shard=list_path) from None
-        new = moved.get(line.resolved(), new)
-        rewritten += new != line.text
-        out_lines.append(new)
-        urls += "://" in new
-        if check and "://" not in new:
-            target = new if os.path.isabs(new) else ListLine(list_path, line.number, new).resolved()
-            problem = _suffix_problem(target)
-            if problem:
-                problems.append(f"line {line.number}: {new}: {problem}")
-    if problems:
-        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
-        raise ShardkitError(f"{len(problems)} of {sum(l.is_entry for l in lines)} rewritten lines are not "
-                            f"ready ({shown}); nothing written (use --no-check to write anyway)", shard=list_path)
-    from shardkit.run.lifecycle import atomic_write_lines
+    moved = _moved_like_convert(lines, suffix, new_dir)
+    out_lines = [_rewritten(line, suffix, new_dir, moved, list_path) if line.is_entry else line.text for line in lines]
+    entries = [(line, new) for line, new in zip(lines, out_lines) if line.is_entry]
+    if check:
+        _refuse_unready(entries, list_path)
+    from shardkit.io.files import atomic_write_lines
 
     atomic_write_lines(out_path, out_lines)
     return {"list": list_path, "out": os.path.abspath(out_path), "lines": len(lines),
-            "entries": sum(l.is_entry for l in lines), "rewritten": rewritten, "checked": check,
-            "urls_not_checked": urls if check else 0}
+            "entries": len(entries), "rewritten": sum(new != line.text for line, new in entries), "checked": check,
+            "urls_not_checked": sum("://" in new for _, new in entries) if check else 0}
 
 
-def _moved_like_convert(lines: list[ListLine], suffix: str, new_dir: str, list_path: str) -> dict[str, str]:
+def _refuse_unready(entries: list[tuple[ListLine, str]], list_path: str) -> None:
+    """A ShardkitError naming the rewritten local paths that are missing or hold another compression than
+    their suffix says (URLs cannot be checked)."""
+    problems = []
+    for line, new in entries:
+        problem = None if "://" in new else _suffix_problem(_local_target(new, line, list_path))
+        if problem:
+            problems.append(f"line {line.number}: {new}: {problem}")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
+        raise ShardkitError(f"{len(problems)} of {len(entries)} rewritten lines are not "
+                            f"ready ({shown}); nothing written (use --no-check to write anyway)", shard=list_path)
+
+
+def _rewritten(line: ListLine, suffix: str, new_dir: str | None, moved: dict[str, str], list_path: str) -> str:
+    """``line``'s new path: where convert put the shard (``moved``), else its suffix replaced (under ``new_dir``)."""
+    try:
+        new = rewrite_entry(line.text, suffix, new_dir)
+    except UsageError as err:
+        raise UsageError(f"line {line.number}: {err.reason}", shard=list_path) from None
+    return moved.get(line.resolved(), new)
+
+
+def _local_target(new: str, line: ListLine, list_path: str) -> str:
+    """The file a rewritten local line names (relative lines against the list's folder)."""
+    return new if os.path.isabs(new) else ListLine(list_path, line.number, new).resolved()
+
+
+def _moved_like_convert(lines: list[ListLine], suffix: str, new_dir: str | None) -> dict[str, str]:
     """Where convert put each listed shard in ``new_dir``: ``NEW_DIR/<stem><suffix>``, or, when
     shard names repeat (corpora joined in one list), below the folders it mirrors (one rule,
-    ``inputs.plan_output_paths``)."""
+    ``inputs.plan_output_paths``). Empty without ``new_dir``."""
     from shardkit.io.inputs import plan_output_paths
 
     local = list(dict.fromkeys(l.resolved() for l in lines if l.is_entry and not l.is_url))
-    if not local:
+    if new_dir is None or not local:
         return {}
     try:
         return dict(zip(local, plan_output_paths(local, new_dir, suffix)))
@@ -336,7 +350,7 @@ def concat_lists(list_paths: list[str], out_path: str, *, shuffle: bool = False,
         per_list.append({"list": list_path, "lines": len(entries)})
     if shuffle:
         random.Random(seed).shuffle(out_lines)
-    from shardkit.run.lifecycle import atomic_write_lines
+    from shardkit.io.files import atomic_write_lines
 
     atomic_write_lines(out_path, out_lines)
     return {"out": os.path.abspath(out_path), "lines": len(out_lines), "lists": per_list,

@@ -10,10 +10,10 @@ import os
 from itertools import zip_longest
 
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.io.files import load_json
 from shardkit.io.inputs import expand_shards, shard_stem
 from shardkit.io.tar import AUDIO_EXTENSIONS, iter_shard_members, split_key
 from shardkit.io.transcode import pcm_digest, read_pcm
-from shardkit.run.manifest import load_json
 
 
 def verify_pair(source: str, output: str, recorded: dict[str, str] | None = None) -> dict:
@@ -31,29 +31,38 @@ def verify_pair(source: str, output: str, recorded: dict[str, str] | None = None
         for (src_name, src_data), (out_name, out_data) in _zip_strict(src_iter, out_iter, problem):
             members += 1
             src_key, src_ext = split_key(src_name)
-            out_key, out_ext = split_key(out_name)
+            out_key, _ = split_key(out_name)
             if src_key != out_key:
                 problem(out_key, out_name, f"member order differs (source has {src_name!r})")
                 break
             if src_name == out_name and src_data == out_data:
                 continue
-            if src_ext.lower() in AUDIO_EXTENSIONS and out_ext.lower() in AUDIO_EXTENSIONS:
-                try:
-                    a, rate_a, _ = read_pcm(src_data)
-                    b, rate_b, _ = read_pcm(out_data)
-                except ShardkitError as err:
-                    problem(out_key, out_name, err.reason)
-                    continue
-                digest = pcm_digest(b, rate_b)
-                if rate_a != rate_b or pcm_digest(a, rate_a) != digest:
-                    problem(out_key, out_name, "decoded samples differ from the source's")
-                elif recorded.get(out_name, digest) != digest:
-                    problem(out_key, out_name, "decoded samples differ from the digest in convert.json")
-            else:
-                problem(out_key, out_name, "member bytes differ from the source's")
+            reason = _member_difference(src_ext, src_data, out_name, out_data, recorded)
+            if reason is not None:
+                problem(out_key, out_name, reason)
     except ShardkitError as err:
         problem(None, err.member, str(err))
     return {"shard": output, "source": source, "members": members, "problems": problems}
+
+
+def _member_difference(src_ext: str, src_data: bytes, out_name: str, out_data: bytes,
+                       recorded: dict[str, str]) -> str | None:
+    """Why an output member that is not the source's bytes is wrong, or None: audio (transcoded) must decode
+    to the source's samples and to the digest convert.json recorded for it; anything else must be byte-equal."""
+    out_ext = split_key(out_name)[1]
+    if not (src_ext.lower() in AUDIO_EXTENSIONS and out_ext.lower() in AUDIO_EXTENSIONS):
+        return "member bytes differ from the source's"
+    try:
+        a, rate_a, _ = read_pcm(src_data)
+        b, rate_b, _ = read_pcm(out_data)
+    except ShardkitError as err:
+        return err.reason
+    digest = pcm_digest(b, rate_b)
+    if rate_a != rate_b or pcm_digest(a, rate_a) != digest:
+        return "decoded samples differ from the source's"
+    if recorded.get(out_name, digest) != digest:
+        return "decoded samples differ from the digest in convert.json"
+    return None
 
 
 def _zip_strict(a, b, problem):
@@ -96,27 +105,40 @@ def run_verify(out_dir: str, against: list[str] | None = None) -> dict:
     manifest = load_json(os.path.join(out_dir, "convert.json"))
     if manifest is None:
         raise UsageError("no readable convert.json (run shardkit convert first)", shard=out_dir)
-    by_stem: dict[str, list[str]] = {}
-    if against:
-        for path in expand_shards(against):
-            by_stem.setdefault(shard_stem(path), []).append(path)
     entries = [entry for entry in manifest["shards"] if entry.get("output")]
-    output_stems: dict[str, int] = {}
-    for entry in entries:
-        output_stems[shard_stem(entry["source"]["path"])] = output_stems.get(shard_stem(entry["source"]["path"]), 0) + 1
-    results = []
-    for entry in entries:
-        output = entry["output"]["path"]
-        source = entry["source"]["path"]
-        if against:
-            source, reason = _match_moved_source(out_dir, output, source, by_stem, output_stems)
-            if source is None:
-                results.append({"shard": output, "source": None, "members": 0, "problems": [
-                    {"shard": output, "source": None, "key": None, "member": None, "reason": reason}]})
-                continue
-        recorded = {i["member"].rsplit(".", 1)[0] + "." + i["to"]: i["pcm_sha256"]
-                    for i in entry.get("transcoded") or [] if i.get("action") == "transcoded"}
-        results.append(verify_pair(source, output, recorded))
+    moved = _MovedSources(out_dir, against, entries) if against else None
+    results = [_verify_entry(entry, moved) for entry in entries]
     problems = [p for r in results for p in r["problems"]]
     return {"command": "verify", "out_dir": os.path.abspath(out_dir), "shards": len(results),
             "members": sum(r["members"] for r in results), "problems": problems, "ok": not problems}
+
+
+class _MovedSources:
+    """The ``--against`` shards by stem, and how many recorded sources share each stem."""
+
+    def __init__(self, out_dir: str, against: list[str], entries: list[dict]):
+        self.out_dir = out_dir
+        self.by_stem: dict[str, list[str]] = {}
+        for path in expand_shards(against):
+            self.by_stem.setdefault(shard_stem(path), []).append(path)
+        self.output_stems: dict[str, int] = {}
+        for entry in entries:
+            stem = shard_stem(entry["source"]["path"])
+            self.output_stems[stem] = self.output_stems.get(stem, 0) + 1
+
+    def match(self, output: str, recorded: str) -> tuple[str | None, str | None]:
+        return _match_moved_source(self.out_dir, output, recorded, self.by_stem, self.output_stems)
+
+
+def _verify_entry(entry: dict, moved: _MovedSources | None) -> dict:
+    """``verify_pair`` for one convert.json entry (its source replaced by a ``--against`` match, if given)."""
+    output = entry["output"]["path"]
+    source = entry["source"]["path"]
+    if moved is not None:
+        source, reason = moved.match(output, source)
+        if source is None:
+            return {"shard": output, "source": None, "members": 0, "problems": [
+                {"shard": output, "source": None, "key": None, "member": None, "reason": reason}]}
+    recorded = {i["member"].rsplit(".", 1)[0] + "." + i["to"]: i["pcm_sha256"]
+                for i in entry.get("transcoded") or [] if i.get("action") == "transcoded"}
+    return verify_pair(source, output, recorded)

@@ -134,14 +134,7 @@ def _wav_format(body: bytes, chunk_size: int) -> tuple[int, int, int, int, int]:
         raise AudioHeaderError(AUDIO_HEADER, f"WAV fmt chunk is too short ({chunk_size} bytes)")
     tag, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", body, 0)
     if tag == WAVE_FORMAT_EXTENSIBLE:
-        if chunk_size < 40 or len(body) < 40:
-            raise AudioHeaderError(AUDIO_FORMAT, "WAVE_FORMAT_EXTENSIBLE fmt chunk is too short for its sub-format")
-        guid = bytes(body[24:40])
-        if guid[2:] != _GUID_TAIL or struct.unpack_from("<H", guid)[0] not in (WAVE_FORMAT_PCM,
-                                                                               WAVE_FORMAT_IEEE_FLOAT):
-            raise AudioHeaderError(AUDIO_FORMAT, f"WAVE_FORMAT_EXTENSIBLE sub-format {guid.hex()} is no format a "
-                                                 "decoder reads")
-        tag = struct.unpack_from("<H", guid)[0]
+        tag = _extensible_subformat(body, chunk_size)
     if channels < 1 or channels > MAX_CHANNELS:
         raise AudioHeaderError(AUDIO_CHANNELS, f"WAV header says {channels} channels (decoders read 1 to "
                                                f"{MAX_CHANNELS})")
@@ -154,6 +147,17 @@ def _wav_format(body: bytes, chunk_size: int) -> tuple[int, int, int, int, int]:
         raise AudioHeaderError(AUDIO_HEADER, f"WAV block align {align} contradicts {channels} channels of {bits} "
                                              f"bits (decoders read {channels * ((bits + 7) // 8)}-byte frames)")
     return tag, channels, rate, bits, align
+
+
+def _extensible_subformat(body: bytes, chunk_size: int) -> int:
+    """The format tag a WAVE_FORMAT_EXTENSIBLE fmt chunk's sub-format GUID names (PCM or float only)."""
+    if chunk_size < 40 or len(body) < 40:
+        raise AudioHeaderError(AUDIO_FORMAT, "WAVE_FORMAT_EXTENSIBLE fmt chunk is too short for its sub-format")
+    guid = bytes(body[24:40])
+    if guid[2:] != _GUID_TAIL or struct.unpack_from("<H", guid)[0] not in (WAVE_FORMAT_PCM, WAVE_FORMAT_IEEE_FLOAT):
+        raise AudioHeaderError(AUDIO_FORMAT, f"WAVE_FORMAT_EXTENSIBLE sub-format {guid.hex()} is no format a "
+                                             "decoder reads")
+    return struct.unpack_from("<H", guid)[0]
 
 
 def parse_wav_header(data, size: int | None = None) -> WavInfo:
@@ -360,6 +364,17 @@ def parse_flac_header(data, size: int | None = None) -> FlacInfo:
     bytes or their first part, ``size`` its whole size). Raises AudioHeaderError for what libFLAC (the
     trainer's decoder) refuses or reads differently, HeaderBeyondHead when the header lies past ``data``."""
     size = len(data) if size is None else size
+    min_block, max_block, rate, channels, bits, total = _streaminfo_fields(data, size)
+    pos = _flac_metadata_end(data, size)
+    info = FlacInfo(rate, channels, bits, min_block, max_block, total, bytes(data[26:42]), pos)
+    if pos < size:  # a stream with no frame at all decodes to 0 frames: the caller's empty_audio
+        info = dataclasses.replace(info, first_block=_check_first_frame(data, size, info))
+    return info
+
+
+def _streaminfo_fields(data, size: int) -> tuple[int, int, int, int, int, int]:
+    """STREAMINFO's ``(min block, max block, rate, channels, bits, total samples)``, checked as libFLAC and
+    FFmpeg read them."""
     if size < 42 or len(data) < 42 or data[:4] != b"fLaC" or data[4] & 0x7F != 0 or data[5:8] != b"\0\0\x22":
         raise AudioHeaderError(FLAC_METADATA, "FLAC does not start with its 34-byte STREAMINFO block")
     fields = int.from_bytes(data[8:26], "big")  # 16 + 16 + 24 + 24 + 20 + 3 + 5 + 36 bits
@@ -372,6 +387,12 @@ def parse_flac_header(data, size: int | None = None) -> FlacInfo:
                                                 "(maximum 16 at least, minimum not above maximum)")
     if rate == 0 or bits < 4:
         raise AudioHeaderError(FLAC_STREAMINFO, f"FLAC STREAMINFO says {rate} Hz, {bits} bits: no decoder reads it")
+    return min_block, max_block, rate, channels, bits, total
+
+
+def _flac_metadata_end(data, size: int) -> int:
+    """Where the first frame starts: past every metadata block, each checked to lie within the member and to
+    have a valid type (STREAMINFO only first)."""
     pos, last, number = 4, False, 0
     while not last:
         if pos + 4 > size:
@@ -387,10 +408,7 @@ def parse_flac_header(data, size: int | None = None) -> FlacInfo:
             raise AudioHeaderError(FLAC_METADATA, f"FLAC metadata block {number} (type {kind}, {length} bytes) runs "
                                                   f"past the end of the member ({size} bytes)")
         number += 1
-    info = FlacInfo(rate, channels, bits, min_block, max_block, total, bytes(data[26:42]), pos)
-    if pos < size:  # a stream with no frame at all decodes to 0 frames: the caller's empty_audio
-        info = dataclasses.replace(info, first_block=_check_first_frame(data, size, info))
-    return info
+    return pos
 
 
 def _utf8_number(head: bytes, i: int) -> tuple[int, int] | None:
@@ -414,14 +432,38 @@ def _frame_header(head: bytes, info: FlacInfo) -> tuple[bool, int, int, list[str
     header at the start of ``head``; None when it is no frame header (sync, reserved codes, CRC-8)."""
     if len(head) < 6 or head[0] != 0xFF or head[1] & 0xFE != 0xF8 or head[3] & 1:
         return None
-    block_code, rate_code = head[2] >> 4, head[2] & 15
-    channel_code, bits_code = head[3] >> 4, (head[3] >> 1) & 7
-    if block_code == 0 or rate_code == 15 or channel_code > 10 or bits_code == 3:
+    codes = _frame_codes(head)
+    if codes is None:
         return None
+    block_code, rate_code, channel_code, bits_code = codes
     number = _utf8_number(head, 4)
     if number is None:
         return None
     number, i = number
+    sizes = _block_and_rate(head, i, block_code, rate_code, info.sample_rate)
+    if sizes is None:
+        return None
+    block, rate, i = sizes
+    if _crc8(head[:i]) != head[i]:
+        return None
+    channels = channel_code + 1 if channel_code < 8 else 2
+    bits = _FLAC_BITS.get(bits_code, info.bits)
+    return bool(head[1] & 1), number, block, _streaminfo_contradictions(info, channels, rate, bits, block)
+
+
+def _frame_codes(head: bytes) -> tuple[int, int, int, int] | None:
+    """The frame header's block size, sample rate, channel and sample size codes; None for a reserved one."""
+    block_code, rate_code = head[2] >> 4, head[2] & 15
+    channel_code, bits_code = head[3] >> 4, (head[3] >> 1) & 7
+    if block_code == 0 or rate_code == 15 or channel_code > 10 or bits_code == 3:
+        return None
+    return block_code, rate_code, channel_code, bits_code
+
+
+def _block_and_rate(head: bytes, i: int, block_code: int, rate_code: int,
+                    streaminfo_rate: int) -> tuple[int, int, int] | None:
+    """``(block size, sample rate, index of the CRC-8)`` from the frame header's codes and the fields after
+    the frame number at ``head[i]``; None when those fields run past ``head``."""
     extra = {6: 1, 7: 2}.get(block_code, 0)
     rate_extra = {12: 1, 13: 2, 14: 2}.get(rate_code, 0)
     if i + extra + rate_extra >= len(head):
@@ -430,12 +472,12 @@ def _frame_header(head: bytes, info: FlacInfo) -> tuple[bool, int, int, list[str
         192 if block_code == 1 else 576 << (block_code - 2) if block_code <= 5 else 256 << (block_code - 8))
     i += extra
     value = int.from_bytes(head[i:i + rate_extra], "big")
-    rate = {12: value * 1000, 13: value, 14: value * 10}.get(rate_code, _FLAC_RATES.get(rate_code, info.sample_rate))
-    i += rate_extra
-    if _crc8(head[:i]) != head[i]:
-        return None
-    channels = channel_code + 1 if channel_code < 8 else 2
-    bits = _FLAC_BITS.get(bits_code, info.bits)
+    rate = {12: value * 1000, 13: value, 14: value * 10}.get(rate_code, _FLAC_RATES.get(rate_code, streaminfo_rate))
+    return block, rate, i + rate_extra
+
+
+def _streaminfo_contradictions(info: FlacInfo, channels: int, rate: int, bits: int, block: int) -> list[str]:
+    """Where a frame header says otherwise than STREAMINFO (libFLAC refuses such a stream)."""
     problems = []
     if channels != info.channels:
         problems.append(f"{channels} channels, STREAMINFO {info.channels}")
@@ -445,7 +487,7 @@ def _frame_header(head: bytes, info: FlacInfo) -> tuple[bool, int, int, list[str
         problems.append(f"{bits} bits, STREAMINFO {info.bits}")
     if block > info.max_block:
         problems.append(f"a block of {block} samples, STREAMINFO at most {info.max_block}")
-    return bool(head[1] & 1), number, block, problems
+    return problems
 
 
 def _check_first_frame(data, size: int, info: FlacInfo) -> int:
@@ -524,40 +566,54 @@ def header_facts(data, size: int | None = None, *, count=None) -> dict:
     whole = len(data) >= size
     fmt = sniff_format(bytes(data[:16]))
     if fmt == "wav" and data[:4] == b"RIFF":
-        info = parse_wav_header(data, size)
-        if not info.is_linear:  # ADPCM, A-law, ...: only libsndfile knows its frames
-            if not whole:
-                raise HeaderBeyondHead(size)
-            return _checked_facts(probe_file(io.BytesIO(data)), "wav")
-        facts = {"format": "wav", "subtype": info.subtype, "sample_rate": info.sample_rate,
-                 "channels": info.channels, "frames": info.frames_present, "frames_declared": info.frames_declared,
-                 "duration": info.frames_present / info.sample_rate}
-        return _checked_facts(facts, "wav")
+        return _wav_facts(data, size, whole)
     if fmt == "flac":
-        info = parse_flac_header(data, size)
-        frames = info.total_samples
-        problem = flac_length_problem(info, size)
-        if problem is not None:
-            raise AudioHeaderError(IMPLAUSIBLE_LENGTH, problem)
-        pcm_bytes = frames * info.channels * info.bits // 8
-        # unknown, to be proven by a decode, or not what the last frame says: counted by decoding
-        if not frames or pcm_bytes > FLAC_RATIO_TO_COUNT * size or whole and flac_frames_total(data, info) != frames:
-            if not whole:
-                raise HeaderBeyondHead(size)
-            counted = count() if count is not None else count_frames(io.BytesIO(data))
-            if frames and counted != frames:
-                raise AudioHeaderError(IMPLAUSIBLE_LENGTH if counted < frames else FLAC_STREAMINFO,
-                                       f"FLAC STREAMINFO claims {frames} samples, its frames decode to {counted} "
-                                       "(decoders disagree on where it ends)")
-            frames = counted
-        facts = {"format": "flac", "subtype": {8: "PCM_S8", 16: "PCM_16", 24: "PCM_24"}.get(info.bits,
-                                                                                        f"PCM_{info.bits}"),
-                 "sample_rate": info.sample_rate, "channels": info.channels, "frames": frames,
-                 "frames_declared": frames, "duration": frames / info.sample_rate}
-        return _checked_facts(facts, "flac")
+        return _flac_facts(data, size, whole, count)
     if not whole:
         raise HeaderBeyondHead(size)
     return _checked_facts(probe_file(io.BytesIO(data)), fmt)
+
+
+def _wav_facts(data, size: int, whole: bool) -> dict:
+    info = parse_wav_header(data, size)
+    if not info.is_linear:  # ADPCM, A-law, ...: only libsndfile knows its frames
+        if not whole:
+            raise HeaderBeyondHead(size)
+        return _checked_facts(probe_file(io.BytesIO(data)), "wav")
+    facts = {"format": "wav", "subtype": info.subtype, "sample_rate": info.sample_rate,
+             "channels": info.channels, "frames": info.frames_present, "frames_declared": info.frames_declared,
+             "duration": info.frames_present / info.sample_rate}
+    return _checked_facts(facts, "wav")
+
+
+def _flac_facts(data, size: int, whole: bool, count) -> dict:
+    info = parse_flac_header(data, size)
+    frames = info.total_samples
+    problem = flac_length_problem(info, size)
+    if problem is not None:
+        raise AudioHeaderError(IMPLAUSIBLE_LENGTH, problem)
+    pcm_bytes = frames * info.channels * info.bits // 8
+    # unknown, to be proven by a decode, or not what the last frame says: counted by decoding
+    if not frames or pcm_bytes > FLAC_RATIO_TO_COUNT * size or whole and flac_frames_total(data, info) != frames:
+        frames = _counted_frames(data, size, whole, count, frames)
+    facts = {"format": "flac", "subtype": {8: "PCM_S8", 16: "PCM_16", 24: "PCM_24"}.get(info.bits,
+                                                                                    f"PCM_{info.bits}"),
+             "sample_rate": info.sample_rate, "channels": info.channels, "frames": frames,
+             "frames_declared": frames, "duration": frames / info.sample_rate}
+    return _checked_facts(facts, "flac")
+
+
+def _counted_frames(data, size: int, whole: bool, count, claimed: int) -> int:
+    """A whole FLAC's frames counted by decoding (``count()``, else libsndfile); a count that is not the
+    STREAMINFO claim (when it makes one) is an AudioHeaderError."""
+    if not whole:
+        raise HeaderBeyondHead(size)
+    counted = count() if count is not None else count_frames(io.BytesIO(data))
+    if claimed and counted != claimed:
+        raise AudioHeaderError(IMPLAUSIBLE_LENGTH if counted < claimed else FLAC_STREAMINFO,
+                               f"FLAC STREAMINFO claims {claimed} samples, its frames decode to {counted} "
+                               "(decoders disagree on where it ends)")
+    return counted
 
 
 def _checked_facts(facts: dict, fmt: str | None) -> dict:

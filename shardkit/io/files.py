@@ -162,20 +162,7 @@ class AtomicFile:
         """``sync_while_verifying``: the fsync runs in a thread while ``verify`` reads the file back
         (both see the same bytes: the read-back comes from the page cache either way), so the wait for
         the disk overlaps the read-back's work; the rename still waits for both."""
-        syncing = None
-        try:
-            self.file.flush()
-            if sync_while_verifying and verify is not None:
-                syncing = _Fsync(self.file.fileno())
-            else:
-                os.fsync(self.file.fileno())
-            written, stored = self.file.tell(), os.fstat(self.file.fileno()).st_size
-            if syncing is None:
-                self.file.close()
-        except OSError as err:
-            if syncing is not None:
-                syncing.wait()
-            raise output_error(err, self.dst) from None
+        syncing, written, stored = self._flush_and_sync(background=sync_while_verifying and verify is not None)
         try:
             if written != stored:
                 from shardkit.errors import VerificationError
@@ -186,12 +173,39 @@ class AtomicFile:
         finally:
             failed = syncing.wait() if syncing is not None else None
         if syncing is not None:
-            try:
-                if failed is not None:
-                    raise failed
+            self._close_after_sync(failed)
+        self._publish()
+        self.committed = True
+
+    def _flush_and_sync(self, *, background: bool) -> tuple["_Fsync | None", int, int]:
+        """Flush and fsync (in a thread when ``background``; the file stays open for it), then close;
+        (the fsync thread or None, bytes written, bytes the file holds)."""
+        syncing = None
+        try:
+            self.file.flush()
+            if background:
+                syncing = _Fsync(self.file.fileno())
+            else:
+                os.fsync(self.file.fileno())
+            written, stored = self.file.tell(), os.fstat(self.file.fileno()).st_size
+            if syncing is None:
                 self.file.close()
-            except OSError as err:
-                raise output_error(err, self.dst) from None
+        except OSError as err:
+            if syncing is not None:
+                syncing.wait()
+            raise output_error(err, self.dst) from None
+        return syncing, written, stored
+
+    def _close_after_sync(self, failed: OSError | None) -> None:
+        try:
+            if failed is not None:
+                raise failed
+            self.file.close()
+        except OSError as err:
+            raise output_error(err, self.dst) from None
+
+    def _publish(self) -> None:
+        """Rename to ``dst`` and fsync its folder; a URL is published through fsspec."""
         if _local(self.dst):
             try:
                 os.replace(self.tmp, self.dst)
@@ -202,7 +216,6 @@ class AtomicFile:
             from shardkit.io.remote import publish_output
 
             publish_output(self.tmp, self.dst)
-        self.committed = True
 
     def discard(self) -> None:
         if self.file is not None and not self.file.closed:

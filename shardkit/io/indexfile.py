@@ -118,34 +118,56 @@ def parse_index_line(line: bytes, *, path: str, number: int) -> dict:
 
 def check_record(record: dict, *, path: str, number: int) -> dict:
     """The field types a Parquet row needs; a bad one is an error naming the file, line and field."""
-    def bad(field: str, why: str) -> ShardkitError:
-        return ShardkitError(f"line {number}: field {field!r} {why} (got {record.get(field)!r:.80})", shard=path)
+    problem = _record_problem(record)
+    if problem is not None:
+        field, why = problem
+        raise ShardkitError(f"line {number}: field {field!r} {why} (got {record.get(field)!r:.80})", shard=path)
+    return record
 
+
+def _record_problem(record: dict) -> tuple[str, str] | None:
+    """The first bad field of ``record`` and why, or None; normalises as it checks (duration to a float,
+    a whole float count to an int)."""
     for field in ("shard", "key"):
         if not isinstance(record[field], str) or not record[field]:
-            raise bad(field, "must be a non-empty string")
-    try:  # balance takes float(duration): a number, or a string of one
-        duration = None if isinstance(record["duration"], bool) else float(record["duration"])
-    except (TypeError, ValueError):
-        duration = None
-    if duration is None or not math.isfinite(duration) or duration < 0:
-        raise bad("duration", "must be a finite number of seconds >= 0")
+            return field, "must be a non-empty string"
+    duration = _seconds(record["duration"])
+    if duration is None:
+        return "duration", "must be a finite number of seconds >= 0"
     record["duration"] = duration
-    members = record["members"]
-    if not isinstance(members, list) or not all(
-            isinstance(m, list) and len(m) == 3 and isinstance(m[0], str) and all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in m[1:]) for m in members):
-        raise bad("members", "must be a list of [name, offset, size] (offset and size integers >= 0)")
+    if not _member_triples(record["members"]):
+        return "members", "must be a list of [name, offset, size] (offset and size integers >= 0)"
     for field in ("corpus", "audio", "format"):
         if record.get(field) is not None and not isinstance(record[field], str):
-            raise bad(field, "must be a string")
+            return field, "must be a string"
+    return _count_problem(record)
+
+
+def _seconds(value) -> float | None:
+    """A duration as balance takes it (``float(duration)``: a number, or a string of one), if finite and >= 0."""
+    try:
+        duration = None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return None
+    return duration if duration is not None and math.isfinite(duration) and duration >= 0 else None
+
+
+def _member_triples(members) -> bool:
+    """Whether ``members`` is a list of [name, offset, size] with integer offset and size >= 0."""
+    return isinstance(members, list) and all(
+        isinstance(m, list) and len(m) == 3 and isinstance(m[0], str) and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in m[1:]) for m in members)
+
+
+def _count_problem(record: dict) -> tuple[str, str] | None:
+    """The first count field that is not an integer >= 0 (a whole float is made an int first), or None."""
     for field in ("bytes", "sample_rate", "channels", "frames", "text_chars"):
         value = record.get(field)
         if isinstance(value, float) and value.is_integer():
             value = record[field] = int(value)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise bad(field, "must be an integer >= 0")
-    return record
+            return field, "must be an integer >= 0"
+    return None
 
 
 def iter_jsonl(path: str) -> Iterator[dict]:
@@ -171,14 +193,7 @@ def records_to_batch(records: list[dict]):
     """A pyarrow RecordBatch of records (dicts with at least the required fields)."""
     import pyarrow as pa
 
-    keys = [r["key"] for r in records]
-    audio = [None if r.get("audio") is None else _relative(r["audio"], r["key"]) for r in records]
-    members = [[{"name": _relative(m[0], r["key"]), "offset": m[1], "size": m[2]} for m in r["members"]]
-               for r in records]
-    columns = {"corpus": [r.get("corpus") for r in records], "shard": [r["shard"] for r in records], "key": keys,
-               "audio": audio, "members": members}
-    for name in ("format", "bytes", "sample_rate", "channels", "frames", "duration", "text_chars"):
-        columns[name] = [r.get(name) for r in records]
+    columns = _columns(records)
     arrays = []
     for field in schema():
         values = columns[field.name]
@@ -187,6 +202,19 @@ def records_to_batch(records: list[dict]):
         else:
             arrays.append(pa.array(values, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema())
+
+
+def _columns(records: list[dict]) -> dict[str, list]:
+    """The records as columns of the index schema; member and audio names stored relative to the key."""
+    keys = [r["key"] for r in records]
+    audio = [None if r.get("audio") is None else _relative(r["audio"], r["key"]) for r in records]
+    members = [[{"name": _relative(m[0], r["key"]), "offset": m[1], "size": m[2]} for m in r["members"]]
+               for r in records]
+    columns = {"corpus": [r.get("corpus") for r in records], "shard": [r["shard"] for r in records], "key": keys,
+               "audio": audio, "members": members}
+    for name in ("format", "bytes", "sample_rate", "channels", "frames", "duration", "text_chars"):
+        columns[name] = [r.get(name) for r in records]
+    return columns
 
 
 def open_parquet_writer(file):
@@ -562,21 +590,29 @@ class ShardRecords:
 
     def _record(self, key: str, members: list) -> dict:
         from shardkit.io.audio import probe
-        from shardkit.io.tar import AUDIO_EXTENSIONS
 
-        by_ext = {name[len(key) + 1:]: (name, data, size) for name, _, size, data in members}
-        audio_ext = next((e for e in by_ext if e.lower() in AUDIO_EXTENSIONS), None)
-        if audio_ext is None or "txt" not in by_ext:
-            raise ValueError("no audio member" if audio_ext is None else "no .txt transcript")
-        audio_name, audio, audio_size = by_ext[audio_ext]
-        text = by_ext["txt"][1]
-        if audio is None or text is None:
-            raise ValueError("a member streamed through without being held")
+        audio_name, audio, text = _audio_and_text(key, members)
         info = probe(audio)
         return {"shard": self.shard, "key": key, "corpus": self.corpus, "audio": audio_name, "format": info["format"],
                 "bytes": sum(m[2] for m in members), "sample_rate": info["sample_rate"], "channels": info["channels"],
                 "frames": info["frames"], "duration": round(info["duration"], 6),
                 "text_chars": len(text.decode("utf-8")), "members": [[n, o, z] for n, o, z, _ in members]}
+
+
+def _audio_and_text(key: str, members: list) -> tuple[str, bytes, bytes]:
+    """(audio member's name, its bytes, the transcript's bytes) of one utterance's (name, offset, size, data)
+    members; ValueError when either is missing or was streamed through without being held."""
+    from shardkit.io.tar import AUDIO_EXTENSIONS
+
+    by_ext = {name[len(key) + 1:]: (name, data, size) for name, _, size, data in members}
+    audio_ext = next((e for e in by_ext if e.lower() in AUDIO_EXTENSIONS), None)
+    if audio_ext is None or "txt" not in by_ext:
+        raise ValueError("no audio member" if audio_ext is None else "no .txt transcript")
+    audio_name, audio, _ = by_ext[audio_ext]
+    text = by_ext["txt"][1]
+    if audio is None or text is None:
+        raise ValueError("a member streamed through without being held")
+    return audio_name, audio, text
 
 
 def side_part(shard: str) -> str:

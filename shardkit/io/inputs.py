@@ -49,34 +49,50 @@ def expand_shards(args: list[str] | tuple[str, ...]) -> list[str]:
     """
     shards: list[str] = []
     for arg in args:
-        if arg == STDIN:  # standard input, read as a stream
-            shards.append(arg)
-        elif os.path.isdir(arg):
-            found = shards_in_dir(arg)
-            if not found:
-                hint = ""  # convert's output mirrored below its folder (repeated shard names) holds its list on top
-                if os.path.isfile(os.path.join(arg, "data.list")):
-                    hint = f"; pass its list, {os.path.join(arg, 'data.list')}"
-                raise UsageError(f"folder holds no shards (looked for {', '.join(SHARD_PATTERNS[:4])}, ...){hint}",
-                                 shard=arg)
-            shards.extend(os.path.abspath(p) for p in found)
-        elif is_list_file(arg) and (os.path.exists(arg) or not _GLOB_CHARS & set(arg)):
-            shards.extend(read_list(arg))
-        elif os.path.exists(arg):
-            shards.append(os.path.abspath(arg))
-        elif "://" in arg or arg.startswith("pipe:"):  # read through shardkit.io.remote
-            shards.append(arg)
-        elif _GLOB_CHARS & set(arg):
-            matches = sorted(glob.glob(arg))
-            if not matches:
-                raise UsageError("glob pattern matches no file", shard=arg)
-            for match in matches:
-                shards.extend(read_list(match) if is_list_file(match) else [os.path.abspath(match)])
-        else:
-            raise UsageError("no such file, folder or glob match", shard=arg)
+        shards.extend(_shards_of(arg))
     if not shards:
         raise UsageError("no shards given")
     return shards
+
+
+def _shards_of(arg: str) -> list[str]:
+    """What one argument names: standard input, a folder's shards, a list's lines or a file, else
+    (nothing there) a URL or ``pipe:`` command, or a glob's matches."""
+    if arg == STDIN:  # standard input, read as a stream
+        return [arg]
+    if os.path.isdir(arg):
+        return [os.path.abspath(p) for p in _folder_shards(arg)]
+    if os.path.exists(arg):
+        return read_list(arg) if is_list_file(arg) else [os.path.abspath(arg)]
+    return _not_a_file(arg)
+
+
+def _not_a_file(arg: str) -> list[str]:
+    """An argument that names no existing file: a list (its error), a URL or ``pipe:`` command (read
+    through ``shardkit.io.remote``), or a glob pattern."""
+    globbed = bool(_GLOB_CHARS & set(arg))
+    if is_list_file(arg) and not globbed:
+        return read_list(arg)
+    if "://" in arg or arg.startswith("pipe:"):
+        return [arg]
+    if not globbed:
+        raise UsageError("no such file, folder or glob match", shard=arg)
+    matches = sorted(glob.glob(arg))
+    if not matches:
+        raise UsageError("glob pattern matches no file", shard=arg)
+    return [path for match in matches
+            for path in (read_list(match) if is_list_file(match) else [os.path.abspath(match)])]
+
+
+def _folder_shards(folder: str) -> list[str]:
+    found = shards_in_dir(folder)
+    if not found:
+        hint = ""  # convert's output mirrored below its folder (repeated shard names) holds its list on top
+        if os.path.isfile(os.path.join(folder, "data.list")):
+            hint = f"; pass its list, {os.path.join(folder, 'data.list')}"
+        raise UsageError(f"folder holds no shards (looked for {', '.join(SHARD_PATTERNS[:4])}, ...){hint}",
+                         shard=folder)
+    return found
 
 
 def shard_stem(path: str) -> str:
@@ -139,25 +155,37 @@ def plan_output_paths(shards: list[str], out_dir: str, suffix: str, *, keep_tree
 def _outputs(shards: list[str], out_dir: str, suffix: str, stdin: str, *, tree: bool) -> list[str]:
     # standard input and pipe: commands lie in no folder: they are not mirrored
     named = [s for s in shards if s != STDIN and not s.startswith("pipe:")]
-    mirrored = set(named)
     tree = tree and bool(named)
     if "://" in out_dir:  # a URL: no abspath, and '/' joins on every platform
-        base = out_dir.rstrip("/")
-        common = _common_folder(named) if tree else None
-        outputs = []
-        for s in shards:
-            rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if tree and s in mirrored else "."
-            name = (stdin if s == STDIN else shard_stem(s)) + suffix
-            outputs.append(posixpath.join(base, name) if rel == "." else posixpath.join(base, rel, name))
-        return outputs
+        return _url_outputs(shards, named, out_dir, suffix, stdin, tree)
     out_dir = os.path.abspath(out_dir)
     if tree:
-        common = _common_folder(named)
-        return [os.path.join(out_dir, stdin + suffix) if s == STDIN else
-                os.path.join(out_dir, shard_stem(s) + suffix) if s not in mirrored else
-                os.path.normpath(os.path.join(out_dir, os.path.relpath(os.path.dirname(s), common),
-                                              shard_stem(s) + suffix)) for s in shards]
+        return _mirrored_outputs(shards, named, out_dir, suffix, stdin)
     return [os.path.join(out_dir, (stdin if s == STDIN else shard_stem(s)) + suffix) for s in shards]
+
+
+def _mirrored_outputs(shards: list[str], named: list[str], out_dir: str, suffix: str, stdin: str) -> list[str]:
+    """Local outputs below ``out_dir`` in the folders of ``named`` relative to their common folder."""
+    common = _common_folder(named)
+    mirrored = set(named)
+    return [os.path.join(out_dir, stdin + suffix) if s == STDIN else
+            os.path.join(out_dir, shard_stem(s) + suffix) if s not in mirrored else
+            os.path.normpath(os.path.join(out_dir, os.path.relpath(os.path.dirname(s), common),
+                                          shard_stem(s) + suffix)) for s in shards]
+
+
+def _url_outputs(shards: list[str], named: list[str], out_dir: str, suffix: str, stdin: str,
+                 tree: bool) -> list[str]:
+    """``_outputs`` under an OUT_DIR URL: joined with ``/``, mirrored folders relative to the inputs' common one."""
+    base = out_dir.rstrip("/")
+    common = _common_folder(named) if tree else None
+    mirrored = set(named)
+    outputs = []
+    for s in shards:
+        rel = posixpath.normpath(posixpath.relpath(posixpath.dirname(s), common)) if tree and s in mirrored else "."
+        name = (stdin if s == STDIN else shard_stem(s)) + suffix
+        outputs.append(posixpath.join(base, name) if rel == "." else posixpath.join(base, rel, name))
+    return outputs
 
 
 def _common_folder(shards: list[str]) -> str:

@@ -228,41 +228,76 @@ def classify_failure(err: BaseException, *, where: str, settings: IOSettings,
     behind a FileNotFoundError: the whole chain is read, most specific cause first."""
     chain = _chain(err)
     for e in chain:
-        name = type(e).__name__
-        if name == "TooManyRedirects":
-            return False, False, f"redirect loop (gave up after {len(getattr(e, 'history', ()) or ())} redirects)"
-        status = getattr(e, "status", None)
-        if name == "ClientResponseError" or (isinstance(status, int) and 100 <= status < 600 and "Response" in name):
-            status = int(status or 0)
-            message = getattr(e, "message", "") or ""
-            return (status >= 500 or status in (408, 429)), status in (404, 410), f"HTTP {status} {message}".strip()
-        if name == "ClientError" and hasattr(e, "response"):  # botocore
-            code = str(e.response.get("Error", {}).get("Code", ""))
-            http = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-            return (http >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError")), \
-                code in ("NoSuchKey", "404", "NoSuchBucket"), f"S3 {code or http}: {_first_line(e)}"
-        if name in ("ConnectionTimeoutError", "ConnectTimeoutError"):
-            return True, False, f"no connection within {settings.connect_timeout:g} s"
-        if name in ("SocketTimeoutError", "ServerTimeoutError", "ReadTimeoutError", "ReadTimeout") \
-                or isinstance(e, (TimeoutError, asyncio.TimeoutError)):
-            return True, False, f"stalled: no data for {settings.read_timeout:g} s {where}"
-        if name in ("ClientPayloadError", "ContentLengthError", "TransferEncodingError", "IncompleteRead",
-                    "ResponseStreamingError"):
-            if "encoding" in str(e).lower() and "content-length" not in str(e).lower():
-                return False, False, f"body does not decode as its Content-Encoding ({_first_line(e)})"
-            received = re.search(r"received (\d+) of (\d+) bytes", str(e))
-            if received:
-                got, total = body_start + int(received.group(1)), body_start + int(received.group(2))
-                return True, False, f"connection closed after {got} of {total} bytes"
-            return True, False, f"connection closed {where} ({_first_line(e)})"
-        if name in ("ServerDisconnectedError", "ClientOSError", "ClientConnectorError", "EndpointConnectionError",
-                    "ConnectionClosedError") or isinstance(e, ConnectionError):
-            return True, False, f"connection failed ({_first_line(e)})"
+        for classify in _CLASSIFIERS:
+            verdict = classify(e, where, settings, body_start)
+            if verdict is not None:
+                return verdict
     if any(isinstance(e, FileNotFoundError) for e in chain):
         return False, True, "no such file or object"
     if any(isinstance(e, PermissionError) for e in chain):
         return False, False, "permission denied"
     return False, False, _describe(err)
+
+
+# Each classifier reads one exception of the chain: ``(transient, missing, reason)``, or None when it is
+# not of the classifier's family. Tried in this order, for each exception of the chain in turn.
+
+def _redirect_loop(e: BaseException, where: str, settings: IOSettings, body_start: int):
+    if type(e).__name__ == "TooManyRedirects":
+        return False, False, f"redirect loop (gave up after {len(getattr(e, 'history', ()) or ())} redirects)"
+    return None
+
+
+def _http_status(e: BaseException, where: str, settings: IOSettings, body_start: int):
+    name = type(e).__name__
+    status = getattr(e, "status", None)
+    if name == "ClientResponseError" or (isinstance(status, int) and 100 <= status < 600 and "Response" in name):
+        status = int(status or 0)
+        message = getattr(e, "message", "") or ""
+        return (status >= 500 or status in (408, 429)), status in (404, 410), f"HTTP {status} {message}".strip()
+    return None
+
+
+def _s3_error(e: BaseException, where: str, settings: IOSettings, body_start: int):
+    if type(e).__name__ == "ClientError" and hasattr(e, "response"):  # botocore
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        http = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return (http >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError")), \
+            code in ("NoSuchKey", "404", "NoSuchBucket"), f"S3 {code or http}: {_first_line(e)}"
+    return None
+
+
+def _timeout(e: BaseException, where: str, settings: IOSettings, body_start: int):
+    name = type(e).__name__
+    if name in ("ConnectionTimeoutError", "ConnectTimeoutError"):
+        return True, False, f"no connection within {settings.connect_timeout:g} s"
+    if name in ("SocketTimeoutError", "ServerTimeoutError", "ReadTimeoutError", "ReadTimeout") \
+            or isinstance(e, (TimeoutError, asyncio.TimeoutError)):
+        return True, False, f"stalled: no data for {settings.read_timeout:g} s {where}"
+    return None
+
+
+def _short_body(e: BaseException, where: str, settings: IOSettings, body_start: int):
+    if type(e).__name__ not in ("ClientPayloadError", "ContentLengthError", "TransferEncodingError",
+                                "IncompleteRead", "ResponseStreamingError"):
+        return None
+    if "encoding" in str(e).lower() and "content-length" not in str(e).lower():
+        return False, False, f"body does not decode as its Content-Encoding ({_first_line(e)})"
+    received = re.search(r"received (\d+) of (\d+) bytes", str(e))
+    if received:
+        got, total = body_start + int(received.group(1)), body_start + int(received.group(2))
+        return True, False, f"connection closed after {got} of {total} bytes"
+    return True, False, f"connection closed {where} ({_first_line(e)})"
+
+
+def _connection_failed(e: BaseException, where: str, settings: IOSettings, body_start: int):
+    if type(e).__name__ in ("ServerDisconnectedError", "ClientOSError", "ClientConnectorError",
+                            "EndpointConnectionError", "ConnectionClosedError") or isinstance(e, ConnectionError):
+        return True, False, f"connection failed ({_first_line(e)})"
+    return None
+
+
+_CLASSIFIERS = (_redirect_loop, _http_status, _s3_error, _timeout, _short_body, _connection_failed)
 
 
 class RemoteReader(io.RawIOBase):
@@ -319,12 +354,16 @@ class RemoteReader(io.RawIOBase):
         response = getattr(raw, "r", None)
         self._body_start = self.pos if getattr(response, "status", 206) == 206 else 0
         if self.pos and not self._body_start:  # the server ignored the range: skip ahead
-            left = self.pos
-            while left:
-                skipped = raw.read(min(left, _READ_BUFFER))
-                if not skipped:
-                    raise ConnectionResetError(f"body ended before the {self.pos} bytes read before")
-                left -= len(skipped)
+            self._skip_read_bytes(raw)
+
+    def _skip_read_bytes(self, raw) -> None:
+        """Read past the ``pos`` bytes read before, of a response that starts at the beginning again."""
+        left = self.pos
+        while left:
+            skipped = raw.read(min(left, _READ_BUFFER))
+            if not skipped:
+                raise ConnectionResetError(f"body ended before the {self.pos} bytes read before")
+            left -= len(skipped)
 
     def _drop(self) -> None:
         raw, self._raw = self._raw, None

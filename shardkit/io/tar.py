@@ -180,20 +180,27 @@ def parse_header(header: bytes) -> tuple[bytes, bytes, int]:
         if int(header[148:154], 8) != common_checksum(header) and not header_checksum_ok(header):
             raise TarChecksumError("checksum mismatch")
     else:
-        if not header_checksum_ok(header):
-            raise TarChecksumError("checksum mismatch")
-        size = 0
-        for what, start, end in _NUMBER_FIELDS:
-            value = parse_number_field(header[start:end], what)
-            if what == "size":
-                size = value
-        if size < 0:
-            raise TarNumberFieldError(f"negative member size ({size})")
+        size = _uncommon_header_size(header)
     typeflag = header[156:157]
     name = header[0:100].split(b"\x00", 1)[0]
     if header[345] and typeflag not in (b"L", b"K", b"S"):
         name = header[345:500].split(b"\x00", 1)[0] + b"/" + name
     return typeflag, name, size
+
+
+def _uncommon_header_size(header: bytes) -> int:
+    """``parse_header``'s slow path, for number fields not written the common way (base-256, spaces, other
+    widths): the checksum as tarfile tests it, every number field parsed, the size (never negative)."""
+    if not header_checksum_ok(header):
+        raise TarChecksumError("checksum mismatch")
+    size = 0
+    for what, start, end in _NUMBER_FIELDS:
+        value = parse_number_field(header[start:end], what)
+        if what == "size":
+            size = value
+    if size < 0:
+        raise TarNumberFieldError(f"negative member size ({size})")
+    return size
 
 
 def escape_name(name: bytes | str) -> str:
@@ -265,6 +272,13 @@ def _parse_pax(data: bytes) -> dict[bytes, bytes]:
         pos += length
     if data.count(0, pos) != end - pos:
         raise TarPaxError(f"damaged pax header (bytes after its last record at byte {pos})")
+    _check_pax_records(data, records)
+    return records
+
+
+def _check_pax_records(data: bytes, records: dict[bytes, bytes]) -> None:
+    """What tarfile refuses or reads differently in well-formed pax records: a charset it does not read,
+    GNU sparse members, a size that is not a plain decimal number. Raises ``TarPaxError``."""
     charset = _PAX_CHARSET_SEARCH.search(data)  # how tarfile before 3.12.5 finds it: anywhere in the data
     if charset is not None and charset.group(1) not in _PAX_CHARSETS:
         raise TarPaxError(f"pax hdrcharset {escape_name(charset.group(1))!r} is not one tarfile reads")
@@ -276,7 +290,6 @@ def _parse_pax(data: bytes) -> dict[bytes, bytes]:
     size = records.get(b"size")
     if size is not None and not _PAX_SIZE.fullmatch(size):
         raise TarPaxError(f"pax size {escape_name(size)!r} is not a non-negative decimal number")
-    return records
 
 
 EXTENSION_TYPES = (b"L", b"K", b"x", b"g")

@@ -137,15 +137,7 @@ def transcode_member(name: str, data: bytes, target: str, flac_level: int | None
 def _transcodable(data: bytes, target: str, max_seconds: float | None) -> dict:
     """The header facts of a member to transcode to ``target``; raises Kept for one that stays as it is."""
     fmt = sniff_format(data)
-    source_fmt = "wav" if target == "flac" else "flac"
-    if fmt != source_fmt:
-        if fmt is None:
-            raise Kept("unknown or damaged audio bytes", "decode")
-        if fmt in ("wav", "flac"):
-            raise Kept(f"already {fmt}")
-        raise Kept(f"lossy format ({fmt}): never re-encoded")
-    if fmt == "wav" and data[:4] != b"RIFF":
-        raise Kept(f"{data[:4].decode('latin-1')} WAV is kept as it is")
+    _refuse_other_format(fmt, target, data)
     try:
         facts = header_facts(data)
     except AudioHeaderError as err:
@@ -158,6 +150,25 @@ def _transcodable(data: bytes, target: str, max_seconds: float | None) -> dict:
         raise Kept("truncated WAV (header promises more frames than present)", TRUNCATED)
     if target == "flac" and facts["sample_rate"] > _FLAC_MAX_RATE:
         raise Kept(f"{facts['sample_rate']} Hz has no FLAC form")
+    _refuse_too_long(facts, max_seconds)
+    return facts
+
+
+def _refuse_other_format(fmt: str | None, target: str, data: bytes) -> None:
+    """Kept unless the member is the lossless source format of ``target`` (a RIFF WAV for FLAC, FLAC for WAV)."""
+    source_fmt = "wav" if target == "flac" else "flac"
+    if fmt != source_fmt:
+        if fmt is None:
+            raise Kept("unknown or damaged audio bytes", "decode")
+        if fmt in ("wav", "flac"):
+            raise Kept(f"already {fmt}")
+        raise Kept(f"lossy format ({fmt}): never re-encoded")
+    if fmt == "wav" and data[:4] != b"RIFF":
+        raise Kept(f"{data[:4].decode('latin-1')} WAV is kept as it is")
+
+
+def _refuse_too_long(facts: dict, max_seconds: float | None) -> None:
+    """Kept (a problem) when the member decodes to more than ``max_seconds`` or than transcoding holds."""
     message = too_long(facts["frames"], facts["sample_rate"], max_seconds)
     pcm_bytes = facts["frames"] * facts["channels"] * 4
     if message is None and pcm_bytes > MAX_TRANSCODE_PCM_BYTES:
@@ -165,7 +176,6 @@ def _transcodable(data: bytes, target: str, max_seconds: float | None) -> dict:
                   "transcoding holds"
     if message is not None:
         raise Kept(message, DECODED_TOO_LONG)
-    return facts
 
 
 def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | None) -> tuple[bytes, dict]:
@@ -176,37 +186,56 @@ def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | N
     try:
         with open_soundfile(io.BytesIO(data)) as src:
             subtype, rate, channels = src.subtype, src.samplerate, src.channels
-            if (rate, channels) != (facts["sample_rate"], facts["channels"]):
-                raise Kept(f"libsndfile reads {channels} channels at {rate} Hz, the header says "
-                           f"{facts['channels']} at {facts['sample_rate']} Hz", AUDIO_HEADER)
-            if subtype not in mapping:
-                raise Kept(f"{subtype} has no lossless {target} form")
+            _refuse_other_stream(src, facts, mapping, target)
             dtype = np.dtype("int16" if subtype in _NARROW_SUBTYPES else "int32")
             digest = hashlib.sha256(f"{rate}:{channels}:{dtype.str}:".encode())
             md5 = PcmMd5(flac_bits(data)) if expected_md5 is not None else None
             buf = io.BytesIO()
             kwargs = {"compression_level": flac_level / 8} if target == "flac" and flac_level is not None else {}
-            frames = 0
             with sf.SoundFile(buf, "w", rate, channels, mapping[subtype], format=target.upper(), **kwargs) as out:
-                while len(block := src.read(_BLOCK, dtype=dtype.name, always_2d=True)):
-                    frames += len(block)
-                    if frames > facts["frames"]:
-                        break
-                    out.write(block)
-                    digest.update(memoryview(np.ascontiguousarray(block)).cast("B"))
-                    if md5 is not None:
-                        md5.update(block)
+                frames = _copy_blocks(src, out, dtype, facts["frames"], digest, md5)
     except Kept:
         raise
     except Exception as err:  # libsndfile's generic errors, an encoder refusing its input
         raise Kept(f"does not transcode ({type(err).__name__}: {stable_message(err)})", "decode") from None
-    if frames != facts["frames"]:
-        raise Kept(f"libsndfile decodes {'more than ' if frames > facts['frames'] else ''}{frames} frames, the "
-                   f"header says {facts['frames']}", IMPLAUSIBLE_LENGTH if frames < facts["frames"] else AUDIO_HEADER)
-    if md5 is not None and md5.digest() != expected_md5:
-        raise Kept("the decoded samples do not match the MD5 signature in STREAMINFO", FLAC_MD5)
+    _refuse_other_decode(frames, facts["frames"], md5, expected_md5)
     return buf.getvalue(), {"pcm_sha256": digest.hexdigest(), "frames": frames, "sample_rate": rate,
                             "channels": channels, "subtype": subtype}
+
+
+def _refuse_other_decode(frames: int, header_frames: int, md5, expected_md5: bytes | None) -> None:
+    """Kept (a problem) when the decode gave other frames than the header says, or samples whose MD5 is not
+    the one in a FLAC's STREAMINFO."""
+    if frames != header_frames:
+        raise Kept(f"libsndfile decodes {'more than ' if frames > header_frames else ''}{frames} frames, the "
+                   f"header says {header_frames}", IMPLAUSIBLE_LENGTH if frames < header_frames else AUDIO_HEADER)
+    if md5 is not None and md5.digest() != expected_md5:
+        raise Kept("the decoded samples do not match the MD5 signature in STREAMINFO", FLAC_MD5)
+
+
+def _refuse_other_stream(src, facts: dict, mapping: dict, target: str) -> None:
+    """Kept when libsndfile reads other channels or rate than the header says, or a subtype ``target`` cannot hold."""
+    rate, channels = src.samplerate, src.channels
+    if (rate, channels) != (facts["sample_rate"], facts["channels"]):
+        raise Kept(f"libsndfile reads {channels} channels at {rate} Hz, the header says "
+                   f"{facts['channels']} at {facts['sample_rate']} Hz", AUDIO_HEADER)
+    if src.subtype not in mapping:
+        raise Kept(f"{src.subtype} has no lossless {target} form")
+
+
+def _copy_blocks(src, out, dtype, max_frames: int, digest, md5) -> int:
+    """Decode ``src`` block by block into ``out``, hashing the samples (and the FLAC MD5); the frames decoded,
+    stopping at the first block past ``max_frames`` (the caller reports the excess)."""
+    frames = 0
+    while len(block := src.read(_BLOCK, dtype=dtype.name, always_2d=True)):
+        frames += len(block)
+        if frames > max_frames:
+            break
+        out.write(block)
+        digest.update(memoryview(np.ascontiguousarray(block)).cast("B"))
+        if md5 is not None:
+            md5.update(block)
+    return frames
 
 
 def _same_samples(encoded: bytes, source: bytes, subtype: str) -> bool:

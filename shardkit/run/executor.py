@@ -29,15 +29,17 @@ only the command's report (``quiet_stdout``); losing the cluster raises ``Cluste
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 import uuid
 from contextlib import closing
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from shardkit.errors import ClusterError, ShardkitError, UsageError
-from shardkit.run.lifecycle import pid_alive
+from shardkit.io.files import pid_alive
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'shardkit[ray]'"
@@ -108,22 +110,39 @@ class _Window:
         return self.outstanding < self.limit
 
 
+@dataclass(frozen=True)
+class TaskPolicy:
+    """How one batch of tasks is fed, retried, handed back and failed, whatever executor runs it.
+
+    ``max_in_flight``: tasks submitted but not yet handed back [default: 2 x jobs locally; with Ray,
+    ``jobs`` or twice the cluster's CPUs]. ``retries``: reruns of a task whose worker died. ``ordered``:
+    results in task order (else completion order). ``on_result(index, result)``: called for each result
+    just before it is yielded. ``initializer(*initargs)``: once in each worker process before its first
+    task (inline: once, here). ``prepare(task)``: turns a task into ``fn``'s argument just before it is
+    submitted, here, so only the tasks in flight are held in full (make builds a shard's utterance list
+    this way). ``on_error(task, error)``: the error policy, see :func:`run_tasks`.
+    """
+
+    max_in_flight: int | None = None
+    retries: int = 3
+    ordered: bool = False
+    on_result: Callable[[int, Any], None] | None = None
+    initializer: Callable[..., None] | None = None
+    initargs: tuple = ()
+    prepare: Callable[[Any], Any] | None = None
+    on_error: Callable[[Any, ShardkitError], Any] | None = None
+
+
 def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | None = None,
-              executor: str = "local", ray_address: str | None = None, max_in_flight: int | None = None,
-              retries: int = 3, ordered: bool = False, on_result: Callable[[int, Any], None] | None = None,
-              initializer: Callable[..., None] | None = None, initargs: tuple = (),
-              prepare: Callable[[Any], Any] | None = None,
-              on_error: Callable[[Any, ShardkitError], Any] | None = None,
-              io_settings=None) -> Iterator[tuple[int, Any]]:
+              executor: str = "local", ray_address: str | None = None, io_settings=None,
+              policy: TaskPolicy | None = None, **policy_fields) -> Iterator[tuple[int, Any]]:
     """Run ``fn(task)`` for every task; an iterator of ``(index, result)``. See the module docstring.
 
     ``jobs``: local processes [default: all cores]; with Ray, the most tasks running at once
-    [default: twice the cluster's CPUs in flight]. ``on_result(index, result)`` is called for each
-    result just before it is yielded. ``initializer(*initargs)`` runs once in each worker process
-    before its first task (inline: once, here). ``prepare(task)``, when given, turns a task into
-    the argument ``fn`` receives just before it is submitted, here, so that only the tasks in
-    flight are held in full (make builds a shard's utterance list this way). Arguments are checked, and Ray is connected, when
-    this is called; tasks run as the iterator is consumed.
+    [default: twice the cluster's CPUs in flight]. ``policy`` (:class:`TaskPolicy`), or its fields as
+    keywords (``ordered=True``, ``retries=1``, ``on_error=...``; given both, the keywords win): how the
+    tasks are fed, retried and handed back. Arguments are checked, and Ray is connected, when this is
+    called; tasks run as the iterator is consumed.
 
     ``on_error(task, error)``: the error policy. Given, a task that raised anything (an fsspec,
     aiohttp or botocore error, a subprocess failure) or whose worker died more often than retried
@@ -132,33 +151,45 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Iterable[Any], *, jobs: int | Non
     task's error: it raises ``ClusterError``. ``io_settings``: the remote-input settings every worker
     gets (``shardkit.io.remote.IOSettings``) [default: this process's].
     """
+    policy = dataclasses.replace(policy or TaskPolicy(), **policy_fields)
     items = list(tasks)
-    tasks = items if prepare is None else _Prepared(items, prepare)
+    tasks = items if policy.prepare is None else _Prepared(items, policy.prepare)
     if executor not in EXECUTORS:
         raise UsageError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
-    if retries < 0:
+    if policy.retries < 0:
         raise UsageError("retries must be 0 or more")
     # every worker reads inputs with this process's deadlines and pipe permission (shardkit.io.remote)
     from shardkit.io.remote import settings_for_workers
 
     workers_io = settings_for_workers() if io_settings is None else io_settings
-    initializer, initargs = _worker_setup, (os.getpid(), workers_io, initializer, initargs)
+    setup = (os.getpid(), workers_io, policy.initializer, policy.initargs)  # _worker_setup's arguments
     if executor == "ray":
-        quiet_stdout()
-        ray = connect_ray(ray_address)
-        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
-        window = _Window(max_in_flight or jobs or 2 * cpus)
-        completions = _iter_ray(ray, fn, tasks, window, retries, initializer, initargs)
+        completions, window = _ray_completions(fn, tasks, jobs, ray_address, policy, setup)
     else:
-        jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
-        if jobs == 1:
-            window = _Window(1)
-            completions = _iter_inline(fn, tasks, window, initializer, initargs)
-        else:
-            window = _Window(max_in_flight or 2 * jobs)
-            completions = _iter_pool(fn, tasks, jobs, window, retries, initializer, initargs)
-    policy = None if on_error is None else (lambda index, error: on_error(items[index], error))
-    return _hand_back(completions, window, len(tasks), ordered, on_result, policy)
+        completions, window = _local_completions(fn, tasks, jobs, policy, setup)
+    on_error = policy.on_error
+    handler = None if on_error is None else (lambda index, error: on_error(items[index], error))
+    return _hand_back(completions, window, len(tasks), policy.ordered, policy.on_result, handler)
+
+
+def _ray_completions(fn, tasks, jobs: int | None, ray_address: str | None, policy: TaskPolicy,
+                     setup: tuple) -> tuple[Iterator, _Window]:
+    """One Ray task per item, ``setup`` (``_worker_setup``'s arguments) run first in each worker."""
+    quiet_stdout()
+    ray = connect_ray(ray_address)
+    cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+    window = _Window(policy.max_in_flight or jobs or 2 * cpus)
+    return _iter_ray(ray, fn, tasks, window, policy.retries, _worker_setup, setup), window
+
+
+def _local_completions(fn, tasks, jobs: int | None, policy: TaskPolicy, setup: tuple) -> tuple[Iterator, _Window]:
+    """Inline for one job, else a process pool; ``setup`` (``_worker_setup``'s arguments) run first in each worker."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
+    if jobs == 1:
+        window = _Window(1)
+        return _iter_inline(fn, tasks, window, _worker_setup, setup), window
+    window = _Window(policy.max_in_flight or 2 * jobs)
+    return _iter_pool(fn, tasks, jobs, window, policy.retries, _worker_setup, setup), window
 
 
 def _worker_setup(parent_pid: int, io_settings, initializer, initargs) -> None:
@@ -213,65 +244,93 @@ def _iter_inline(fn, tasks, window: _Window, initializer, initargs):
 
 
 def _iter_pool(fn, tasks, jobs: int, window: _Window, retries: int, initializer, initargs):
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
+    from concurrent.futures import FIRST_COMPLETED, wait
 
-    def new_pool():
-        return ProcessPoolExecutor(max_workers=jobs, mp_context=forkserver_context(), initializer=_pool_worker_init,
-                                   initargs=(os.getpid(), initializer, initargs))
-
-    pool = new_pool()
-    pending: dict = {}  # future -> task index
-    # When a worker dies the whole pool breaks and every task in it is lost, with no telling which
-    # one killed it. The lost tasks become suspects and run again one at a time in a new pool: a
-    # death then has one culprit, which is charged an attempt and runs alone again, up to ``retries``.
-    suspects: list[int] = []
-    alone: int | None = None  # the suspect running by itself
-    attempts: dict[int, int] = {}
-    next_index = 0
+    run = _PoolRun(fn, tasks, jobs, retries, initializer, initargs)
     try:
-        while next_index < len(tasks) or pending or suspects:
-            if suspects and not pending:
-                alone = suspects.pop(0)
-                pending[pool.submit(fn, tasks[alone])] = alone
-            while alone is None and next_index < len(tasks) and window.open:
-                pending[pool.submit(fn, tasks[next_index])] = next_index
-                window.outstanding += 1
-                next_index += 1
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            broken = False
-            for future in sorted(done, key=pending.__getitem__):
-                index = pending[future]
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    broken = True
-                    continue
-                except Exception as err:
-                    result = _failed(err, tasks[index], index)
-                del pending[future]
-                if index == alone:
-                    alone = None
-                yield index, result
-            if not broken:
-                continue
-            if alone is not None:
-                attempts[alone] = attempts.get(alone, 0) + 1
-                if attempts[alone] > retries:
-                    times = "once" if retries == 0 else f"each of the {retries + 1} times it ran"
-                    yield alone, _Raised(TaskFailedError(f"its worker process died (killed, out of memory or "
-                                                         f"crashed) {times}", shard=task_name(tasks[alone], alone)))
-                else:
-                    suspects.insert(0, alone)
-                alone = None
-            else:
-                suspects.extend(sorted(pending.values()))
-            pending.clear()
-            pool.shutdown(wait=True, cancel_futures=True)
-            pool = new_pool()
+        while run.next_index < len(tasks) or run.pending or run.suspects:
+            run.submit(window)
+            done, _ = wait(run.pending, return_when=FIRST_COMPLETED)
+            broken = yield from run.collect(done)
+            if broken:
+                yield from run.recover()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        run.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _PoolRun:
+    """The state of one local process pool run, and how it survives a worker's death.
+
+    When a worker dies the whole pool breaks and every task in it is lost, with no telling which
+    one killed it. The lost tasks become suspects and run again one at a time in a new pool: a
+    death then has one culprit, which is charged an attempt and runs alone again, up to ``retries``.
+    """
+
+    def __init__(self, fn, tasks, jobs: int, retries: int, initializer, initargs):
+        self.fn, self.tasks, self.jobs, self.retries = fn, tasks, jobs, retries
+        self.initializer, self.initargs = initializer, initargs
+        self.pool = self._new_pool()
+        self.pending: dict = {}  # future -> task index
+        self.suspects: list[int] = []
+        self.alone: int | None = None  # the suspect running by itself
+        self.attempts: dict[int, int] = {}
+        self.next_index = 0
+
+    def _new_pool(self):
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(max_workers=self.jobs, mp_context=forkserver_context(),
+                                   initializer=_pool_worker_init,
+                                   initargs=(os.getpid(), self.initializer, self.initargs))
+
+    def submit(self, window: _Window) -> None:
+        """The next suspect alone, or new tasks while the window has room."""
+        if self.suspects and not self.pending:
+            self.alone = self.suspects.pop(0)
+            self.pending[self.pool.submit(self.fn, self.tasks[self.alone])] = self.alone
+        while self.alone is None and self.next_index < len(self.tasks) and window.open:
+            self.pending[self.pool.submit(self.fn, self.tasks[self.next_index])] = self.next_index
+            window.outstanding += 1
+            self.next_index += 1
+
+    def collect(self, done):
+        """Yield ``(index, result)`` of each finished future in task order; returns whether the pool broke."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        broken = False
+        for future in sorted(done, key=self.pending.__getitem__):
+            index = self.pending[future]
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                broken = True
+                continue
+            except Exception as err:
+                result = _failed(err, self.tasks[index], index)
+            del self.pending[future]
+            if index == self.alone:
+                self.alone = None
+            yield index, result
+        return broken
+
+    def recover(self):
+        """After a worker died: charge the task that ran alone (yielding its failure once it is out of
+        retries), or make every lost task a suspect; then a new pool."""
+        alone = self.alone
+        if alone is not None:
+            self.attempts[alone] = self.attempts.get(alone, 0) + 1
+            if self.attempts[alone] > self.retries:
+                times = "once" if self.retries == 0 else f"each of the {self.retries + 1} times it ran"
+                yield alone, _Raised(TaskFailedError(f"its worker process died (killed, out of memory or "
+                                                     f"crashed) {times}", shard=task_name(self.tasks[alone], alone)))
+            else:
+                self.suspects.insert(0, alone)
+            self.alone = None
+        else:
+            self.suspects.extend(sorted(self.pending.values()))
+        self.pending.clear()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool = self._new_pool()
 
 
 # --- workers that die with their parent --------------------------------------------------------
@@ -471,31 +530,34 @@ def _iter_ray(ray, fn, tasks, window: _Window, retries: int, initializer, initar
                 pending[remote.remote(fn, tasks[next_index], init)] = next_index
                 window.outstanding += 1
                 next_index += 1
-            done = _wait_one(ray, pending, watch)
-            for ref in done:
+            for ref in _wait_one(ray, pending, watch):
                 index = pending.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except ray.exceptions.RayTaskError as err:
-                    # err.cause is the task's own exception; err itself carries the remote traceback
-                    result = _failed(getattr(err, "cause", None) or err, tasks[index], index)
-                    result.error.__cause__ = err
-                except ray.exceptions.RaySystemError as err:
-                    watch.lost = True
-                    raise ClusterError(f"lost the Ray cluster ({_first_line(err)}); rerun to resume") from err
-                except ray.exceptions.RayError as err:
-                    # the worker or node died on every attempt, an object was lost, out of memory
-                    first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                    error = TaskFailedError(f"Ray could not finish the task in {retries + 1} attempts "
-                                            f"({type(err).__name__}: {first_line})",
-                                            shard=task_name(tasks[index], index))
-                    error.__cause__ = err
-                    result = _Raised(error)
-                yield index, result
+                yield index, _ray_result(ray, ref, tasks[index], index, retries, watch)
     finally:
         if not watch.lost:  # a lost cluster cannot be asked to cancel anything
             for ref in pending:
                 ray.cancel(ref)
+
+
+def _ray_result(ray, ref, task, index: int, retries: int, watch: _ClusterWatch):
+    """A finished Ray task's result, or its error as a ``_Raised``; a lost cluster raises ``ClusterError``."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        # err.cause is the task's own exception; err itself carries the remote traceback
+        result = _failed(getattr(err, "cause", None) or err, task, index)
+        result.error.__cause__ = err
+        return result
+    except ray.exceptions.RaySystemError as err:
+        watch.lost = True
+        raise ClusterError(f"lost the Ray cluster ({_first_line(err)}); rerun to resume") from err
+    except ray.exceptions.RayError as err:
+        # the worker or node died on every attempt, an object was lost, out of memory
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        error = TaskFailedError(f"Ray could not finish the task in {retries + 1} attempts "
+                                f"({type(err).__name__}: {first_line})", shard=task_name(task, index))
+        error.__cause__ = err
+        return _Raised(error)
 
 
 CLUSTER_LOST_SECONDS = 20.0  # below Ray's own 60 s wait for its GCS, after which Ray ends the process itself

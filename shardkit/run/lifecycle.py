@@ -40,14 +40,11 @@ from shardkit.errors import UsageError
 from shardkit.io.files import (  # noqa: F401
     _UMASK,
     PARTIAL_SUFFIX,
-    AtomicFile,
     OutputError,
     _local,
     atomic_write_bytes,
-    atomic_write_json,
     atomic_write_lines,
     fsync_dir,
-    load_json,
     os_reason,
     output_error,
     pid_alive,
@@ -80,20 +77,9 @@ def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (
     """
     if not _local(out_dir):
         return
-    out_real = os.path.realpath(out_dir)
     inputs = [os.fspath(p) for p in inputs]
     inputs = [p for p in inputs if _local(p)]
-    real_folders: dict[str, str] = {}
-    input_folders: dict[str, str] = {}  # real folder -> the first input in it
-    for path in inputs:
-        parent = os.path.dirname(os.path.abspath(path))
-        real = real_folders.get(parent)
-        if real is None:
-            real = real_folders[parent] = os.path.realpath(parent)
-        if real == out_real:
-            raise UsageError(f"{what} holds input {path} (both are {out_real} by real path), so outputs could "
-                             f"overwrite inputs; choose another folder", shard=out_dir)
-        input_folders.setdefault(real, path)
+    input_folders = _input_folders(out_dir, inputs, what)
     # outputs that mirror the input folders below OUT_DIR (--keep-tree) land in an input's folder when
     # OUT_DIR holds the inputs' folders: OUT_DIR itself passed, its sub-folder does not
     out_folders: dict[str, str] = {}
@@ -109,6 +95,23 @@ def claim_output(out_dir: str, inputs: Iterable[str], outputs: Sequence[str] = (
                              f"by real path), so outputs could overwrite inputs; choose another folder",
                              shard=out_dir)
     _claim_files(outputs, inputs)
+
+
+def _input_folders(out_dir: str, inputs: list[str], what: str) -> dict[str, str]:
+    """Each input folder by real path -> the first input in it; refuses ``out_dir`` when it is one of them."""
+    out_real = os.path.realpath(out_dir)
+    real_folders: dict[str, str] = {}
+    input_folders: dict[str, str] = {}  # real folder -> the first input in it
+    for path in inputs:
+        parent = os.path.dirname(os.path.abspath(path))
+        real = real_folders.get(parent)
+        if real is None:
+            real = real_folders[parent] = os.path.realpath(parent)
+        if real == out_real:
+            raise UsageError(f"{what} holds input {path} (both are {out_real} by real path), so outputs could "
+                             f"overwrite inputs; choose another folder", shard=out_dir)
+        input_folders.setdefault(real, path)
+    return input_folders
 
 
 def claim_output_file(out_path: str, inputs: Iterable[str]) -> None:
@@ -127,22 +130,9 @@ def claim_output_file(out_path: str, inputs: Iterable[str]) -> None:
 
 
 def _claim_files(outputs: Sequence[str], inputs: Sequence[str]) -> None:
-    import stat
-
     # only an existing output that is a symlink, or a file with more than one link, can be an input
     # under another name: the inputs are stat'ed only if there is one (rare, so resumes stay cheap)
-    existing = []
-    for out in outputs:
-        if not _local(out):
-            continue
-        try:
-            st = os.lstat(out)
-            if not stat.S_ISLNK(st.st_mode) and st.st_nlink < 2:
-                continue
-            st = os.stat(out)
-        except OSError:
-            continue
-        existing.append((out, (st.st_dev, st.st_ino)))
+    existing = _linked_outputs(outputs)
     if not existing:
         return
     inodes = {}
@@ -157,6 +147,25 @@ def _claim_files(outputs: Sequence[str], inputs: Sequence[str]) -> None:
             how = "a symbolic link to it" if os.path.islink(out) else "the same file: a hard link"
             raise UsageError(f"output {out} is input {inodes[ident]} ({how}); writing it would destroy the input: "
                              f"choose another output", shard=out)
+
+
+def _linked_outputs(outputs: Sequence[str]) -> list[tuple[str, tuple[int, int]]]:
+    """(output, (device, inode)) of each existing local output that is a symlink or has several links."""
+    import stat
+
+    existing = []
+    for out in outputs:
+        if not _local(out):
+            continue
+        try:
+            st = os.lstat(out)
+            if not stat.S_ISLNK(st.st_mode) and st.st_nlink < 2:
+                continue
+            st = os.stat(out)
+        except OSError:
+            continue
+        existing.append((out, (st.st_dev, st.st_ino)))
+    return existing
 
 
 def prepare_out_dir(out_dir: str) -> str:
@@ -235,41 +244,60 @@ class OutputLock:
                           f"finish or stop it, then run again", shard=os.path.dirname(self.path))
 
     def acquire(self) -> "OutputLock":
-        import fcntl
-
         if self.path in _HELD:
             raise self._refuse({"pid": os.getpid(), "host": socket.gethostname()})
-        while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~_UMASK)
-            except OSError as err:
-                raise output_error(err, self.path, "cannot create the lock file") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as err:
-                busy = err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
-                holder = self._holder_record(fd) if busy else self._read(fd)
-                os.close(fd)
-                if busy:
-                    raise self._refuse(holder) from None
-                if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    self._without_flock(holder)
-                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~_UMASK)
-                else:
-                    raise output_error(err, self.path, "cannot lock") from None
-            # the previous holder may have removed the file between our open and our lock
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
+        fd = self._locked_fd()
         previous = self._read(fd)
         if previous:
             self.took_over = previous
             note(f"{self.path}: took over a stale lock of {self._holder_text(previous)} "
                  f"(that run ended without releasing it)")
+        self._write_record(fd)
+        self._fd = fd
+        _HELD.add(self.path)
+        return self
+
+    def _locked_fd(self) -> int:
+        """The lock file, open and locked; opened again when the previous holder removed it between our
+        open and our lock (we would hold a lock on a file nobody else sees)."""
+        while True:
+            fd = self._open_and_lock()
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)
+
+    def _open_and_lock(self) -> int:
+        import fcntl
+
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~_UMASK)
+        except OSError as err:
+            raise output_error(err, self.path, "cannot create the lock file") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            return self._lock_refused(fd, err)
+        return fd
+
+    def _lock_refused(self, fd: int, err: OSError) -> int:
+        """flock said no: a holder refuses this run; a filesystem without locks lets the recorded holder decide
+        (the file is opened again, unlocked); any other error is the output's."""
+        busy = err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+        holder = self._holder_record(fd) if busy else self._read(fd)
+        os.close(fd)
+        if busy:
+            raise self._refuse(holder) from None
+        if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            self._without_flock(holder)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~_UMASK)
+        raise output_error(err, self.path, "cannot lock") from None
+
+    def _write_record(self, fd: int) -> None:
+        """This run's pid, host, command, slice and start time in the lock file (the file is removed on failure)."""
         record = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
                   "split": list(self.split) if self.split else None, "started": time.time()}
         try:
@@ -283,9 +311,6 @@ class OutputLock:
                 pass
             os.close(fd)
             raise output_error(err, self.path, "cannot write the lock file") from None
-        self._fd = fd
-        _HELD.add(self.path)
-        return self
 
     def _without_flock(self, holder: dict | None) -> None:
         if holder and (holder.get("host") != socket.gethostname() or pid_alive(int(holder.get("pid") or 0))):
@@ -337,21 +362,12 @@ def claimed_output_dir(out_dir: str, inputs: Iterable[str], command: str, split:
     folder (:func:`remote_journal_dir`, a store has no fsynced append nor locks), removed at the
     end unless another slice's journal is still in it.
     """
-    from shardkit.io.remote import is_pipe, is_url
+    from shardkit.io.remote import is_url
 
-    if is_pipe(out_dir):
-        raise UsageError(f"{what} cannot be a pipe: command; give a folder{' or a URL' if urls else ''}",
-                         shard=out_dir)
-    if is_url(out_dir) and not urls:
-        raise UsageError(f"{what} must be a local folder (this command does not write to URLs)", shard=out_dir)
+    _refuse_unwritable_kind(out_dir, what, urls)
     claim_output(out_dir, inputs, outputs, what=what)
     created = not is_url(out_dir) and not os.path.exists(out_dir)
-    if not is_url(out_dir):
-        out_dir = journal_dir = prepare_out_dir(out_dir)
-    else:
-        out_dir = out_dir.rstrip("/")
-        journal_dir = remote_journal_dir(out_dir, command)
-        os.makedirs(journal_dir, exist_ok=True)
+    out_dir, journal_dir = _prepared_folders(out_dir, command)
     lock = OutputLock(journal_dir, command, split).acquire()
     try:
         yield out_dir, journal_dir
@@ -367,6 +383,31 @@ def claimed_output_dir(out_dir: str, inputs: Iterable[str], command: str, split:
                 os.rmdir(journal_dir)
             except OSError:  # another slice's journal is still there
                 pass
+
+
+def _refuse_unwritable_kind(out_dir: str, what: str, urls: bool) -> None:
+    """A pipe is never an output folder; a URL only where the command writes to stores (``urls``)."""
+    from shardkit.io.remote import is_pipe, is_url
+
+    if is_pipe(out_dir):
+        raise UsageError(f"{what} cannot be a pipe: command; give a folder{' or a URL' if urls else ''}",
+                         shard=out_dir)
+    if is_url(out_dir) and not urls:
+        raise UsageError(f"{what} must be a local folder (this command does not write to URLs)", shard=out_dir)
+
+
+def _prepared_folders(out_dir: str, command: str) -> tuple[str, str]:
+    """(output folder, journal folder): a local folder, created and proved writable, is both; a URL keeps its
+    journal and lock in this machine's :func:`remote_journal_dir`."""
+    from shardkit.io.remote import is_url
+
+    if not is_url(out_dir):
+        out_dir = prepare_out_dir(out_dir)
+        return out_dir, out_dir
+    out_dir = out_dir.rstrip("/")
+    journal_dir = remote_journal_dir(out_dir, command)
+    os.makedirs(journal_dir, exist_ok=True)
+    return out_dir, journal_dir
 
 
 def _remove_if_empty(folder: str) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.run.lifecycle import OutputLock, atomic_write_json
+from shardkit.io.files import atomic_write_json
+from shardkit.run.lifecycle import OutputLock
 from shardkit.run.split import (
     ENTRIES_KEY,
     FAILED_STATUSES,
@@ -45,9 +46,39 @@ class Slices:
 Merger = Callable[[Slices], dict]
 
 
+@dataclass(frozen=True)
+class MergeResult:
+    """What a merge did: ``summary`` (the ``--json`` document a command's merger returned), the line a
+    person reads (``text()``) and the exit status (1 when a merged entry failed or holds a finding)."""
+
+    summary: dict
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.summary["problems"] else 0
+
+    def text(self) -> str:
+        """``merged 3 slices of convert: 7 entries (ok 7); report: OUT/convert.json; list: OUT/data.list``."""
+        summary = self.summary
+        statuses = self._statuses()
+        listed = f"; list: {summary['data_list']}" if summary["data_list"] else ""
+        listed += f"; index: {summary['index']}" if summary.get("index") else ""
+        return (f"merged {summary['slices']} slices of {summary['report']}: {summary['entries']} entries"
+                f"{f' ({statuses})' if statuses else ''}; report: {summary['manifest']}{listed}")
+
+    def _statuses(self) -> str:
+        summary = self.summary
+        statuses = ", ".join(f"{status} {n}" for status, n in sorted(summary["statuses"].items()))
+        if "findings" in summary:
+            statuses = f"{summary['findings']} findings in {summary['problems']} shards"
+        if summary.get("skipped_utterances"):
+            statuses += f"{'; ' if statuses else ''}{summary['skipped_utterances']} utterances skipped"
+        return statuses
+
+
 def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = ENTRIES_KEY,
                   may_differ: tuple[str, ...] | None = None,
-                  mergers: Callable[[str], Merger | None] | None = None) -> dict:
+                  mergers: Callable[[str], Merger | None] | None = None) -> MergeResult:
     """Merge ``<command>.slice-I-of-N.json`` (and ``data.slice-I-of-N.list``) in ``out_dir`` into one.
 
     Writes ``<command>.json`` (the slices' entries concatenated in slice order, everything else as
@@ -56,14 +87,14 @@ def merge_reports(out_dir: str, command: str = "convert", *, entries_key: str = 
     different N, of different input lists or with different settings raise ``ShardkitError``
     naming them; ``may_differ`` (default ``MAY_DIFFER`` of the reports' own ``command``) lists
     settings exempt from the check. ``mergers(kind)`` gives the command's own merger, or None for
-    the generic join (``write_merged``). Returns a summary dict.
+    the generic join (``write_merged``). Returns the merger's summary as a :class:`MergeResult`.
     """
     slices = _checked_slices(out_dir, command, entries_key, may_differ)
     merger = (mergers(slices.kind) if mergers is not None else None) or write_merged
     with ExitStack() as locks:
         for folder in _written_folders(slices.out_dir, slices.kind, slices.docs):
             locks.enter_context(OutputLock(folder, slices.kind))
-        return merger(slices)
+        return MergeResult(merger(slices))
 
 
 def _checked_slices(out_dir: str, command: str, entries_key: str, may_differ: tuple[str, ...] | None) -> Slices:
@@ -75,16 +106,21 @@ def _checked_slices(out_dir: str, command: str, entries_key: str, may_differ: tu
     if not found:
         raise ShardkitError(f"no slice reports to merge (looked for {command}.slice-I-of-N.json)", shard=out_dir)
     count = _one_slice_count(out_dir, found)
+    _refuse_missing(out_dir, report_name, found, count)
+    docs = [_load_slice(found[(i, count)], i, count, entries_key) for i in range(1, count + 1)]
+    kind = docs[0].get("command") or command  # the report's own command: --report may have named it otherwise
+    _check_slices_agree(out_dir, docs, entries_key, MAY_DIFFER.get(kind, ()) if may_differ is None else may_differ)
+    return Slices(out_dir, command, kind, docs, count, entries_key)
+
+
+def _refuse_missing(out_dir: str, report_name: str, found: dict, count: int) -> None:
+    """A ShardkitError naming the slices of ``count`` that wrote no report (at most five file names)."""
     missing = [i for i in range(1, count + 1) if (i, count) not in found]
     if missing:
         names = ", ".join(os.path.basename(slice_path(report_name, i, count)) for i in missing[:5])
         names += " ..." if len(missing) > 5 else ""
         raise ShardkitError(f"missing slice{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
                             f"of {count} (no {names}); rerun those jobs, then merge again", shard=out_dir)
-    docs = [_load_slice(found[(i, count)], i, count, entries_key) for i in range(1, count + 1)]
-    kind = docs[0].get("command") or command  # the report's own command: --report may have named it otherwise
-    _check_slices_agree(out_dir, docs, entries_key, MAY_DIFFER.get(kind, ()) if may_differ is None else may_differ)
-    return Slices(out_dir, command, kind, docs, count, entries_key)
 
 
 def _one_slice_count(out_dir: str, found: dict) -> int:
@@ -144,13 +180,7 @@ def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
     full_paths = [slice_path(os.path.join(out_dir, "data.list"), i, count) for i in range(1, count + 1)]
     list_paths = [p if os.path.exists(p) or not os.path.exists(partial_list_path(p)) else partial_list_path(p)
                   for p in full_paths]
-    have_lists = [os.path.exists(p) for p in list_paths]
-    if any(have_lists) and not all(have_lists):
-        absent = [str(i) for i, ok in enumerate(have_lists, start=1) if not ok]
-        raise ShardkitError(f"slice report{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
-                            f"{'have' if len(absent) > 1 else 'has'} no data.slice-I-of-{count}.list beside "
-                            f"{'them' if len(absent) > 1 else 'it'}", shard=out_dir)
-    if not all(have_lists):
+    if not _every_slice_listed(out_dir, count, list_paths):
         return None, None
     lines = []
     for path in list_paths:
@@ -158,6 +188,17 @@ def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
             lines.extend(line.rstrip("\n") for line in f if line.strip())
     data_list = publish_list(os.path.join(out_dir, "data.list"), lines, complete=list_paths == full_paths)
     return data_list, len(lines)
+
+
+def _every_slice_listed(out_dir: str, count: int, list_paths: list[str]) -> bool:
+    """Whether every slice wrote its list (False when none did); some but not all is a ShardkitError."""
+    have_lists = [os.path.exists(p) for p in list_paths]
+    if any(have_lists) and not all(have_lists):
+        absent = [str(i) for i, ok in enumerate(have_lists, start=1) if not ok]
+        raise ShardkitError(f"slice report{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
+                            f"{'have' if len(absent) > 1 else 'has'} no data.slice-I-of-{count}.list beside "
+                            f"{'them' if len(absent) > 1 else 'it'}", shard=out_dir)
+    return all(have_lists)
 
 
 def _merged_index(slices: Slices, data_list: str | None) -> tuple[str | None, str | None]:

@@ -20,7 +20,7 @@ import re
 from typing import Sequence
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.run.lifecycle import load_json
+from shardkit.io.files import load_json
 
 _SPLIT = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 ENTRIES_KEY = "shards"

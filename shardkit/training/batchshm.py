@@ -75,26 +75,31 @@ class WorkerArena:
 
     def take(self, nbytes: int) -> _Segment | None:
         """A free segment that fits ``nbytes`` (marked busy), a new one, or None when all are busy."""
-        for seg in self.segments:
-            if not seg.busy and nbytes <= seg.size <= 4 * nbytes + MIN_SEGMENT:
-                break
-        else:
-            size = _segment_size(nbytes)
-            if (len(self.segments) >= self.max_segments
-                    or sum(s.size for s in self.segments) + size > self.max_bytes):
-                free = [s for s in self.segments if not s.busy]
-                if not free:
-                    return None
-                self.segments.remove(free[0])  # a free segment of the wrong size makes room
-                _close(free[0])
-            try:
-                seg = _Segment(self.made, size)  # serials never repeat: the trainer keys its mappings by them
-            except OSError:
+        seg = next((s for s in self.segments if not s.busy and nbytes <= s.size <= 4 * nbytes + MIN_SEGMENT), None)
+        if seg is None:
+            seg = self._new_segment(nbytes)
+            if seg is None:
                 return None
-            self.made += 1
-            self.segments.append(seg)
         seg.generation += 1
         seg.view[0] = 1
+        return seg
+
+    def _new_segment(self, nbytes: int) -> _Segment | None:
+        """A new segment for ``nbytes``, closing a free one of the wrong size when the arena is full; None
+        when it is full of busy segments (or the kernel refuses the memory)."""
+        size = _segment_size(nbytes)
+        if len(self.segments) >= self.max_segments or sum(s.size for s in self.segments) + size > self.max_bytes:
+            free = [s for s in self.segments if not s.busy]
+            if not free:
+                return None
+            self.segments.remove(free[0])  # a free segment of the wrong size makes room
+            _close(free[0])
+        try:
+            seg = _Segment(self.made, size)  # serials never repeat: the trainer keys its mappings by them
+        except OSError:
+            return None
+        self.made += 1
+        self.segments.append(seg)
         return seg
 
 

@@ -32,21 +32,24 @@ def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """``(rank, world_size)``: the arguments, else torch.distributed when initialised, else the
     RANK / WORLD_SIZE environment variables (torchrun sets them), else (0, 1)."""
     if rank is None or world_size is None:
-        dist_rank = dist_world = None
-        try:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                dist_rank, dist_world = dist.get_rank(), dist.get_world_size()
-        except ImportError:
-            pass
-        if dist_world is None:
-            dist_rank, dist_world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        dist_rank, dist_world = _ambient_world()
         rank = dist_rank if rank is None else rank
         world_size = dist_world if world_size is None else world_size
     if world_size < 1 or not 0 <= rank < world_size:
         raise UsageError(f"rank {rank} is outside world_size {world_size}")
     return rank, world_size
+
+
+def _ambient_world() -> tuple[int, int]:
+    """``(rank, world_size)`` of torch.distributed when initialised, else of RANK / WORLD_SIZE, else (0, 1)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
 class ShardDataset(_Base):

@@ -297,25 +297,45 @@ def _open_at(f, path: str, codec: str, start: int, threads: int):
     if start % BLOCK or start < 0:
         raise UsageError(f"a resume offset must be a multiple of {BLOCK} bytes (got {start}) for {path}")
     if codec == "none" and start and f.seekable():
-        size = f.seek(0, os.SEEK_END)
-        if start > size:
-            raise TarFormatError(f"a resume offset of {start} bytes is past the end of the shard ({size} bytes): "
-                                 "the shard changed since the state was saved", shard=path)
-        f.seek(start)
-        return f
-    if codec == "zst" and start and (frame := _zstd_frame_holding(f, path, start)) is not None:
-        # the seek table names the frame holding ``start``: decompression begins there, through the
-        # same fast reader as a whole read (frames after it are read across, the table skipped)
-        compressed, decompressed = frame
-        f.seek(compressed)
-        source = _ZstdMemberSource(f, path)
-        if start > decompressed:
-            _skip_to(source, start - decompressed, path)  # within the one frame: less than ZST_FRAME_BYTES
-        return source
-    source = _ZstdMemberSource(f, path) if codec == "zst" else shard_reader(f, shard=path, codec=codec,
-                                                                           threads=threads)
+        return _seeked(f, path, start)
+    if codec == "zst":
+        return _zstd_at(f, path, start)
+    source = shard_reader(f, shard=path, codec=codec, threads=threads)
     if start:
         _skip_to(source, start, path)
+    return source
+
+
+def _zstd_at(f, path: str, start: int):
+    """A zstd shard's fast reader at byte ``start``: from the frame a seek table names, else by decompressing
+    and dropping the bytes before it."""
+    frame = _zstd_frame_holding(f, path, start) if start else None
+    if frame is not None:
+        return _from_zstd_frame(f, path, start, frame)
+    source = _ZstdMemberSource(f, path)
+    if start:
+        _skip_to(source, start, path)
+    return source
+
+
+def _seeked(f, path: str, start: int):
+    """A plain local shard at byte ``start`` (past its end: the shard changed since the state was saved)."""
+    size = f.seek(0, os.SEEK_END)
+    if start > size:
+        raise TarFormatError(f"a resume offset of {start} bytes is past the end of the shard ({size} bytes): "
+                             "the shard changed since the state was saved", shard=path)
+    f.seek(start)
+    return f
+
+
+def _from_zstd_frame(f, path: str, start: int, frame: tuple[int, int]):
+    """A zstd shard read from the frame its seek table names as holding ``start``: decompression begins
+    there, through the same fast reader as a whole read (frames after it are read across, the table skipped)."""
+    compressed, decompressed = frame
+    f.seek(compressed)
+    source = _ZstdMemberSource(f, path)
+    if start > decompressed:
+        _skip_to(source, start - decompressed, path)  # within the one frame: less than ZST_FRAME_BYTES
     return source
 
 
@@ -419,33 +439,21 @@ def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
     ``position``: the members' ``ReadPosition``; before an utterance is yielded its ``utt_end`` is set
     to the offset past the utterance's last member (the member stage has already read one further).
     """
-    def finish(utt: dict, problem: ShardkitError | None) -> dict | None:
-        try:
-            return _finish(utt, problem)
-        except ShardkitError as err:
-            if on_error is None:
-                raise
-            on_error(err)
-            return None
-
-    utt: dict | None = None
+    position = position if position is not None else ReadPosition()  # kept up to date whether or not asked
+    utt: dict = _NO_UTTERANCE  # no key equals its key: the first member starts an utterance
     problem: ShardkitError | None = None
     held = end = 0
     for name, data in members:
         key, ext = split_key(name)
-        if utt is None or utt["key"] != key:
-            if utt is not None and (done := finish(utt, problem)) is not None:
-                if position is not None:
-                    position.utt_end, position.finished = end, False
+        if utt["key"] != key:
+            if (done := _finished(utt, problem, on_error)) is not None:
+                position.utt_end, position.finished = end, False
                 yield done
             utt, problem, held = {"key": key, "shard": shard}, None, 0
-        if position is not None:
-            end = position.end
+        end = position.end
         held += len(data)
         if held > max_bytes:
-            if problem is None or not isinstance(problem, MemberTooLargeError):
-                problem = MemberTooLargeError(f"the members of key {key!r} together exceed the limit of {max_bytes} "
-                                              "bytes", shard=shard, member=name)
+            problem = _too_large(problem, key, max_bytes, shard, name)
             utt.pop("audio_bytes", None)
             continue
         if ext == "txt":
@@ -458,25 +466,51 @@ def group_utterances(members: Iterable[tuple[str, bytes]], *, shard: str = "",
                                     member=name)
         else:
             utt[ext] = bytes(data)
-    if utt is not None and (done := finish(utt, problem)) is not None:
-        if position is not None:
-            position.utt_end, position.finished = end, True
+    if (done := _finished(utt, problem, on_error)) is not None:
+        position.utt_end, position.finished = end, True
         yield done
+
+
+_NO_UTTERANCE = {"key": None}  # before a shard's first member (never changed: the first member replaces it)
+
+
+def _finished(utt: dict, problem: ShardkitError | None, on_error) -> dict | None:
+    """``_finish`` under the error policy: the utterance, or None (none yet, or its error went to ``on_error``)."""
+    if utt is _NO_UTTERANCE:
+        return None
+    try:
+        return _finish(utt, problem)
+    except ShardkitError as err:
+        if on_error is None:
+            raise
+        on_error(err)
+        return None
+
+
+def _too_large(problem: ShardkitError | None, key: str, max_bytes: int, shard: str, name: str) -> ShardkitError:
+    """The problem of an utterance whose members passed ``max_bytes``: the first such, kept once raised."""
+    if problem is None or not isinstance(problem, MemberTooLargeError):
+        return MemberTooLargeError(f"the members of key {key!r} together exceed the limit of {max_bytes} bytes",
+                                   shard=shard, member=name)
+    return problem
 
 
 # ---------------------------------------------------------------------------------------------
 # Stage 3: decode
 
 
-_CANONICAL_WAV = struct.Struct("<4sI4s4sIHHIIHH4sI")
+# RIFF, size, then "WAVEfmt " + fmt size 16 + tag 1 (PCM) as one field, channels, rate, byte rate, block
+# align, then bits 16 + "data" as one field, data size: the fixed parts are compared as bytes, in one go
+_CANONICAL_WAV = struct.Struct("<4sI14sHIIH6sI")
+_CANONICAL_FMT = b"WAVEfmt \x10\x00\x00\x00\x01\x00"
+_CANONICAL_DATA = b"\x10\x00data"
 
 
 def _canonical_layout(head):
     """``(channels, rate, samples)`` of a canonical 44-byte-header 16-bit PCM WAV, else None."""
-    riff, _, wave, fmt, fmt_size, tag, channels, rate, _, align, bits, data_id, size = _CANONICAL_WAV.unpack_from(head)
-    if (riff != b"RIFF" or wave != b"WAVE" or fmt != b"fmt " or fmt_size != 16 or tag != 1 or bits != 16
-            or data_id != b"data" or channels < 1 or rate < 1 or align != 2 * channels or size in (0, 0xFFFFFFFF)
-            or size % align):
+    riff, _, fmt, channels, rate, _, align, data_id, size = _CANONICAL_WAV.unpack_from(head)
+    if (riff != b"RIFF" or fmt != _CANONICAL_FMT or data_id != _CANONICAL_DATA or channels < 1 or rate < 1
+            or align != 2 * channels or size in (0, 0xFFFFFFFF) or size % align):
         return None
     return channels, rate, size // 2
 
@@ -493,6 +527,17 @@ def _canonical_pcm16(data):
     channels, rate, count = layout
     frames = min(2 * count, len(data) - 44) // (2 * channels)  # like parse_wav_header: what the bytes hold
     return np.frombuffer(data, "<i2", frames * channels, 44), channels, rate
+
+
+def _parsed_pcm16(data):
+    """``_canonical_pcm16`` for any other 16-bit PCM RIFF WAV (chunks walked by ``parse_wav_header``);
+    ``(None, 0, 0)`` for anything else."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        info = parse_wav_header(data)
+        if info.format_tag == 1 and info.bits == 16:
+            return np.frombuffer(data, "<i2", info.frames_present * info.channels, info.data_offset), \
+                info.channels, info.sample_rate
+    return None, 0, 0
 
 
 _ITEMSIZE = {np.float32: 4, np.int16: 2, np.float64: 8, np.int64: 8}
@@ -578,11 +623,8 @@ def decode_fast(data, dtype: str = "float32", pool: BufferPool | None = DEFAULT_
     ``pool=None``: a plain numpy allocation).
     """
     pcm, channels, rate = _canonical_pcm16(data)
-    if pcm is None and data[:4] == b"RIFF" and data[8:12] == b"WAVE":
-        info = parse_wav_header(data)
-        if info.format_tag == 1 and info.bits == 16:
-            pcm = np.frombuffer(data, "<i2", info.frames_present * info.channels, info.data_offset)
-            channels, rate = info.channels, info.sample_rate
+    if pcm is None:
+        pcm, channels, rate = _parsed_pcm16(data)
     if pcm is not None:
         if dtype == "float32":
             if pool is None:

@@ -136,23 +136,33 @@ def merge(states) -> dict:
     if not consumers:
         raise StateMismatchError("no consumer states to merge")
     first = consumers[0]
-    same = ("digest", "shards", "seed", "shuffle", "epoch", "world_size", "num_workers")
+    _refuse_mixed_runs(consumers)
+    world, workers = first["world_size"], first["num_workers"]
+    _refuse_incomplete(consumers, world, workers)
+    # consumer id order (as the epoch's shards were dealt), so the pieces keep the old reading order
+    consumers.sort(key=lambda c: (c["worker"] * world + c["rank"]))
+    pieces = [p for c in consumers for p in remaining_pieces(c)]
+    return {"format": EPOCH_FORMAT, **{k: first[k] for k in ("digest", "shards", "seed", "shuffle", "epoch")},
+            "from": [world, workers], "pieces": pieces}
+
+
+def _refuse_mixed_runs(consumers: list[dict]) -> None:
+    """Every consumer state must come from one run, epoch and shard list (the first one's)."""
+    first = consumers[0]
     for c in consumers:
-        for key in same:
+        for key in ("digest", "shards", "seed", "shuffle", "epoch", "world_size", "num_workers"):
             if c[key] != first[key]:
                 raise StateMismatchError(f"the states mix {key}={first[key]!r} and {key}={c[key]!r}: not one run's")
-    world, workers = first["world_size"], first["num_workers"]
+
+
+def _refuse_incomplete(consumers: list[dict], world: int, workers: int) -> None:
+    """Each (rank, worker) of a ``world`` x ``workers`` run must be named exactly once."""
     seen = sorted((c["rank"], c["worker"]) for c in consumers)
     expected = [(r, w) for r in range(world) for w in range(workers)]
     if seen != expected:
         missing = sorted(set(expected) - set(seen))
         raise StateMismatchError(f"the states of a {world} x {workers} run must name each (rank, worker) once; "
                                  f"missing {missing[:8]}, {len(seen)} given: gather every rank's loader state")
-    # consumer id order (as the epoch's shards were dealt), so the pieces keep the old reading order
-    consumers.sort(key=lambda c: (c["worker"] * world + c["rank"]))
-    pieces = [p for c in consumers for p in remaining_pieces(c)]
-    return {"format": EPOCH_FORMAT, **{k: first[k] for k in ("digest", "shards", "seed", "shuffle", "epoch")},
-            "from": [world, workers], "pieces": pieces}
 
 
 def piece_weights(pieces: Iterable, sizes: list[int], shards: list[str]) -> list[float]:
@@ -202,18 +212,29 @@ def restore(loader, dataset, states) -> str:
     """
     states = list(states) if isinstance(states, (list, tuple)) else [states]
     per_rank = [consumer_states(s) for s in states]
-    for c in (c for cs in per_rank for c in cs):
-        dataset.check_state(c)
-    mine = [s for s, cs in zip(states, per_rank) if cs and cs[0]["rank"] == dataset.rank]
+    mine = _own_states(dataset, states, per_rank)
     first = per_rank[0][0]
     saved_workers = first["num_workers"] if "_snapshot" in states[0] else 0
-    if (first["world_size"] == dataset.world_size and len(mine) == 1 and hasattr(loader, "load_state_dict")
-            and saved_workers == getattr(loader, "num_workers", 0)):
+    same_layout = first["world_size"] == dataset.world_size and len(mine) == 1
+    if same_layout and _restores_exactly(loader, saved_workers):
         loader.load_state_dict(mine[0])  # this rank's own state (the others may be absent)
         return "exact"
-    if (first["world_size"] == dataset.world_size and len(mine) == 1 and saved_workers == 0
-            and getattr(loader, "num_workers", 0) == 0):  # a plain DataLoader reading in this process
+    if same_layout and saved_workers == 0 and getattr(loader, "num_workers", 0) == 0:
+        # a plain DataLoader reading in this process
         dataset.load_state_dict(consumer_states(mine[0])[0])
         return "exact"
     dataset.load_state_dict(merge(states))
     return "elastic"
+
+
+def _own_states(dataset, states: list, per_rank: list[list[dict]]) -> list:
+    """The saved states of this rank (each consumer state checked against ``dataset`` first)."""
+    for c in (c for cs in per_rank for c in cs):
+        dataset.check_state(c)
+    return [s for s, cs in zip(states, per_rank) if cs and cs[0]["rank"] == dataset.rank]
+
+
+def _restores_exactly(loader, saved_workers: int) -> bool:
+    """Whether ``loader`` takes a saved loader state as it is: it has ``load_state_dict`` (StatefulDataLoader)
+    and the workers of the save."""
+    return hasattr(loader, "load_state_dict") and saved_workers == getattr(loader, "num_workers", 0)

@@ -204,36 +204,38 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
         self._resume = dict(state)
 
     def __call__(self, src):
-        from shardkit.training.reader import ReadPosition, read_members
-
         resume, self._resume = self._resume, None
         state = self._state = {"shards_done": 0, "url": None, "offset": 0}
         for source in src:
             url = source["url"] if isinstance(source, dict) else source
-            start = 0
             if resume is not None and state["shards_done"] < resume["shards_done"]:
                 state["shards_done"] += 1  # finished before the save: not opened again
                 continue
-            if resume is not None:
-                if resume["url"] is not None and url != resume["url"]:
-                    raise UsageError(f"resuming in shard {resume['url']!r} after {resume['shards_done']} shards, "
-                                     f"but the input now gives {url!r} there: the shard order upstream changed")
-                start, resume = (resume["offset"] if resume["url"] is not None else 0), None
-            parsed = urlparse(url)
-            local = parsed.scheme in ("", "file")  # as WebDataset's opener decides
-            path = parsed.path if local else url
-            state["url"], state["offset"] = url, start
-            try:
-                position = ReadPosition()
-                members = read_members(path, max_member_bytes=self.max_member_bytes, start=start, position=position)
-                yield from self._samples(members, url, path if local else None, position, state)
-            except Exception as err:  # noqa: BLE001  (WebDataset's policy decides)
-                if isinstance(err, ShardkitError):
-                    err.located(shard=url)
-                if not self.handler(err):
-                    return
+            start = _resumed_start(resume, url)
+            resume = None
+            if not (yield from self._shard(url, start, state)):
+                return
             state["shards_done"] += 1
             state["url"], state["offset"] = None, 0
+
+    def _shard(self, url: str, start: int, state: dict):
+        """The samples of one shard from tar offset ``start``; returns False when the handler ends the stream."""
+        from shardkit.training.reader import ReadPosition, read_members
+
+        parsed = urlparse(url)
+        local = parsed.scheme in ("", "file")  # as WebDataset's opener decides
+        path = parsed.path if local else url
+        state["url"], state["offset"] = url, start
+        try:
+            position = ReadPosition()
+            members = read_members(path, max_member_bytes=self.max_member_bytes, start=start, position=position)
+            yield from self._samples(members, url, path if local else None, position, state)
+        except Exception as err:  # noqa: BLE001  (WebDataset's policy decides)
+            if isinstance(err, ShardkitError):
+                err.located(shard=url)
+            if not self.handler(err):
+                return False
+        return True
 
     def _samples(self, members, url, local_path, position, state):
         sample = None
@@ -260,6 +262,17 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
         if sample is not None:
             state["offset"] = end
             yield sample
+
+
+def _resumed_start(resume: dict | None, url: str) -> int:
+    """Where the first shard after a restore is read from: the saved offset, in the saved shard (a different
+    shard there means the shard order upstream changed: refused)."""
+    if resume is None:
+        return 0
+    if resume["url"] is not None and url != resume["url"]:
+        raise UsageError(f"resuming in shard {resume['url']!r} after {resume['shards_done']} shards, "
+                         f"but the input now gives {url!r} there: the shard order upstream changed")
+    return resume["offset"] if resume["url"] is not None else 0
 
 
 def WebDataset(urls, **kwargs):  # noqa: N802  (a drop-in for the class it returns)

@@ -533,7 +533,7 @@ def _spool_sources(planned: _Planned, layout: _Layout, options: RunOptions) -> d
 def _previous_entries(layout: _Layout, journal: Journal) -> dict[str, dict]:
     """A finished run's entry per output path (its reports, then the journal of a killed run), so a
     rerun skips the shards whose spec and bytes are unchanged."""
-    from shardkit.run.lifecycle import load_json
+    from shardkit.io.files import load_json
 
     previous = {}
     for entry in [e for path in layout.reports for e in (load_json(path) or {}).get("shards", [])] + journal.load():
@@ -585,7 +585,7 @@ def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None
     """data.list (the shards that are there) and balance.json (or their slice-named files)."""
     from shardkit import __version__
     from shardkit.io.files import publish_list
-    from shardkit.run.lifecycle import atomic_write_json
+    from shardkit.io.files import atomic_write_json
 
     table = report.shards
     # a failed shard: data.partial.list, so that no list that looks finished lacks a shard

@@ -123,7 +123,7 @@ def read_repeats(out_dir: str):
     names: ``repeats_file``; corpus by corpus, in index order; reports written before it: in output order)."""
     import json
 
-    from shardkit.run.manifest import load_json
+    from shardkit.io.files import load_json
 
     manifest = load_json(os.path.join(out_dir, MANIFEST)) or {}
     name = manifest.get("repeats_file")

@@ -89,7 +89,7 @@ def _built_index(corpus: CorpusSource, built: str, shards: list[str], options: R
     """``built``, the index of a corpus' shards: reused when its stamp says the shards are as they were, else
     built (``index``'s build_index) and stamped; a shard that cannot be indexed stops the run."""
     from shardkit.commands.index import build_index
-    from shardkit.run.manifest import atomic_write_json, load_json
+    from shardkit.io.files import atomic_write_json, load_json
 
     os.makedirs(os.path.dirname(built), exist_ok=True)
     stamp_path = built + ".sources.json"

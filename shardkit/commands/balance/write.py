@@ -38,7 +38,7 @@ def _spool_task(args) -> tuple[str, str | None]:
         return src, None
     from shardkit.io.codecs import iter_decompressed
     from shardkit.io.tar import open_shard
-    from shardkit.run.lifecycle import AtomicFile
+    from shardkit.io.files import AtomicFile
 
     try:
         with open_shard(src) as f, AtomicFile(dst) as out:
@@ -208,7 +208,8 @@ def _write_records(dst: str, records: list[tuple[dict, int]], settings: WriteSet
     from shardkit.io.codecs import open_writer
     from shardkit.io.files import HashingFile, combine_digests
     from shardkit.io.tar import TarWriter
-    from shardkit.run.lifecycle import AtomicFile, verify_members
+    from shardkit.io.files import AtomicFile
+    from shardkit.run.lifecycle import verify_members
 
     written = []
     with AtomicFile(dst) as target:

@@ -231,7 +231,8 @@ def write_outputs(report: BenchReport, out_dir: str) -> dict:
     """OUT_DIR/bench.json, bench.md and bench.png (each written atomically); returns their paths (png
     None without matplotlib, the bench extra)."""
     from shardkit.commands.bench.plot import plot
-    from shardkit.run.lifecycle import atomic_write_bytes, atomic_write_json, prepare_out_dir
+    from shardkit.io.files import atomic_write_json
+    from shardkit.run.lifecycle import atomic_write_bytes, prepare_out_dir
 
     out_dir = prepare_out_dir(out_dir)
     data = report.to_json()

@@ -41,10 +41,9 @@ from shardkit.io.indexfile import ShardRecords, index_beside
 from shardkit.io.tar import AUDIO_EXTENSIONS, TarWriter
 from shardkit.io.text import EMPTY_TEXT, key_control_problem, text_problems
 from shardkit.run.executor import run_tasks
+from shardkit.io.files import AtomicFile, atomic_write_json
 from shardkit.run.lifecycle import (
-    AtomicFile,
     Journal,
-    atomic_write_json,
     claim_output,
     claimed_output_dir,
     os_reason,

@@ -525,7 +525,7 @@ class _Run:
         import json
 
         from shardkit.errors import json_safe
-        from shardkit.run.lifecycle import atomic_write_json, atomic_write_lines
+        from shardkit.io.files import atomic_write_json, atomic_write_lines
 
         atomic_write_lines(os.path.join(self.out_dir, REJECTS),
                            [json.dumps(json_safe(r), sort_keys=True, ensure_ascii=False) for r in self.rejects])

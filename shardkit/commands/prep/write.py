@@ -216,7 +216,7 @@ class OutputShards:
 
 def _open_target(path: str, saved: dict | None):
     """A new temporary file for ``path``, or the one a checkpoint names, cut back to the checkpoint's size."""
-    from shardkit.run.lifecycle import AtomicFile
+    from shardkit.io.files import AtomicFile
 
     target = AtomicFile(path, buffering=1 << 20)
     if saved is None:

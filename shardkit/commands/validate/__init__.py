@@ -144,7 +144,7 @@ def run_validate(shard_args: list[str], settings: ValidateOptions, options: RunO
         report = _validate_claimed(work, settings, options)
     report.report_path = report_path
     if report_path is not None:
-        from shardkit.run.manifest import atomic_write_json
+        from shardkit.io.files import atomic_write_json
 
         atomic_write_json(report_path, report.to_json())
     return report

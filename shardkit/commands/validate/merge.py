@@ -127,7 +127,7 @@ def _requarantine_changed(shards: list[dict], reject_keys: list[list[str]], earl
 
 def merge_reports(slices) -> dict:
     """merge-reports for validate (``shardkit.run.merge.Slices`` in): the report, quarantine lists; a summary."""
-    from shardkit.run.lifecycle import atomic_write_json
+    from shardkit.io.files import atomic_write_json
 
     merged = merge_slice_reports(slices.docs)
     atomic_write_json(slices.report_path, merged)
