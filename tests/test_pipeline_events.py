@@ -3,7 +3,7 @@ show a note after the bar it ends and keep the shards that could not be indexed.
 
 from __future__ import annotations
 
-from shardkit.cli._pipeline_bars import PipelineBars
+from shardkit.cli._progress import ProgressBars
 from shardkit.commands.balance import BalanceSettings, CorpusSource, run_balance
 from shardkit.io.synth import CorpusSpec, corpus_utterances, write_shards
 from shardkit.run.events import DONE, NOTE, STAGE, Event
@@ -37,22 +37,22 @@ def test_balance_reports_its_stages_and_notes_in_order(tmp_path):
 
 def test_a_note_ends_the_bar_and_unreadable_index_shards_are_kept(capsys):
     lines = []
-    bars = PipelineBars(done_line=lambda e: lines.append(e.result) or "a line above the bar")
+    bars = ProgressBars(notes_end_bars=True, line_for=lambda e: lines.append(e.result) or "a line above the bar")
     bars(Event(STAGE, stage="index zh", total=2))
     bars(Event(DONE, stage="index zh", result={"shard": "/a.tar"}, error="/a.tar: truncated"))
     bars(Event(DONE, stage="index zh", result={"shard": "/b.tar"}))
-    assert bars.bar is not None and bars.unreadable == ["/a.tar"]
+    assert bars.bar is not None and [r["shard"] for r in bars.failed_results("index ")] == ["/a.tar"]
     bars(Event(NOTE, stage="index zh", text="loading..."))
     assert bars.bar is None
     bars(Event(STAGE, stage="write", total=1))
     bars(Event(DONE, stage="write", result={"path": "/o.tar", "status": "failed", "error": "/o.tar: full disk"}))
     bars.close()
     err = capsys.readouterr().err
-    assert bars.unreadable == ["/a.tar"] and lines == [{"shard": "/a.tar"}, {"shard": "/b.tar"}, {"path": "/o.tar",
+    assert [r["shard"] for r in bars.failed_results("index ")] == ["/a.tar"] and lines == [{"shard": "/a.tar"}, {"shard": "/b.tar"}, {"path": "/o.tar",
                                                        "status": "failed", "error": "/o.tar: full disk"}]
     assert err.index("failed: /a.tar: truncated") < err.index("loading...") < err.index("failed: /o.tar: full disk")
     assert err.count("a line above the bar") == 3
-    quiet = PipelineBars(quiet=True, done_line=lambda e: "never shown")
+    quiet = ProgressBars(quiet=True, notes_end_bars=True, line_for=lambda e: "never shown")
     quiet(Event(STAGE, stage="read+check", total=1))
     quiet(Event(DONE, stage="read+check", result={"shard": "/s.tar"}))
     quiet(Event(NOTE, text="closing and verifying 1 shards..."))

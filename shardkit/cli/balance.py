@@ -93,12 +93,12 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     """
     import os
 
-    from shardkit.cli._pipeline_bars import PipelineBars
+    from shardkit.cli._progress import ProgressBars
     from shardkit.commands.balance import BalanceSettings, parse_corpus_spec
     from shardkit.errors import UsageError
     from shardkit.io.codecs import parse_codec_spec
 
-    bars = PipelineBars(quiet=quiet)
+    bars = ProgressBars(quiet=quiet, notes_end_bars=True)
     options = run_options(jobs=jobs or os.cpu_count() or 1, executor=executor, ray_address=ray_address, split=split,
                           overwrite=overwrite, on_event=bars)
     part_of = _part(part)
@@ -142,7 +142,7 @@ def _run(corpora, out_dir: str, settings, options, bars, as_json: bool):
     except ShardkitError as err:
         if isinstance(err, UsageError) or settings.dry_run:
             raise
-        stopped("balance", err, failed=bars.unreadable, args=[s for c in corpora for s in c.sources], as_json=as_json)
+        stopped("balance", err, failed=[r["shard"] for r in bars.failed_results("index ")], args=[s for c in corpora for s in c.sources], as_json=as_json)
 
 
 def _show(report, settings, corpora, *, quiet: bool, as_json: bool) -> None:

@@ -7,7 +7,6 @@ import click
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
 from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
 from shardkit.cli._progress import ProgressBars
-from shardkit.run.events import DONE
 
 
 @click.command("index", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
@@ -46,7 +45,7 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
     from shardkit.commands.index import is_index_rewrite, run_index
 
     rewrite = is_index_rewrite(list(shards), output)  # (a rewrite reads no --split)
-    with _IndexBars(quiet=quiet, min_total=0) as bars:
+    with ProgressBars(quiet=quiet, min_total=0, running_total="utterances") as bars:
         options = run_options(jobs=jobs, executor=executor, ray_address=ray_address,
                               split=None if rewrite else split, on_event=bars)
         report = run_index(list(shards), output, corpus, options)
@@ -55,20 +54,6 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
     if not quiet:
         _print_outcome(report, list(shards), output)
     sys.exit(report.exit_code)
-
-
-class _IndexBars(ProgressBars):
-    """ProgressBars that also show, after the shards, the utterances indexed so far."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.utterances = 0
-
-    def __call__(self, event) -> None:
-        super().__call__(event)
-        if event.kind == DONE and self.bar is not None and isinstance(event.result, dict):
-            self.utterances += event.result.get("utterances", 0)
-            self.bar.set_postfix_str(f"{self.utterances} utterances", refresh=False)
 
 
 def _print_outcome(report, args: list[str], output: str) -> None:

@@ -91,13 +91,13 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     import os
 
     _start_workers_early(executor, jobs)
-    from shardkit.cli._pipeline_bars import PipelineBars
+    from shardkit.cli._progress import ProgressBars
     from shardkit.commands.prep import PrepSettings, run_prep
     from shardkit.commands.validate import ValidateOptions
     from shardkit.io.codecs import parse_codec_spec
     from shardkit.io.mix import parse_corpus_spec
 
-    bars = PipelineBars(quiet=quiet, done_line=_unreadable_source)
+    bars = ProgressBars(quiet=quiet, notes_end_bars=True, line_for=_unreadable_source)
     options = run_options(jobs=jobs or os.cpu_count(), executor=executor, ray_address=ray_address, overwrite=overwrite,
                           on_event=bars)
     codec_name, level = parse_codec_spec(codec, level)
