@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from support import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 
 

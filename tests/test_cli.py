@@ -7,8 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
+from support import REPO
 
-README = open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8").read()
+README = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
 
 
 def all_commands():

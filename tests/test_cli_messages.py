@@ -5,22 +5,17 @@ from __future__ import annotations
 import json
 import os
 
-from click.testing import CliRunner
 
-from shardkit.cli import main
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+from support import run_cli
 
 
 def test_a_convert_rerun_that_skips_every_shard_shows_no_rate(make_shards, tmp_path):
     shards = make_shards("bz2")
     listed = os.path.join(os.path.dirname(shards[0]), "data.list")
-    first = invoke("convert", listed, "-o", tmp_path / "zst", "-j", 1)
+    first = run_cli("convert", listed, "-o", tmp_path / "zst", "-j", 1)
     assert first.exit_code == 0, first.output
     assert "MB/s" in first.stderr and "MB of tar in" in first.stderr
-    again = invoke("convert", listed, "-o", tmp_path / "zst", "-j", 1)
+    again = run_cli("convert", listed, "-o", tmp_path / "zst", "-j", 1)
     assert again.exit_code == 0, again.output
     assert f"converted 0, skipped {len(shards)} (already done)" in again.stderr
     assert "MB/s" not in again.stderr and "MB of tar in" not in again.stderr
@@ -30,7 +25,7 @@ def test_balance_json_names_no_temporary_file_it_removed(make_shards, tmp_path):
     shards = make_shards("bz2", utts_per_shard=4)
     listed = os.path.join(os.path.dirname(shards[0]), "data.list")
     out = tmp_path / "balanced"
-    result = invoke("balance", "--corpus", f"mix={listed}", "--world-size", 2, "--num-workers", 1, "-o", out,
+    result = run_cli("balance", "--corpus", f"mix={listed}", "--world-size", 2, "--num-workers", 1, "-o", out,
                     "-j", 1, "-q")
     assert result.exit_code == 0, result.output
     assert not (out / ".balance").exists()

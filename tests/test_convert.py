@@ -8,22 +8,16 @@ import tarfile
 import time
 
 import pytest
-from click.testing import CliRunner
 
-from shardkit.cli import main
 from shardkit.io.codecs import CODECS, detect_codec
 from shardkit.io.tar import iter_shard_members
+from support import run_cli
 
 CODEC_NAMES = list(CODECS)
 
 
 def members_of(paths):
     return [m for p in paths for m in iter_shard_members(p)]
-
-
-def run_cli(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    return result
 
 
 def listed(out_dir, name="data.list"):

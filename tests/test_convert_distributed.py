@@ -5,19 +5,9 @@ import logging
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
-from shardkit.cli import main
 from shardkit.io.files import load_json
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
+from support import read_bytes, run_cli
 
 
 def without_timing(doc):
@@ -28,14 +18,14 @@ def without_timing(doc):
 
 
 def outputs_of(out):
-    return {p: read(p) for p in read(out / "data.list").decode().split()}
+    return {p: read_bytes(p) for p in read_bytes(out / "data.list").decode().split()}
 
 
 def test_three_split_jobs_merged_equal_one_run(make_shards, tmp_path):
     sources = make_shards("bz2", utts_per_shard=2)
     out = tmp_path / "out"
     assert run_cli("convert", *sources, "-o", out, "-j", "2", "-q").exit_code == 0
-    single = (without_timing(load_json(str(out / "convert.json"))), read(out / "data.list"), outputs_of(out))
+    single = (without_timing(load_json(str(out / "convert.json"))), read_bytes(out / "data.list"), outputs_of(out))
     shutil.rmtree(out)
     for i in (1, 2, 3):
         result = run_cli("convert", *sources, "-o", out, "-j", "1", "-q", "--split", f"{i}/3")
@@ -43,7 +33,7 @@ def test_three_split_jobs_merged_equal_one_run(make_shards, tmp_path):
     assert not (out / "convert.json").exists()
     result = run_cli("merge-reports", out)
     assert result.exit_code == 0, result.output
-    merged = (without_timing(load_json(str(out / "convert.json"))), read(out / "data.list"), outputs_of(out))
+    merged = (without_timing(load_json(str(out / "convert.json"))), read_bytes(out / "data.list"), outputs_of(out))
     assert merged == single
     # a rerun of one slice finds its work done
     result = run_cli("convert", *sources, "-o", out, "-q", "--split", "2/3", "--json")
@@ -67,11 +57,11 @@ def test_ray_executor_writes_what_the_local_one_writes(make_shards, tmp_path):
         sources = make_shards("bz2", utts_per_shard=3)
         out = tmp_path / "out"
         assert run_cli("convert", *sources, "-o", out, "-j", "2", "-q").exit_code == 0
-        local = (without_timing(load_json(str(out / "convert.json"))), read(out / "data.list"), outputs_of(out))
+        local = (without_timing(load_json(str(out / "convert.json"))), read_bytes(out / "data.list"), outputs_of(out))
         shutil.rmtree(out)
         result = run_cli("convert", *sources, "-o", out, "-q", "--executor", "ray")
         assert result.exit_code == 0, result.output
-        on_ray = (without_timing(load_json(str(out / "convert.json"))), read(out / "data.list"), outputs_of(out))
+        on_ray = (without_timing(load_json(str(out / "convert.json"))), read_bytes(out / "data.list"), outputs_of(out))
         assert on_ray == local
     finally:
         ray.shutdown()

@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 from click.testing import CliRunner
-from conftest import moto_s3
+from support import moto_s3
 
 from shardkit.cli import main
 

@@ -4,22 +4,15 @@ import json
 import os
 
 import pytest
-from click.testing import CliRunner
-from conftest import moto_s3
+from support import moto_s3, run_cli
 
 from shardkit.run.options import RunOptions
-from shardkit.cli import main
 from shardkit.commands.convert import (
     ConvertSettings,
     partial_path,
     remote_journal_dir,
     run_convert,
 )
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import SMALL_CORPORA
+from support import SMALL_CORPORA
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.synth import encode, speech_like, write_shards

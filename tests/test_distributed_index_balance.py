@@ -6,31 +6,9 @@ import os
 import shutil
 
 import pytest
-from click.testing import CliRunner
-from conftest import SMALL_CORPORA
+from support import SMALL_CORPORA, folder_bytes, is_slice_file, read_bytes, run_cli
 
-from shardkit.cli import main
 from shardkit.io.synth import corpus_utterances, write_shards
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def folder_bytes(folder):
-    """Every file in a folder (recursively), by relative path; slice files left out."""
-    found = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            if ".slice-" not in name:
-                path = os.path.join(root, name)
-                found[os.path.relpath(path, folder)] = read(path)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +39,8 @@ def test_index_slices_concatenated_are_the_index_of_one_run(corpora, tmp_path):
         result = run_cli("index", sources, "-o", tmp_path / "all.jsonl", "-q", "--split", f"{i}/3", "--json")
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["index"] == str(tmp_path / f"all.slice-{i}-of-3.jsonl")
-    joined = b"".join(read(tmp_path / f"all.slice-{i}-of-3.jsonl") for i in (1, 2, 3))
-    assert joined == read(tmp_path / "all.jsonl") and joined.count(b"\n") == 6
+    joined = b"".join(read_bytes(tmp_path / f"all.slice-{i}-of-3.jsonl") for i in (1, 2, 3))
+    assert joined == read_bytes(tmp_path / "all.jsonl") and joined.count(b"\n") == 6
 
 
 def test_balance_refuses_an_index_with_a_slice_missing(corpora, tmp_path):
@@ -81,7 +59,7 @@ def test_index_on_ray_equals_local(corpora, tmp_path, ray_local):
         result = run_cli("index", corpora / "librispeech", "-o", tmp_path / f"{executor}.jsonl", "-q",
                          "--executor", executor)
         assert result.exit_code == 0, result.output
-    assert read(tmp_path / "ray.jsonl") == read(tmp_path / "local.jsonl")
+    assert read_bytes(tmp_path / "ray.jsonl") == read_bytes(tmp_path / "local.jsonl")
 
 
 # --- balance ----------------------------------------------------------------------------------
@@ -97,7 +75,7 @@ def balance(corpora, out, *extra):
 def test_three_balance_slices_merged_equal_one_run(corpora, tmp_path):
     out = tmp_path / "out"
     assert balance(corpora, out).exit_code == 0
-    single = folder_bytes(out)
+    single = folder_bytes(out, skip=is_slice_file)
     assert sorted(single) == ["balance.json", "balance.repeats.jsonl", "data.list"] + [f"shards_{s:09d}.tar" for s in range(4)]
     shutil.rmtree(out)
     for i in (1, 2, 3):
@@ -112,7 +90,7 @@ def test_three_balance_slices_merged_equal_one_run(corpora, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stderr == (f"merged 3 slices of balance: 4 entries (ok 4); report: {out}/balance.json; "
                              f"list: {out}/data.list\n")
-    assert folder_bytes(out) == single
+    assert folder_bytes(out, skip=is_slice_file) == single
     # a rerun of one slice finds its shards written
     result = balance(corpora, out, "--split", "2/3", "--json")
     assert json.loads(result.stdout)["written"] == {"ok": 0, "skipped": 1, "failed": 0}
@@ -148,5 +126,5 @@ def test_balance_on_ray_writes_what_local_writes(corpora, tmp_path, ray_local):
         result = balance(corpora, out, "--executor", executor)
         assert result.exit_code == 0, result.output
         outputs[executor] = {name: data.replace(str(out).encode(), b"OUT")
-                             for name, data in folder_bytes(out).items()}
+                             for name, data in folder_bytes(out, skip=is_slice_file).items()}
     assert outputs["ray"] == outputs["local"]

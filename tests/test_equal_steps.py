@@ -18,7 +18,7 @@ import traceback
 from datetime import timedelta
 
 import pytest
-from conftest import free_port
+from support import REPO, free_port
 
 from shardkit.commands.balance import BalanceSettings, run_balance
 from shardkit.io.mix import CorpusSource
@@ -396,7 +396,7 @@ def test_the_trainer_side_imports_without_torch_pyarrow_or_planning_conf():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('pyarrow', 'yaml')"
             " or m.startswith(('shardkit.commands', 'shardkit.run'))];"
             "assert not bad, bad")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = REPO
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": root})
 
 

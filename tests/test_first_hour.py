@@ -24,9 +24,9 @@ from click.testing import CliRunner
 
 from shardkit.cli import main
 from shardkit.io.synth import encode, speech_like, write_shards
+from support import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+ENV = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def cli(*args):
@@ -256,16 +256,16 @@ def test_ctrl_c_exits_130_with_json_leaves_no_temp_file_and_a_rerun_resumes(make
 
 
 def test_readme_says_how_to_put_shardkit_on_the_path_and_what_the_two_commands_cost():
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     assert "source .venv/bin/activate" in readme
     assert "Why plain tar is the default output" in readme
     assert "SHARDKIT_TEST_DRY_RUN=1" in readme
-    recipe = open(os.path.join(ROOT, "scripts", "run.sh"), encoding="utf-8").read()
+    recipe = open(os.path.join(REPO, "scripts", "run.sh"), encoding="utf-8").read()
     assert "source $root/.venv/bin/activate" in recipe
 
 
 def test_test_sh_checks_python_and_venv_first_and_its_dry_run_changes_nothing(tmp_path):
-    script = os.path.join(ROOT, "scripts", "test.sh")
+    script = os.path.join(REPO, "scripts", "test.sh")
     assert subprocess.run(["bash", "-n", script]).returncode == 0
     env = {**os.environ, "SHARDKIT_TEST_DRY_RUN": "1", "SHARDKIT_VENV": str(tmp_path / "venv")}
     dry = subprocess.run(["bash", script, "-q"], capture_output=True, text=True, env=env, timeout=120)
@@ -312,9 +312,9 @@ TINY = ["--demo_minutes", "1", "--utts_per_shard", "3", "--world_size", "2", "--
         "--jobs", "1"]
 
 
-def recipe(*args, cwd=ROOT):
+def recipe(*args, cwd=REPO):
     env = {**ENV, "SHARDKIT_PYTHON": sys.executable}
-    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "run.sh"), *args], cwd=cwd, env=env,
+    return subprocess.run(["bash", os.path.join(REPO, "scripts", "run.sh"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -351,7 +351,7 @@ def test_recipe_stop_prints_the_full_command_that_goes_on(tmp_path):
     line = last_line(stopped.stderr)
     assert line.startswith("run.sh: stage 2 stopped: validation found problems in aishell")
     command = line.split("train on the clean utterances only: ", 1)[1]
-    assert command.startswith(f"bash {ROOT}/scripts/run.sh --demo_minutes 1 --utts_per_shard 3 ")
+    assert command.startswith(f"bash {REPO}/scripts/run.sh --demo_minutes 1 --utts_per_shard 3 ")
     assert "--workdir " + str(work).replace(" ", "\\ ") in command and "--world_size 2" in command
     assert command.endswith("--stage 2 --allow_rejects true")
     # pasted as printed, from another folder, it goes on with the same workdir and options

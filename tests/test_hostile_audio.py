@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
-from conftest import tar_bytes
+from support import tar_bytes
 
 from shardkit.cli import main
 from shardkit.commands.index import index_shard

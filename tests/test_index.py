@@ -4,7 +4,7 @@ import tarfile
 
 import pytest
 from click.testing import CliRunner
-from conftest import SMALL_CORPORA, corpus
+from support import SMALL_CORPORA, corpus
 
 from shardkit.cli import main
 from shardkit.commands.index import build_index, index_shard, iter_index

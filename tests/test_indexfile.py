@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SMALL_CORPORA, corpus
+from support import SMALL_CORPORA, corpus
 
 from shardkit.cli import main
 from shardkit.commands import balance

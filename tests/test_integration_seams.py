@@ -8,8 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
+from support import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_recipe_does_not_take_a_python3_that_only_sees_the_checkout(tmp_path):
@@ -18,8 +18,8 @@ def test_recipe_does_not_take_a_python3_that_only_sees_the_checkout(tmp_path):
     # set up its own venv, not run shardkit on that python3 and die in a traceback (soundfile, click).
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    shutil.copy(os.path.join(ROOT, "scripts", "run.sh"), repo / "scripts" / "run.sh")
-    os.symlink(os.path.join(ROOT, "shardkit"), repo / "shardkit")
+    shutil.copy(os.path.join(REPO, "scripts", "run.sh"), repo / "scripts" / "run.sh")
+    os.symlink(os.path.join(REPO, "shardkit"), repo / "shardkit")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     python3 = bin_dir / "python3"  # a python3 without site-packages; `-m venv` stops the set-up there
@@ -88,7 +88,7 @@ def test_json_is_one_document_on_stdout_when_a_command_fails(tmp_path, make_shar
     bad.write_bytes(b"not a tar archive " * 64)
     listing = tmp_path / "data.list"
     listing.write_text(f"{good}\n{bad}\n")
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": REPO}
     for args, code in [(["balance", "--corpus", f"a={listing}", "--world-size", "1", "--num-workers", "1",
                          "-o", str(tmp_path / "bal")], 1),
                        (["list", "check", str(tmp_path / "missing.list")], 2)]:
@@ -179,7 +179,7 @@ def test_loader_check_names_a_bad_shard_in_one_line_from_torch_workers(tmp_path,
     listing = tmp_path / "data.list"
     listing.write_text("".join(p + "\n" for p in [*good, str(bad)]))
     result = subprocess.run([sys.executable, "-m", "shardkit", "loader-check", str(listing), "--world-size", "1",
-                             "--num-workers", "1", "--engine", "torch"], env={**os.environ, "PYTHONPATH": ROOT},
+                             "--num-workers", "1", "--engine", "torch"], env={**os.environ, "PYTHONPATH": REPO},
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr and "Caught" not in result.stderr, result.stderr

@@ -3,7 +3,6 @@ journals that resume, workers that die with their parent, and one-line errors fo
 
 from __future__ import annotations
 
-import ast
 import glob
 import json
 import logging
@@ -16,10 +15,8 @@ import sys
 import time
 
 import pytest
-from click.testing import CliRunner
-from conftest import corpus
+from support import REPO, corpus, folder_bytes, read_bytes, run_cli
 
-from shardkit.cli import main
 from shardkit.errors import UsageError
 from shardkit.io.synth import CorpusSpec, encode, speech_like
 from shardkit.io.files import AtomicFile
@@ -33,27 +30,7 @@ from shardkit.run.lifecycle import (
     remove_leftovers,
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RATE = 16000
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def snapshot(folder):
-    """Every file under ``folder`` (relative path -> bytes)."""
-    out = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            out[os.path.relpath(path, folder)] = read(path)
-    return out
 
 
 def partials(folder):
@@ -64,7 +41,7 @@ def shard_outputs(folder):
     """Shards and lists a run wrote (reports carry timings, and the by-product index names its folder, so
     they are compared apart; its parts live in the hidden .index folder)."""
     return {k: v.replace(str(folder).encode(), b"OUT") if k.endswith(".list") else v
-            for k, v in snapshot(folder).items() if not any(p.startswith(".") for p in k.split(os.sep))
+            for k, v in folder_bytes(folder).items() if not any(p.startswith(".") for p in k.split(os.sep))
             and not k.endswith(".json") and not os.path.basename(k).startswith("index")}
 
 
@@ -74,7 +51,7 @@ def shard_outputs(folder):
 def test_symlinked_output_folder_that_is_the_source_folder_is_refused(make_shards, tmp_path):
     sources = make_shards("bz2")
     folder = os.path.dirname(sources[0])
-    before = snapshot(folder)
+    before = folder_bytes(folder)
     link = tmp_path / "link"
     os.symlink(folder, link)
     for args in (["convert", *sources, "-o", link], ["convert", *sources, "-o", link, "--salvage"],
@@ -86,20 +63,20 @@ def test_symlinked_output_folder_that_is_the_source_folder_is_refused(make_shard
     spelled = os.path.join(folder, "..", os.path.basename(folder))  # the same folder spelled another way
     result = run_cli("convert", *sources, "-o", spelled)
     assert result.exit_code == 2 and "by real path" in result.stderr
-    assert snapshot(folder) == before
+    assert folder_bytes(folder) == before
 
 
 def test_outputs_below_or_beside_the_inputs_stay_allowed(make_shards, tmp_path):
     sources = make_shards("bz2")
     folder = os.path.dirname(sources[0])
-    before = snapshot(folder)
+    before = folder_bytes(folder)
     result = run_cli("convert", *sources, "-o", os.path.join(folder, "zst"), "-q")
     assert result.exit_code == 0, result.output
     result = run_cli("validate", *sources, "--quarantine", os.path.join(folder, "quarantine"), "-q")
     assert result.exit_code == 0, result.output
     result = run_cli("index", os.path.join(folder, "data.list"), "-o", os.path.join(folder, "index.jsonl"), "-q")
     assert result.exit_code == 0, result.output
-    after = snapshot(folder)
+    after = folder_bytes(folder)
     assert {k: v for k, v in after.items() if k in before} == before
 
 
@@ -116,7 +93,7 @@ def test_a_folder_argument_may_sit_inside_the_output_folder(make_shards, tmp_pat
 def test_an_output_that_is_a_hard_link_to_an_input_is_refused(make_shards, tmp_path):
     sources = make_shards("none")
     folder = os.path.dirname(sources[0])
-    before = snapshot(folder)
+    before = folder_bytes(folder)
     out = tmp_path / "out"
     out.mkdir()
     # convert --codec none writes shards_000000000.tar: make that name the source itself
@@ -128,7 +105,7 @@ def test_an_output_that_is_a_hard_link_to_an_input_is_refused(make_shards, tmp_p
     os.link(os.path.join(folder, "data.list"), tmp_path / "linked.list")
     result = run_cli("list", "concat", os.path.join(folder, "data.list"), "-o", tmp_path / "linked.list")
     assert result.exit_code == 2 and "hard link" in result.stderr
-    assert snapshot(folder) == before
+    assert folder_bytes(folder) == before
 
 
 def test_claim_functions_directly(tmp_path):
@@ -213,12 +190,12 @@ def test_two_concurrent_converts_one_refuses_and_the_output_is_whole(make_shards
     for code, err in results:
         if code == 2:
             assert "another shardkit convert run is writing this folder: pid" in err and "on host" in err
-    report = json.loads(read(out / "convert.json"))
+    report = json.loads(read_bytes(out / "convert.json"))
     import hashlib
 
     for entry in report["shards"]:
-        assert hashlib.sha256(read(entry["output"]["path"])).hexdigest() == entry["output"]["sha256"]
-    assert len(read(out / "data.list").decode().split()) == len(sources)
+        assert hashlib.sha256(read_bytes(entry["output"]["path"])).hexdigest() == entry["output"]["sha256"]
+    assert len(read_bytes(out / "data.list").decode().split()) == len(sources)
     assert not partials(out)
 
 
@@ -273,7 +250,7 @@ def test_atomic_file_removes_its_temporary_file_unless_committed(tmp_path):
         f.write(b"whole")
 
         def refuse(tmp):
-            assert read(tmp) == b"whole"
+            assert read_bytes(tmp) == b"whole"
             raise UsageError("does not verify")
 
         with pytest.raises(UsageError):
@@ -285,7 +262,7 @@ def test_atomic_file_removes_its_temporary_file_unless_committed(tmp_path):
         b.write(b"b")
         a.commit()
         b.commit()
-    assert read(dst) == b"b" and os.listdir(tmp_path) == ["x.bin"]
+    assert read_bytes(dst) == b"b" and os.listdir(tmp_path) == ["x.bin"]
 
 
 def test_leftovers_of_killed_runs_old_and_new_names_are_removed(tmp_path):
@@ -529,7 +506,7 @@ def test_kill_9_during_validate_quarantine(big_shards, tmp_path):
     src.mkdir()
     damaged = []
     for i, path in enumerate(big_shards):
-        data = read(path)
+        data = read_bytes(path)
         dst = src / os.path.basename(path)
         dst.write_bytes(data[:len(data) * 3 // 4] if i % 2 else data)
         damaged.append(str(dst))
@@ -558,7 +535,7 @@ def test_kill_9_during_make_and_the_resumed_report_says_who_wrote_what(tmp_path)
     summary = json.loads(result.stdout)
     assert summary["shard_status"]["skipped"] == summary["this_run"]["skipped"] == earlier
     assert summary["shard_status"]["ok"] == summary["this_run"]["done"] == 12 - earlier
-    manifest = json.loads(read(out / "make.json"))
+    manifest = json.loads(read_bytes(out / "make.json"))
     assert manifest["summary"]["shard_status"] == summary["shard_status"]
     assert sum(e["this_run"] == "skipped" for e in manifest["shards"]) == earlier
     assert shard_outputs(out) == shard_outputs(reference)
@@ -602,11 +579,11 @@ def test_make_split_merged_equals_one_run(tmp_path):
     assert not (sliced / "make.json").exists()
     result = run_cli("merge-reports", sliced, "--command", "make")
     assert result.exit_code == 1, result.output  # as the one run: an utterance was skipped
-    assert read(sliced / "data.list").replace(str(sliced).encode(), b"") == \
-        read(one / "data.list").replace(str(one).encode(), b"")
+    assert read_bytes(sliced / "data.list").replace(str(sliced).encode(), b"") == \
+        read_bytes(one / "data.list").replace(str(one).encode(), b"")
     assert shard_outputs(sliced).keys() >= shard_outputs(one).keys()
-    assert all(read(sliced / n) == read(one / n) for n in os.listdir(one) if n.endswith(".tar.zst"))
-    merged, single = (without_timing(json.loads(read(p / "make.json"))) for p in (sliced, one))
+    assert all(read_bytes(sliced / n) == read_bytes(one / n) for n in os.listdir(one) if n.endswith(".tar.zst"))
+    merged, single = (without_timing(json.loads(read_bytes(p / "make.json"))) for p in (sliced, one))
     for doc, root in ((merged, sliced), (single, one)):
         for e in doc["shards"]:
             e["output"]["path"] = os.path.basename(e["output"]["path"])
@@ -629,11 +606,11 @@ def test_make_on_ray_writes_what_the_local_run_writes(tmp_path):
         ray.shutdown()
     local, on_ray = (sorted(n for n in os.listdir(tmp_path / d) if n.endswith(".tar.zst")) for d in ("local", "ray"))
     assert local == on_ray and len(local) == 3
-    assert all(read(tmp_path / "local" / n) == read(tmp_path / "ray" / n) for n in local)
+    assert all(read_bytes(tmp_path / "local" / n) == read_bytes(tmp_path / "ray" / n) for n in local)
 
 
 def test_make_writes_to_a_url(tmp_path):
-    from conftest import moto_s3
+    from support import moto_s3
 
     wav_scp, text = kaldi_dir(str(tmp_path / "d"), count=4, seconds=0.5)
     # -j 1: the store's settings below live in this process only
@@ -651,7 +628,7 @@ def test_make_writes_to_a_url(tmp_path):
             names = sorted(p.rsplit("/", 1)[1] for p in fs.ls("corpus/made"))
             assert names == ["data.list", "make.json", "shards_000000000.tar.zst", "shards_000000001.tar.zst"]
             for name in names[2:]:
-                assert fs.cat(f"corpus/made/{name}") == read(tmp_path / "local" / name)
+                assert fs.cat(f"corpus/made/{name}") == read_bytes(tmp_path / "local" / name)
             rerun = run_cli(*args, "-o", "s3://corpus/made", "--json")
             assert json.loads(rerun.stdout)["this_run"] == {"done": 0, "skipped": 2, "failed": 0}
         finally:
@@ -665,7 +642,7 @@ def test_a_folder_written_by_the_previous_version_resumes(make_shards, tmp_path)
     sources = make_shards("bz2", utts_per_shard=3)
     out = tmp_path / "out"
     assert run_cli("convert", *sources, "-o", out, "-q").exit_code == 0
-    report = json.loads(read(out / "convert.json"))
+    report = json.loads(read_bytes(out / "convert.json"))
     # as a killed run of the previous version left it: a journal of finished shards, no report
     with open(out / ".convert.journal.jsonl", "w") as f:
         for entry in report["shards"]:

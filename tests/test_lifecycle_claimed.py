@@ -14,18 +14,15 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from test_lifecycle import REPO, hold_lock, snapshot
+from test_lifecycle import hold_lock
 
 from shardkit.cli import main
 from shardkit.errors import UsageError
 from shardkit.io.inputs import plan_output_paths, stdin_stem
 from shardkit.run.lifecycle import OutputLock, claim_output, claimed_output_dir, lock_name, remote_journal_dir
+from support import REPO, folder_bytes, run_cli
 
 ENV = {**os.environ, "PYTHONPATH": REPO}
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def inodes(paths):
@@ -84,8 +81,8 @@ def test_claimed_output_dir_keeps_a_urls_journal_and_lock_in_a_local_folder(tmp_
 def test_the_lifecycle_steps_live_in_lifecycle_only():
     """convert, make, validate and balance take the folder lock through claimed_output_dir alone."""
     commands = os.path.join(REPO, "shardkit", "commands")
-    modules = [os.path.join(commands, "convert.py"), os.path.join(commands, "validate.py")]
-    for package in ("make", "balance"):
+    modules = [os.path.join(commands, "convert.py")]
+    for package in ("validate", "make", "balance"):
         modules += [os.path.join(commands, package, name) for name in os.listdir(os.path.join(commands, package))
                     if name.endswith(".py")]
     for module in modules:
@@ -150,7 +147,7 @@ def test_inputs_below_the_output_folder_stay_allowed_when_no_output_lands_beside
     root = tmp_path / "d"
     shutil.copytree(os.path.dirname(made[0]), root / "corpus")
     sources = [str(root / "corpus" / os.path.basename(p)) for p in made]
-    before = snapshot(root / "corpus")
+    before = folder_bytes(root / "corpus")
     result = run_cli("validate", *sources, "--quarantine", root, "--sample-rate", "16000", "-q", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["quarantine"]["dir"] == str(root)
@@ -158,7 +155,7 @@ def test_inputs_below_the_output_folder_stay_allowed_when_no_output_lands_beside
     assert result.exit_code == 0, result.output
     assert sorted(n for n in os.listdir(root) if n.endswith(".tar.zst")) == [
         os.path.basename(s) + ".zst" for s in sources]
-    assert snapshot(root / "corpus") == before
+    assert folder_bytes(root / "corpus") == before
 
 
 # -------------------------------------------------------------------------------- merge-reports lock
@@ -170,7 +167,7 @@ def test_merge_reports_refuses_while_an_unsliced_run_holds_the_folder(make_shard
     for i in (1, 2):
         assert run_cli("convert", *sources, "-o", out, "-q", "-j", "1", "--split", f"{i}/2").exit_code == 0
     holder = hold_lock(out, "convert")  # a convert without --split into the same folder
-    before = snapshot(out)
+    before = folder_bytes(out)
     try:
         result = run_cli("merge-reports", out, "--command", "convert")
         assert result.exit_code == 2, result.output
@@ -178,7 +175,7 @@ def test_merge_reports_refuses_while_an_unsliced_run_holds_the_folder(make_shard
                                  f"{holder.pid} on host {socket.gethostname()}, since "
                                  f"{result.stderr.split(', since ')[1].split(' holds')[0]} holds "
                                  f".shardkit-convert.lock; wait for it to finish or stop it, then run again\n")
-        assert snapshot(out) == before  # nothing written
+        assert folder_bytes(out) == before  # nothing written
     finally:
         holder.kill()
         holder.wait()

@@ -7,18 +7,13 @@ import os
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
 from shardkit.run.options import RunOptions
-from shardkit.cli import main
 from shardkit.commands.lists import check_lists, concat_lists, rewrite_entry
 from shardkit.errors import UsageError
+from support import run_cli
 
 EXPECTED_COUNTS = [(10, 5), (10, 5), (8, 4)]  # (members, utterances) per shard at 5 utterances per shard
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def list_of(paths):
@@ -51,13 +46,13 @@ def test_check_reports_counts_and_compression_per_line(make_shards, codec):
 def test_check_cli_prints_a_row_per_line_and_a_summary(make_shards):
     paths = make_shards("zst")
     listed = list_of(paths)
-    result = invoke("list", "check", listed, "-j", 1)
+    result = run_cli("list", "check", listed, "-j", 1)
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["LIST:LINE\tstatus    comp members   utts  path\tproblems"] + [
         f"{listed}:{i + 1}\tok        zst  {m:>7} {u:>6}  {p}" for i, (p, (m, u)) in enumerate(zip(paths, EXPECTED_COUNTS))]
     assert "3 ok, 0 bad, 0 unchecked of 3 lines; 14 utterances in 28 members" in result.stderr
     assert "note: 3 zst shards: on Python < 3.14 WeNet reads them only with the hook" in result.stderr
-    as_json = invoke("list", "check", listed, "-j", 1, "--json")
+    as_json = run_cli("list", "check", listed, "-j", 1, "--json")
     assert as_json.exit_code == 0
     assert json.loads(as_json.stdout)["compression"] == {"zst": 3}
 
@@ -107,7 +102,7 @@ def test_check_finds_every_bad_line_and_names_it(make_shards, tmp_path):
     assert summary["entries"][7]["path"] == str(folder / "relative.tar.bz2")
     assert (summary["ok"], summary["bad"], summary["unchecked"]) == (3, 5, 3)
 
-    result = invoke("list", "check", listed, "-j", 2)  # through the process pool as well
+    result = run_cli("list", "check", listed, "-j", 2)  # through the process pool as well
     assert result.exit_code == 1
     assert f"{listed}:2\tbad       -          -      -  {folder / 'missing.tar'}\tno such file" in result.stdout
     assert "3 ok, 5 bad, 3 unchecked of 11 lines" in result.stderr
@@ -123,7 +118,7 @@ def test_check_reports_a_name_that_disagrees_with_the_content(make_shards, tmp_p
 
 
 def test_check_missing_list_is_a_usage_error(tmp_path):
-    result = invoke("list", "check", tmp_path / "nope.list")
+    result = run_cli("list", "check", tmp_path / "nope.list")
     assert (result.exit_code, result.stderr) == (2, f"Error: {tmp_path / 'nope.list'}: no such list file\n")
 
 
@@ -156,7 +151,7 @@ def test_rewrite_after_a_conversion_with_dir(make_shards, tmp_path):
     bz2 = make_shards("bz2")
     zst = make_shards("zst")
     out = tmp_path / "train.list"
-    result = invoke("list", "rewrite", list_of(bz2), "--suffix", ".tar.zst", "--dir", os.path.dirname(zst[0]),
+    result = run_cli("list", "rewrite", list_of(bz2), "--suffix", ".tar.zst", "--dir", os.path.dirname(zst[0]),
                     "-o", out)
     assert result.exit_code == 0, result.output
     assert result.stderr == f"wrote {out}: 3 shard lines, 3 rewritten\n"
@@ -172,7 +167,7 @@ def test_rewrite_in_place_keeps_blank_and_comment_lines(make_shards, tmp_path):
     listed = tmp_path / "in.list"
     listed.write_text(f"# corpus A\n{bz2[0]}\n\n{bz2[1]}\n")
     out = tmp_path / "out.list"
-    result = invoke("list", "rewrite", listed, "--suffix", ".tar.zst", "-o", out, "--json")
+    result = run_cli("list", "rewrite", listed, "--suffix", ".tar.zst", "-o", out, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rewritten"] == 2
     assert lines(out) == ["# corpus A", f"{folder}/shards_000000000.tar.zst", "", f"{folder}/shards_000000001.tar.zst"]
@@ -196,7 +191,7 @@ def test_rewrite_check_refuses_missing_or_mismatched_outputs(make_shards, tmp_pa
     decoy.mkdir()
     shutil.copy(bz2[0], decoy / "shards_000000000.tar.zst")  # bz2 content under a zst name
     out = tmp_path / "out.list"
-    result = invoke("list", "rewrite", list_of(bz2), "--suffix", ".tar.zst", "--dir", decoy, "-o", out)
+    result = run_cli("list", "rewrite", list_of(bz2), "--suffix", ".tar.zst", "--dir", decoy, "-o", out)
     assert result.exit_code == 1
     assert result.stderr == (
         f"Error: {list_of(bz2)}: 3 of 3 rewritten lines are not ready ("
@@ -204,7 +199,7 @@ def test_rewrite_check_refuses_missing_or_mismatched_outputs(make_shards, tmp_pa
         f"line 2: {decoy}/shards_000000001.tar.zst: no such file; "
         f"line 3: {decoy}/shards_000000002.tar.zst: no such file); nothing written (use --no-check to write anyway)\n")
     assert not out.exists()
-    unchecked = invoke("list", "rewrite", list_of(bz2), "--suffix", ".tar.zst", "--dir", decoy, "-o", out, "--no-check")
+    unchecked = run_cli("list", "rewrite", list_of(bz2), "--suffix", ".tar.zst", "--dir", decoy, "-o", out, "--no-check")
     assert unchecked.exit_code == 0
     assert unchecked.stderr == f"wrote {out}: 3 shard lines, 3 rewritten (not checked)\n"
     assert len(lines(out)) == 3
@@ -212,12 +207,12 @@ def test_rewrite_check_refuses_missing_or_mismatched_outputs(make_shards, tmp_pa
 
 def test_rewrite_usage_errors(make_shards, tmp_path):
     listed = list_of(make_shards("bz2"))
-    same = invoke("list", "rewrite", listed, "--suffix", ".tar", "-o", listed, "--no-check")
+    same = run_cli("list", "rewrite", listed, "--suffix", ".tar", "-o", listed, "--no-check")
     assert (same.exit_code, same.stderr) == (
         2, f"Error: {listed}: the output would overwrite an input list; choose another -o\n")
     bad = tmp_path / "bad.list"
     bad.write_text("/a/x.tar\n/a/y.wav\n")
-    result = invoke("list", "rewrite", bad, "--suffix", ".tar.zst", "-o", tmp_path / "o.list", "--no-check")
+    result = run_cli("list", "rewrite", bad, "--suffix", ".tar.zst", "-o", tmp_path / "o.list", "--no-check")
     assert (result.exit_code, result.stderr) == (
         2, f"Error: {bad}: line 2: 'y.wav' does not end with a shard suffix "
            "(.tar, .tar.gz, .tgz, .tar.bz2, .tbz2, .tar.xz, .txz, .tar.zst, .tar.zstd, .tzst)\n")
@@ -238,7 +233,7 @@ def corpus_lists(tmp_path):
 def test_concat_keeps_order_and_makes_relative_lines_absolute(tmp_path):
     a, b = corpus_lists(tmp_path)
     out = tmp_path / "train.list"
-    result = invoke("list", "concat", a, b, "-o", out)
+    result = run_cli("list", "concat", a, b, "-o", out)
     assert result.exit_code == 0, result.output
     assert lines(out) == ["/data/a/s0.tar", "/data/a/s1.tar", str(tmp_path / "b" / "s0.tar.zst"), "/data/b/s1.tar.zst"]
     assert result.stderr == f"wrote {out}: 4 shard lines ({a} 2, {b} 2)\n"
@@ -260,12 +255,12 @@ def test_concat_refuses_a_shard_in_two_lists_naming_both(tmp_path):
     c = tmp_path / "c.list"
     c.write_text("/data/c/s0.tar\n/data/a/s1.tar\n")
     out = tmp_path / "train.list"
-    result = invoke("list", "concat", a, c, "-o", out)
+    result = run_cli("list", "concat", a, c, "-o", out)
     assert (result.exit_code, result.stderr) == (
         2, f"Error: shard /data/a/s1.tar is listed in {a}:2 and in {c}:2; remove one, or pass --allow-duplicates "
            "to read it twice per epoch\n")
     assert not out.exists()
-    allowed = invoke("list", "concat", a, c, "-o", out, "--allow-duplicates")
+    allowed = run_cli("list", "concat", a, c, "-o", out, "--allow-duplicates")
     assert allowed.exit_code == 0
     assert lines(out) == ["/data/a/s0.tar", "/data/a/s1.tar", "/data/c/s0.tar", "/data/a/s1.tar"]
 
@@ -273,7 +268,7 @@ def test_concat_refuses_a_shard_in_two_lists_naming_both(tmp_path):
 def test_concat_refuses_to_overwrite_an_input(tmp_path):
     a, b = corpus_lists(tmp_path)
     before = open(b).read()
-    result = invoke("list", "concat", a, b, "-o", b)
+    result = run_cli("list", "concat", a, b, "-o", b)
     assert (result.exit_code, result.stderr) == (
         2, f"Error: {b}: the output would overwrite an input list; choose another -o\n")
     assert open(b).read() == before

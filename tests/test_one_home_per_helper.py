@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import ast
 import os
+from support import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HELPERS = {"AtomicFile", "atomic_write_json", "load_json"}
 HOME = "shardkit.io.files"
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SMALL_CORPORA
+from support import SMALL_CORPORA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

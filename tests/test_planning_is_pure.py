@@ -11,8 +11,9 @@ import ast
 import os
 
 import pytest
+from support import REPO
 
-PLANNING = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shardkit", "planning")
+PLANNING = os.path.join(REPO, "shardkit", "planning")
 COMPUTATION = {"__future__", "bisect", "collections", "concurrent.futures", "dataclasses", "enum", "functools",
                "hashlib", "heapq", "itertools", "math", "numpy", "operator", "re", "statistics", "typing",
                "shardkit.errors"}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import corpus
+from support import corpus
 from shardkit.run.options import RunOptions
 from shardkit.cli import main
 from shardkit.commands.balance import BalanceSettings, CorpusSource, run_balance

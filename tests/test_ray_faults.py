@@ -12,12 +12,13 @@ import time
 import pytest
 
 from shardkit.io.tar import iter_shard_members
+from support import REPO
 
 
 def _env() -> dict:
     """This checkout first on the path, and no RAY_ADDRESS: each test starts a Ray instance of its own."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    env["PYTHONPATH"] = os.pathsep.join([REPO,
                                          env.get("PYTHONPATH", "")])
     return env
 

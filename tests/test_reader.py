@@ -3,7 +3,7 @@ import tarfile
 
 import numpy as np
 import pytest
-from conftest import tar_bytes
+from support import tar_bytes
 
 from shardkit.errors import AudioError, CorruptStreamError, ShardkitError, TarFormatError, UnsafeMemberError, UsageError
 from shardkit.io.audio import decode

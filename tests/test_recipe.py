@@ -14,8 +14,8 @@ import pytest
 
 from shardkit.io.inputs import read_list
 from shardkit.io.tar import group_samples, iter_shard_members
+from support import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--demo_minutes", "1", "--utts_per_shard", "3", "--world_size", "2", "--num_workers", "1",
         "--batch_size", "2", "--jobs", "1", "--bench_formats", "none,zst:3", "--bench_audio", "wav",
         "--bench_workers", "", "--bench_seconds", "0.05"]
@@ -23,8 +23,8 @@ TINY = ["--demo_minutes", "1", "--utts_per_shard", "3", "--world_size", "2", "--
 
 def recipe(workdir, *args):
     env = {**os.environ, "SHARDKIT_PYTHON": sys.executable}
-    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "run.sh"), "--workdir", str(workdir), *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(["bash", os.path.join(REPO, "scripts", "run.sh"), "--workdir", str(workdir), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 def load(path):
@@ -166,7 +166,7 @@ def test_one_corpus_of_several_folders_with_the_same_shard_names(tmp_path):
 def test_options_take_both_forms_and_usage_errors_come_before_any_set_up(tmp_path):
     repo = tmp_path / "repo"  # a copy of the script, so that a set-up would show as repo/.venv
     (repo / "scripts").mkdir(parents=True)
-    shutil.copy(os.path.join(ROOT, "scripts", "run.sh"), repo / "scripts" / "run.sh")
+    shutil.copy(os.path.join(REPO, "scripts", "run.sh"), repo / "scripts" / "run.sh")
     bare_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for args, message in [(["--stage", "9"], "run.sh: --stage must be a stage from 0 to 5 (got '9')"),
                           (["--stage=7"], "run.sh: --stage must be a stage from 0 to 5 (got '7')"),
@@ -243,7 +243,7 @@ def test_stage_1_stops_when_make_skips_utterances(tmp_path):
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
         f"run.sh: stage 1 stopped: fix the data dir of aishell, or go on without those utterances: bash "
-        f"{ROOT}/scripts/run.sh --corpus aishell={kaldi['dir']} --stop_stage 1 --jobs 1 --workdir {tmp_path / 'exp'} "
+        f"{REPO}/scripts/run.sh --corpus aishell={kaldi['dir']} --stop_stage 1 --jobs 1 --workdir {tmp_path / 'exp'} "
         f"--allow_rejects true")
     made = load(tmp_path / "exp" / "shards" / "source" / "aishell" / "make.json")
     assert made["findings"] == [{"key": "aishell/lost", "check": "no_audio", "reason": "in text but not in wav.scp"}]

@@ -7,7 +7,7 @@ import shlex
 import threading
 
 import pytest
-from conftest import free_port, moto_s3
+from support import free_port, moto_s3
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.remote import (

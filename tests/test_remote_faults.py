@@ -17,7 +17,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import moto_s3
+from support import moto_s3
 from faultserver import fault_server
 
 from shardkit.cli import main

@@ -14,7 +14,7 @@ import tarfile
 import pytest
 
 from shardkit.io.synth import CorpusSpec
-from tests.conftest import corpus
+from support import corpus
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchdata")
@@ -387,7 +387,7 @@ dist.destroy_process_group()
 
 
 def test_gather_under_torch_distributed_then_restore_on_one_rank(shard_sets, tmp_path):
-    from tests.conftest import free_port
+    from support import free_port
 
     shards, out = shard_sets["zst"], str(tmp_path / "ckpt.pt")
     args = json.dumps({"shards": shards, "seed": SEED, "out": out})

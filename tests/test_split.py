@@ -5,20 +5,15 @@ import os
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
 from shardkit.run.options import RunOptions
-from shardkit.cli import main
 from shardkit.commands import merge_reports
 from shardkit.commands.convert import ConvertSettings, run_convert
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.files import partial_list_path
 from shardkit.io.files import atomic_write_json, load_json
 from shardkit.run.split import inputs_digest, parse_split, select_slice, slice_bounds, slice_path, slice_record
-
-
-def run_cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+from support import read_bytes, run_cli
 
 
 # --- planning (pure) ----------------------------------------------------------------------------
@@ -88,11 +83,6 @@ def without_timing(doc):
     return {**doc, "shards": [{k: v for k, v in e.items() if k != "seconds"} for e in doc["shards"]]}
 
 
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
 @pytest.fixture
 def sources(make_shards):
     return make_shards("gz", utts_per_shard=2)  # 7 shards: slices of 2, 2 and 3
@@ -104,8 +94,8 @@ def sliced_run(sources, tmp_path):
     out = tmp_path / "out"
     settings = ConvertSettings(codec="zst", level=3)
     report = run_convert(sources, str(out), settings, RunOptions(jobs=1))
-    single = {"manifest": load_json(str(out / "convert.json")), "list": read(out / "data.list"),
-              "shards": {p: read(p) for p in [e["output"]["path"] for e in report.shards]}}
+    single = {"manifest": load_json(str(out / "convert.json")), "list": read_bytes(out / "data.list"),
+              "shards": {p: read_bytes(p) for p in [e["output"]["path"] for e in report.shards]}}
     shutil.rmtree(out)
     for index in (1, 2, 3):
         convert_slice(sources, out, index, 3, settings)
@@ -117,9 +107,9 @@ def test_three_slices_merged_equal_a_single_run(sliced_run):
     assert not (out / "convert.json").exists() and not (out / "data.list").exists()
     summary = merge_reports(str(out), "convert").summary
     assert summary["slices"] == 3 and summary["entries"] == 7 and summary["statuses"] == {"ok": 7}
-    assert read(out / "data.list") == single["list"]
+    assert read_bytes(out / "data.list") == single["list"]
     assert without_timing(load_json(str(out / "convert.json"))) == without_timing(single["manifest"])
-    assert {p: read(p) for p in single["shards"]} == single["shards"]
+    assert {p: read_bytes(p) for p in single["shards"]} == single["shards"]
     assert sorted(os.listdir(out)) == sorted(
         [os.path.basename(p) for p in single["shards"]] + ["convert.json", "data.list"]
         + [f"convert.slice-{i}-of-3.json" for i in (1, 2, 3)] + [f"data.slice-{i}-of-3.list" for i in (1, 2, 3)]
@@ -202,7 +192,7 @@ def test_merge_exits_1_when_a_merged_shard_failed(sources, tmp_path):
     result = run_cli("merge-reports", out)
     assert result.exit_code == 1
     assert result.stderr.startswith("merged 2 slices of convert: 4 entries (failed 1, ok 3); ")
-    assert len(read(out / "data.partial.list").splitlines()) == 3  # it lacks the failed shard, and says so
+    assert len(read_bytes(out / "data.partial.list").splitlines()) == 3  # it lacks the failed shard, and says so
     assert not (out / "data.list").exists()
 
 

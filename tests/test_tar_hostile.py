@@ -18,7 +18,7 @@ import tarfile
 
 import pytest
 from click.testing import CliRunner
-from conftest import corpus
+from support import REPO, corpus
 
 from shardkit.cli import main
 from shardkit.io.codecs import open_writer
@@ -346,7 +346,7 @@ def test_standard_input_is_read_as_a_stream_and_a_fifo_argument_fails_at_once(tm
     for name, data in good_members(2):
         w.add(name, data)
     w.close()
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    env = {**os.environ, "PYTHONPATH": REPO}
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", "-", "-o", str(tmp_path / "out"), "--json",
                            "-q"], input=good.getvalue(), capture_output=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

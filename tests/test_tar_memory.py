@@ -15,6 +15,7 @@ import tarfile
 import pytest
 
 from shardkit.io.tar import BLOCK
+from support import REPO
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -66,7 +67,7 @@ print(json.dumps(result))
 
 
 def run_child(what, src, out=""):
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    env = {**os.environ, "PYTHONPATH": REPO}
     done = subprocess.run([sys.executable, "-c", CHILD, what, str(src), str(out)], capture_output=True, text=True,
                           env=env, check=True)
     return json.loads(done.stdout)

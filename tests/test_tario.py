@@ -3,7 +3,7 @@ import os
 import tarfile
 
 import pytest
-from conftest import tar_bytes
+from support import tar_bytes
 
 from shardkit.errors import CorruptStreamError, TarFormatError, UnsafeMemberError, UsageError
 from shardkit.io.codecs import CODECS, detect_codec, iter_decompressed, open_writer, parse_codec_spec

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
-from conftest import corpus
+from support import corpus
 
 from shardkit.cli import main
 from shardkit.commands import balance

@@ -13,13 +13,12 @@ import textwrap
 
 import pytest
 import zstandard
-from click.testing import CliRunner
 
 import shardkit
-from shardkit.cli import main
 from shardkit.io import zstd_tarfile as hook
 from shardkit.io.tar import iter_shard_members
 from shardkit.training import zstd_hook
+from support import run_cli
 
 pytestmark = pytest.mark.skipif(not hook.needed(), reason="Python 3.14+ tarfile reads zstd itself")
 
@@ -316,32 +315,28 @@ def test_leftover_hook_without_shardkit_is_silent_at_startup(tmp_path):
 # --- CLI -----------------------------------------------------------------------------------------
 
 
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
 def test_cli_enable_status_disable_with_target(tmp_path):
     pth = tmp_path / zstd_hook.PTH_NAME
-    first = invoke("wenet", "enable-zstd", "--target", tmp_path)
+    first = run_cli("wenet", "enable-zstd", "--target", tmp_path)
     assert first.exit_code == 0, first.output
     assert first.stderr.splitlines()[0].startswith(f"wrote {pth} (backports.zstd ")
     assert pth.read_text() == zstd_hook.PTH_TEXT
-    second = invoke("wenet", "enable-zstd", "--target", tmp_path, "--json")
+    second = run_cli("wenet", "enable-zstd", "--target", tmp_path, "--json")
     assert second.exit_code == 0
     report = json.loads(second.stdout)
     assert (report["action"], report["pth"], report["probe"]["reads_zstd"]) == ("unchanged", str(pth), True)
     assert report["probe"]["target_is_site_dir"] is False  # a plain folder: read through site.addsitedir
 
-    status = invoke("wenet", "status", "--target", tmp_path, "--json")
+    status = run_cli("wenet", "status", "--target", tmp_path, "--json")
     assert status.exit_code == 0
     assert {k: json.loads(status.stdout)[k] for k in ("installed", "current", "reads_zstd")} == {
         "installed": True, "current": True, "reads_zstd": True}
 
-    removed = invoke("wenet", "disable-zstd", "--target", tmp_path)
+    removed = run_cli("wenet", "disable-zstd", "--target", tmp_path)
     assert (removed.exit_code, removed.stderr) == (0, f"removed {pth}\n")
-    absent = invoke("wenet", "disable-zstd", "--target", tmp_path)
+    absent = run_cli("wenet", "disable-zstd", "--target", tmp_path)
     assert (absent.exit_code, absent.stderr) == (0, f"no hook installed ({pth})\n")
-    status = invoke("wenet", "status", "--target", tmp_path)
+    status = run_cli("wenet", "status", "--target", tmp_path)
     assert status.exit_code == 1
     assert f"hook:            {pth}: not installed" in status.stderr
     assert "reads .tar.zst:  no (this tarfile has no zstd support (hook not active))" in status.stderr
@@ -349,12 +344,12 @@ def test_cli_enable_status_disable_with_target(tmp_path):
 
 def test_cli_refuses_a_foreign_pth_and_a_missing_target(tmp_path):
     (tmp_path / zstd_hook.PTH_NAME).write_text("import something_else\n")
-    refused = invoke("wenet", "disable-zstd", "--target", tmp_path)
+    refused = run_cli("wenet", "disable-zstd", "--target", tmp_path)
     assert refused.exit_code == 2
     assert refused.stderr == (f"Error: {tmp_path / zstd_hook.PTH_NAME}: {zstd_hook.PTH_NAME} was not written by shardkit "
                               f"(it does not import shardkit.io.zstd_tarfile); left in place\n")
     assert (tmp_path / zstd_hook.PTH_NAME).exists()
-    missing = invoke("wenet", "enable-zstd", "--target", tmp_path / "nope")
+    missing = run_cli("wenet", "enable-zstd", "--target", tmp_path / "nope")
     assert missing.exit_code == 2
     assert missing.stderr == (f"Error: {tmp_path / 'nope'}: target folder does not exist "
                               "(give a site-packages folder)\n")
@@ -362,7 +357,7 @@ def test_cli_refuses_a_foreign_pth_and_a_missing_target(tmp_path):
 
 def test_cli_enable_without_backports_zstd_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(zstd_hook, "backports_zstd_version", lambda: None)
-    result = invoke("wenet", "enable-zstd", "--target", tmp_path)
+    result = run_cli("wenet", "enable-zstd", "--target", tmp_path)
     assert result.exit_code == 1
     assert result.stderr == (f"Error: backports.zstd is not installed for {sys.executable}; the hook reads zstd "
                              "through it. Run: pip install backports.zstd\n")
@@ -372,7 +367,7 @@ def test_cli_enable_without_backports_zstd_writes_nothing(tmp_path, monkeypatch)
 def test_cli_on_python_314_does_nothing_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(zstd_hook, "native_zstd", lambda: True)
     monkeypatch.setattr(zstd_hook, "python_version", lambda: "3.14.0")
-    result = invoke("wenet", "enable-zstd", "--target", tmp_path)
+    result = run_cli("wenet", "enable-zstd", "--target", tmp_path)
     assert (result.exit_code, result.stderr) == (
         0, "Python 3.14.0 reads .tar.zst natively (tarfile mode r:*); nothing to install.\n")
     assert os.listdir(tmp_path) == []

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SMALL_CORPORA, corpus
+from support import SMALL_CORPORA, corpus
 from test_wenet_conf import wenet_filter
 
 from shardkit.cli import main

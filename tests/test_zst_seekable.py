@@ -29,7 +29,7 @@ from shardkit.io.tar import iter_shard_members
 from shardkit.run.lifecycle import verify_members
 from shardkit.training import reader
 from shardkit.training.reader import ReadPosition, iter_samples, read_members
-from tests.conftest import corpus
+from support import corpus
 
 pyzstd = pytest.importorskip("pyzstd")
 
