@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # support.py, wenet_chain.py, faultserver.py
 
 from shardkit.io.synth import write_shards  # noqa: E402
-from support import SMALL_CORPORA, corpus  # noqa: E402
+from support import SMALL_CORPORA, corpus, moto_s3  # noqa: E402
 
 
 @pytest.fixture
@@ -46,3 +46,21 @@ def patched():
     hook.deactivate()
     if was_active:
         hook.activate()
+
+
+@pytest.fixture(scope="module")
+def s3_store():
+    """An S3 server (moto) on 127.0.0.1 with bucket 'corpus', one per test module: (s3fs filesystem, options)."""
+    with moto_s3() as pair:
+        yield pair
+
+
+@pytest.fixture
+def s3_default(s3_store, monkeypatch):
+    """The store as fsspec's default s3 config for one test (what FSSPEC_S3_ENDPOINT_URL and AWS_* give a real
+    run); its filesystem. The config lives in this process only: runs that use it take -j 1."""
+    import fsspec.config
+
+    fs, options = s3_store
+    monkeypatch.setitem(fsspec.config.conf, "s3", options)
+    return fs

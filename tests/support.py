@@ -59,6 +59,18 @@ def folder_bytes(folder, *, skip=lambda relative: False) -> dict[str, bytes]:
     return found
 
 
+def without(doc: dict, **drop) -> dict:
+    """``doc`` less the named keys of its sections, to compare reports whose timings differ:
+    ``without(report, shards={"seconds"})`` drops every shard entry's seconds; a section that is a dict
+    (``settings={"threads"}``) loses the keys itself."""
+    out = dict(doc)
+    for section, keys in drop.items():
+        value = doc[section]
+        out[section] = ([{k: v for k, v in entry.items() if k not in keys} for entry in value]
+                        if isinstance(value, list) else {k: v for k, v in value.items() if k not in keys})
+    return out
+
+
 def is_slice_file(relative: str) -> bool:
     """A ``--split`` slice's own report or list (``convert.slice-2-of-3.json``), as folder_bytes' ``skip``."""
     return ".slice-" in relative

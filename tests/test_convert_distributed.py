@@ -7,14 +7,10 @@ import shutil
 import pytest
 
 from shardkit.io.files import load_json
-from support import read_bytes, run_cli
+from support import read_bytes, run_cli, without
 
 
-def without_timing(doc):
-    """The report minus timings and decompressor threads (cores // jobs: no effect on output bytes)."""
-    settings = {k: v for k, v in doc["settings"].items() if k != "threads"}
-    return {**doc, "settings": settings,
-            "shards": [{k: v for k, v in e.items() if k != "seconds"} for e in doc["shards"]]}
+TIMINGS = {"settings": {"threads"}, "shards": {"seconds"}}  # threads: cores // jobs, no effect on bytes
 
 
 def outputs_of(out):
@@ -25,7 +21,7 @@ def test_three_split_jobs_merged_equal_one_run(make_shards, tmp_path):
     sources = make_shards("bz2", utts_per_shard=2)
     out = tmp_path / "out"
     assert run_cli("convert", *sources, "-o", out, "-j", "2", "-q").exit_code == 0
-    single = (without_timing(load_json(str(out / "convert.json"))), read_bytes(out / "data.list"), outputs_of(out))
+    single = (without(load_json(str(out / "convert.json")), **TIMINGS), read_bytes(out / "data.list"), outputs_of(out))
     shutil.rmtree(out)
     for i in (1, 2, 3):
         result = run_cli("convert", *sources, "-o", out, "-j", "1", "-q", "--split", f"{i}/3")
@@ -33,7 +29,7 @@ def test_three_split_jobs_merged_equal_one_run(make_shards, tmp_path):
     assert not (out / "convert.json").exists()
     result = run_cli("merge-reports", out)
     assert result.exit_code == 0, result.output
-    merged = (without_timing(load_json(str(out / "convert.json"))), read_bytes(out / "data.list"), outputs_of(out))
+    merged = (without(load_json(str(out / "convert.json")), **TIMINGS), read_bytes(out / "data.list"), outputs_of(out))
     assert merged == single
     # a rerun of one slice finds its work done
     result = run_cli("convert", *sources, "-o", out, "-q", "--split", "2/3", "--json")
@@ -57,11 +53,11 @@ def test_ray_executor_writes_what_the_local_one_writes(make_shards, tmp_path):
         sources = make_shards("bz2", utts_per_shard=3)
         out = tmp_path / "out"
         assert run_cli("convert", *sources, "-o", out, "-j", "2", "-q").exit_code == 0
-        local = (without_timing(load_json(str(out / "convert.json"))), read_bytes(out / "data.list"), outputs_of(out))
+        local = (without(load_json(str(out / "convert.json")), **TIMINGS), read_bytes(out / "data.list"), outputs_of(out))
         shutil.rmtree(out)
         result = run_cli("convert", *sources, "-o", out, "-q", "--executor", "ray")
         assert result.exit_code == 0, result.output
-        on_ray = (without_timing(load_json(str(out / "convert.json"))), read_bytes(out / "data.list"), outputs_of(out))
+        on_ray = (without(load_json(str(out / "convert.json")), **TIMINGS), read_bytes(out / "data.list"), outputs_of(out))
         assert on_ray == local
     finally:
         ray.shutdown()

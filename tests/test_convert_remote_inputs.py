@@ -3,27 +3,15 @@
 import os
 import shlex
 
-import pytest
 from click.testing import CliRunner
-from support import moto_s3
 
 from shardkit.cli import main
 
 
-@pytest.fixture
-def s3(monkeypatch):
-    import fsspec
-
-    with moto_s3() as (fs, options):
-        # what FSSPEC_S3_ENDPOINT_URL=... (and credentials in AWS_*) give a real run
-        monkeypatch.setitem(fsspec.config.conf, "s3", options)
-        yield fs
-
-
-def test_convert_reads_s3_urls_and_pipes_like_local_files(make_shards, s3, tmp_path):
+def test_convert_reads_s3_urls_and_pipes_like_local_files(make_shards, s3_default, tmp_path):
     sources = make_shards("bz2", utts_per_shard=4)
     for src in sources:
-        s3.put_file(src, f"corpus/in/{os.path.basename(src)}")
+        s3_default.put_file(src, f"corpus/in/{os.path.basename(src)}")
     remote = [f"s3://corpus/in/{os.path.basename(src)}" for src in sources[:-1]]
     remote.append(f"pipe:cat {shlex.quote(sources[-1])}")
     (tmp_path / "remote.list").write_text("".join(f"{line}\n" for line in remote))

@@ -10,7 +10,7 @@ import pytest
 from shardkit.io.synth import CorpusSpec, corpus_utterances
 from shardkit.io.tar import TarWriter
 from shardkit.io.files import load_json
-from support import folder_bytes, is_slice_file, run_cli
+from support import folder_bytes, is_slice_file, run_cli, without
 
 TIMING = ("elapsed_s", "utterances_per_s", "audio_hours_per_s")
 
@@ -38,11 +38,7 @@ def sources(tmp_path_factory):
     return [_write(folder / f"s{i}.tar", utts) for i, utts in enumerate(layout)]
 
 
-def without_timing(doc):
-    totals = {k: v for k, v in doc["totals"].items() if k not in TIMING}
-    options = {k: v for k, v in doc["options"].items() if k != "threads"}
-    return {**doc, "totals": totals, "options": options,
-            "shards": [{k: v for k, v in s.items() if k not in TIMING} for s in doc["shards"]]}
+TIMINGS = {"totals": set(TIMING), "options": {"threads"}, "shards": set(TIMING)}
 
 
 def test_three_slices_merged_equal_one_run_with_quarantine(sources, tmp_path):
@@ -51,7 +47,7 @@ def test_three_slices_merged_equal_one_run_with_quarantine(sources, tmp_path):
     args = ["validate", *sources, "--sample-rate", "16000", "-q", "-j", "1", "--quarantine", quarantine]
     result = run_cli(*args, "--report", out / "validate.json")
     assert result.exit_code == 1, result.output
-    single = without_timing(load_json(str(out / "validate.json")))
+    single = without(load_json(str(out / "validate.json")), **TIMINGS)
     single_files = folder_bytes(quarantine, skip=is_slice_file)
     assert [(os.path.basename(f["shard"]), f["key"], f["check"]) for f in single["findings"]] == [
         ("s1.tar", "bad/truncated", "truncated"), ("s3.tar", single["findings"][1]["key"], "duplicate_key"),
@@ -71,7 +67,7 @@ def test_three_slices_merged_equal_one_run_with_quarantine(sources, tmp_path):
     assert result.exit_code == 1, result.output
     assert result.stderr == (f"merged 3 slices of validate: 6 entries (4 findings in 3 shards); report: "
                              f"{out}/validate.json; list: {quarantine}/data.list\n")
-    assert without_timing(load_json(str(out / "validate.json"))) == single
+    assert without(load_json(str(out / "validate.json")), **TIMINGS) == single
     assert folder_bytes(quarantine, skip=is_slice_file) == single_files
     # every utterance of s5 repeats an earlier key: it has no cleaned copy to list
     assert open(quarantine / "data.list").read().split() == [
@@ -104,7 +100,7 @@ def test_ray_executor_reports_what_the_local_one_reports(sources, tmp_path):
             result = run_cli("validate", *sources, "-q", "--executor", executor, "--report", report,
                              "--quarantine", tmp_path / f"q-{executor}")
             assert result.exit_code == 1, result.output
-            doc = without_timing(load_json(str(report)))
+            doc = without(load_json(str(report)), **TIMINGS)
             reports[executor] = json.loads(json.dumps(doc).replace(f"q-{executor}", "q"))
             reports[executor]["files"] = {name: data.replace(f"q-{executor}".encode(), b"q") for name, data
                                           in folder_bytes(tmp_path / f"q-{executor}", skip=is_slice_file).items()}

@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from support import REPO, corpus, folder_bytes, read_bytes, run_cli
+from support import REPO, corpus, folder_bytes, read_bytes, run_cli, without
 
 from shardkit.errors import UsageError
 from shardkit.io.synth import CorpusSpec, encode, speech_like
@@ -558,11 +558,7 @@ def test_kill_9_during_balance(big_shards, tmp_path):
 # --------------------------------------------------------------------------------------- make: split, ray, resume
 
 
-def without_timing(doc):
-    drop = {"seconds", "elapsed", "this_run"}
-    return {**{k: v for k, v in doc.items() if k != "summary"},
-            "summary": {k: v for k, v in doc["summary"].items() if k not in ("seconds", "this_run")},
-            "shards": [{k: v for k, v in e.items() if k not in drop} for e in doc["shards"]]}
+TIMINGS = {"summary": {"seconds", "this_run"}, "shards": {"seconds", "elapsed", "this_run"}}
 
 
 def test_make_split_merged_equals_one_run(tmp_path):
@@ -583,7 +579,7 @@ def test_make_split_merged_equals_one_run(tmp_path):
         read_bytes(one / "data.list").replace(str(one).encode(), b"")
     assert shard_outputs(sliced).keys() >= shard_outputs(one).keys()
     assert all(read_bytes(sliced / n) == read_bytes(one / n) for n in os.listdir(one) if n.endswith(".tar.zst"))
-    merged, single = (without_timing(json.loads(read_bytes(p / "make.json"))) for p in (sliced, one))
+    merged, single = (without(json.loads(read_bytes(p / "make.json")), **TIMINGS) for p in (sliced, one))
     for doc, root in ((merged, sliced), (single, one)):
         for e in doc["shards"]:
             e["output"]["path"] = os.path.basename(e["output"]["path"])

@@ -7,7 +7,7 @@ import shlex
 import threading
 
 import pytest
-from support import free_port, moto_s3
+from support import free_port
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.remote import (
@@ -122,15 +122,9 @@ def test_http_input_reads_the_same_members(make_shards, http_folder):
 # --- S3 (moto's server on 127.0.0.1) ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with moto_s3() as pair:
-        yield pair
-
-
 @pytest.mark.parametrize("codec", ["zst", "bz2", "none"])
-def test_s3_input_reads_the_same_members(make_shards, s3, codec):
-    fs, options = s3
+def test_s3_input_reads_the_same_members(make_shards, s3_store, codec):
+    fs, options = s3_store
     source = make_shards(codec)[0]
     key = f"corpus/in/{os.path.basename(source)}"
     fs.put_file(source, key)
@@ -139,16 +133,16 @@ def test_s3_input_reads_the_same_members(make_shards, s3, codec):
     assert info["size"] == os.path.getsize(source) and info["mtime_ns"] > 0
 
 
-def test_s3_missing_object_is_named(s3):
-    _, options = s3
+def test_s3_missing_object_is_named(s3_store):
+    _, options = s3_store
     with pytest.raises(ShardkitError) as err:
         open_input("s3://corpus/in/absent.tar", storage_options=options)
     assert str(err.value) == "s3://corpus/in/absent.tar: no such file or object"
     assert err.value.check == "missing_file"
 
 
-def test_s3_publish_goes_through_a_temporary_key(s3, tmp_path):
-    fs, options = s3
+def test_s3_publish_goes_through_a_temporary_key(s3_store, tmp_path):
+    fs, options = s3_store
     local = tmp_path / ".shard.tar.zst.partial"
     local.write_bytes(b"finished shard bytes")
     publish_output(str(local), "s3://corpus/out/shard.tar.zst", storage_options=options)
@@ -158,8 +152,8 @@ def test_s3_publish_goes_through_a_temporary_key(s3, tmp_path):
     assert not local.exists()
 
 
-def test_s3_publish_failure_leaves_nothing_and_keeps_the_local_file(s3, tmp_path):
-    fs, options = s3
+def test_s3_publish_failure_leaves_nothing_and_keeps_the_local_file(s3_store, tmp_path):
+    fs, options = s3_store
     local = tmp_path / ".shard.tar.partial"
     local.write_bytes(b"bytes")
     with pytest.raises(ShardkitError) as err:

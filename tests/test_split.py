@@ -13,7 +13,7 @@ from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.files import partial_list_path
 from shardkit.io.files import atomic_write_json, load_json
 from shardkit.run.split import inputs_digest, parse_split, select_slice, slice_bounds, slice_path, slice_record
-from support import read_bytes, run_cli
+from support import read_bytes, run_cli, without
 
 
 # --- planning (pure) ----------------------------------------------------------------------------
@@ -79,8 +79,7 @@ def convert_slice(sources, out_dir, index, count, settings):
             os.replace(name, sliced)
 
 
-def without_timing(doc):
-    return {**doc, "shards": [{k: v for k, v in e.items() if k != "seconds"} for e in doc["shards"]]}
+TIMINGS = {"shards": {"seconds"}}
 
 
 @pytest.fixture
@@ -108,7 +107,7 @@ def test_three_slices_merged_equal_a_single_run(sliced_run):
     summary = merge_reports(str(out), "convert").summary
     assert summary["slices"] == 3 and summary["entries"] == 7 and summary["statuses"] == {"ok": 7}
     assert read_bytes(out / "data.list") == single["list"]
-    assert without_timing(load_json(str(out / "convert.json"))) == without_timing(single["manifest"])
+    assert without(load_json(str(out / "convert.json")), **TIMINGS) == without(single["manifest"], **TIMINGS)
     assert {p: read_bytes(p) for p in single["shards"]} == single["shards"]
     assert sorted(os.listdir(out)) == sorted(
         [os.path.basename(p) for p in single["shards"]] + ["convert.json", "data.list"]
