@@ -146,7 +146,7 @@ def _corpus_args(root, weights=("1", "1", "1")):
     return args
 
 
-def _balance(mix, out, *extra, weights=("1", "1", "1")):
+def _balance_json(mix, out, *extra, weights=("1", "1", "1")):
     result = CliRunner().invoke(main, ["balance", *_corpus_args(mix["root"], weights), "-o", str(out), "-j", "1",
                                        "-q", "--json", *extra])
     assert result.exit_code == 0, result.output
@@ -161,7 +161,7 @@ def _read_output(out):
 @pytest.mark.parametrize("world_size,num_workers,weights", [(1, 1, ("1", "1", "1")), (2, 1, ("1", "0.5", "2")),
                                                             (2, 2, ("1", "1", "1.5")), (3, 1, ("2", "1", "1"))])
 def test_balanced_shards_hold_equal_work_and_the_source_bytes(mix, tmp_path, world_size, num_workers, weights):
-    report = _balance(mix, tmp_path / "out", "--world-size", str(world_size), "--num-workers", str(num_workers),
+    report = _balance_json(mix, tmp_path / "out", "--world-size", str(world_size), "--num-workers", str(num_workers),
                       "--shard-duration", "6", weights=weights)
     shards, samples = _read_output(tmp_path / "out")
     assert len(shards) == report["num_shards"] and len(shards) % (world_size * num_workers) == 0
@@ -196,7 +196,7 @@ def test_balanced_shards_hold_equal_work_and_the_source_bytes(mix, tmp_path, wor
 
 
 def test_plan_shows_equal_ranks_on_balanced_shards_and_imbalance_on_naive_ones(mix, tmp_path):
-    _balance(mix, tmp_path / "out", "--world-size", "2", "--num-workers", "2", "--shard-duration", "6")
+    _balance_json(mix, tmp_path / "out", "--world-size", "2", "--num-workers", "2", "--shard-duration", "6")
     runner = CliRunner()
     balanced = runner.invoke(main, ["plan", str(tmp_path / "out" / "data.list"), "--world-size", "2",
                                     "--num-workers", "2", "--epochs", "4", "--json", "-q", "-j", "1"])
@@ -213,9 +213,9 @@ def test_plan_shows_equal_ranks_on_balanced_shards_and_imbalance_on_naive_ones(m
 
 def test_same_seed_same_bytes_other_seed_other_shards(mix, tmp_path):
     args = ("--world-size", "2", "--num-workers", "1", "--shard-duration", "8")
-    first = _balance(mix, tmp_path / "a", *args)
-    again = _balance(mix, tmp_path / "b", *args, "-j", "2")
-    other = _balance(mix, tmp_path / "c", *args, "--seed", "1")
+    first = _balance_json(mix, tmp_path / "a", *args)
+    again = _balance_json(mix, tmp_path / "b", *args, "-j", "2")
+    other = _balance_json(mix, tmp_path / "c", *args, "--seed", "1")
     assert first["num_shards"] == again["num_shards"] == other["num_shards"]
     for name in sorted(os.listdir(tmp_path / "a")):
         if name.startswith("shards_"):
@@ -226,12 +226,12 @@ def test_same_seed_same_bytes_other_seed_other_shards(mix, tmp_path):
 
 def test_dry_run_writes_no_shard_and_rerun_skips_finished_shards(mix, tmp_path):
     args = ("--world-size", "2", "--num-workers", "1", "--num-shards", "4", "--codec", "none")
-    dry = _balance(mix, tmp_path / "out", *args, "--dry-run")
+    dry = _balance_json(mix, tmp_path / "out", *args, "--dry-run")
     assert dry["dry_run"] and dry["num_shards"] == 4 and not (tmp_path / "out").exists()
-    first = _balance(mix, tmp_path / "out", *args)
+    first = _balance_json(mix, tmp_path / "out", *args)
     assert first["written"] == {"ok": 4, "skipped": 0, "failed": 0}
     assert dry["plan"] == first["plan"]
-    again = _balance(mix, tmp_path / "out", *args)
+    again = _balance_json(mix, tmp_path / "out", *args)
     assert again["written"] == {"ok": 0, "skipped": 4, "failed": 0}
     assert sorted(os.listdir(tmp_path / "out")) == ["balance.json", "balance.repeats.jsonl", "data.list"] + \
         [f"shards_00000000{i}.tar" for i in range(4)]
@@ -317,7 +317,7 @@ def test_parts_written_apart_hold_every_utterance_once_each_part_balanced(mix, t
     originals = []
     for i in (1, 2):
         out = tmp_path / f"part-{i}"
-        report = _balance(mix, out, "--world-size", "2", "--num-workers", "1", "--shard-duration", "6",
+        report = _balance_json(mix, out, "--world-size", "2", "--num-workers", "1", "--shard-duration", "6",
                           "--part", f"{i}/2")
         assert report["part"] == {"index": i, "count": 2} and report["balanced"]
         assert json.load(open(out / "balance.json"))["settings"]["part"] == {"index": i, "count": 2}

@@ -39,7 +39,7 @@ def _mix(sizes=(6, 4)):
     return MixColumns([f"c{c}" for c in range(len(sizes))], corpora, shards, index_files)
 
 
-def _planned(mix, **args):
+def _plan_mix(mix, **args):
     corpora = [CorpusSource(name, (f"/src/{name}",)) for name in mix.names]
     args = {"world_size": 2, "num_workers": 1, "shard_duration": None, "num_shards": 4, "remainder": "pad", "seed": 0,
             "epochs": 1, **args}
@@ -93,7 +93,7 @@ def test_every_function_of_the_package_stays_simple():
 
 def test_the_plan_step_is_pure_and_repeatable():
     mix = _mix()
-    first, again = _planned(mix), _planned(mix)
+    first, again = _plan_mix(mix), _plan_mix(mix)
     assert np.array_equal(first.plan.utt, again.plan.utt) and first.figures == again.figures
     assert first.sources == {"c0": {"sources": ["/src/c0"], "index_files": ["/idx/0.jsonl"]},
                              "c1": {"sources": ["/src/c1"], "index_files": ["/idx/1.jsonl"]}}
@@ -101,7 +101,7 @@ def test_the_plan_step_is_pure_and_repeatable():
 
 
 def test_the_layout_names_a_slice_block_and_its_own_reports():
-    planned = _planned(_mix())
+    planned = _plan_mix(_mix())
     paths = [f"/out/shards_{s:09d}.tar" for s in range(4)]
     whole = balance._layout("/out", "/out/.balance", paths, planned.plan, None)
     assert (whole.chosen, whole.slice_info, whole.spool_dir) == (range(4), None, "/out/.balance/spool")
@@ -113,13 +113,13 @@ def test_the_layout_names_a_slice_block_and_its_own_reports():
     assert part.reports == ["/out/balance.slice-2-of-2.json", "/out/balance.json"]
     assert part.data_list == "/out/data.slice-2-of-2.list"
     # the slice digest covers the plan: another seed, another digest
-    other = balance._layout("/out", "/out/.balance", paths, _planned(_mix(), seed=1).plan, (2, 2))
+    other = balance._layout("/out", "/out/.balance", paths, _plan_mix(_mix(), seed=1).plan, (2, 2))
     assert other.slice_info["inputs_sha256"] != part.slice_info["inputs_sha256"]
 
 
 def test_write_tasks_carry_index_positions_in_planned_order():
     mix = _mix()
-    planned = _planned(mix)
+    planned = _plan_mix(mix)
     layout = balance._layout("/out", "/out/.balance", [f"/out/{s}" for s in range(4)], planned.plan, (1, 2))
     previous = {"/out/1": {"path": "/out/1", "status": "ok"}}
     tasks = balance._write_tasks(planned, layout, balance.WriteSettings(), previous)
@@ -146,7 +146,7 @@ def test_run_arguments_are_refused_before_anything_is_claimed(tmp_path):
 
 
 def test_an_unbalanced_plan_is_refused_before_writing():
-    planned = _planned(_mix())
+    planned = _plan_mix(_mix())
     planned.plan.tolerance = -1.0
     with pytest.raises(ShardkitError, match="cannot balance within tolerance"):
         balance._check_balanced(planned.plan)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
-from support import tar_bytes
+from support import run_cli, tar_bytes
 
 from shardkit.cli import main
 from shardkit.commands.index import index_shard
@@ -176,14 +176,15 @@ def corpus(request, tmp_path_factory):
     return root, paths
 
 
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
+def run_and_report(*args):
+    """The command's result, and its --json report (None without --json)."""
+    result = run_cli(*args)
     return result, json.loads(result.stdout) if "--json" in args else None
 
 
 def test_validate_names_every_hostile_member_and_passes_the_rest(corpus):
     root, paths = corpus
-    result, report = run("validate", root / "data.list", "--json", "-j", "1")
+    result, report = run_and_report("validate", root / "data.list", "--json", "-j", "1")
     assert result.exit_code == 1
     findings = report["findings"]
     for name, (_, ext, check) in HOSTILE.items():
@@ -196,7 +197,7 @@ def test_validate_names_every_hostile_member_and_passes_the_rest(corpus):
 
 def test_index_fails_hostile_shards_naming_the_key_and_tells_true_facts(corpus, tmp_path):
     root, paths = corpus
-    result, report = run("index", root / "data.list", "-o", tmp_path / "i.jsonl", "--json", "-j", "1")
+    result, report = run_and_report("index", root / "data.list", "-o", tmp_path / "i.jsonl", "--json", "-j", "1")
     assert result.exit_code == 1
     failed = {f["shard"]: f["error"] for f in report["failures"]}
     for name in HOSTILE:
@@ -214,7 +215,7 @@ def test_index_fails_hostile_shards_naming_the_key_and_tells_true_facts(corpus, 
 
 def test_convert_to_flac_never_aborts_keeps_problems_and_writes_exact_samples(corpus, tmp_path):
     root, paths = corpus
-    result, report = run("convert", root / "data.list", "-o", tmp_path / "o", "--codec", "none", "--audio", "flac",
+    result, report = run_and_report("convert", root / "data.list", "-o", tmp_path / "o", "--codec", "none", "--audio", "flac",
                          "--json", "-j", "1")
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "o" / "convert.json").read_text())
@@ -237,7 +238,7 @@ def test_convert_to_flac_never_aborts_keeps_problems_and_writes_exact_samples(co
 
 def test_convert_to_wav_checks_flac_headers_and_md5(corpus, tmp_path):
     root, paths = corpus
-    result, report = run("convert", root / "data.list", "-o", tmp_path / "o", "--codec", "none", "--audio", "wav",
+    result, report = run_and_report("convert", root / "data.list", "-o", tmp_path / "o", "--codec", "none", "--audio", "wav",
                          "--json", "-j", "1")
     assert result.exit_code == 0, result.output
     problems = {(p["key"], p["check"]) for p in report["audio"]["undecodable_kept"]}
@@ -273,7 +274,7 @@ def test_balance_refuses_an_utterance_its_bytes_cannot_hold(tmp_path):
     honest = dict(line, key="ok", duration=2.0, frames=32000)
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps(honest) + "\n" + json.dumps(line) + "\n")
-    result, _ = run("balance", "--corpus", f"c={path}", "--num-shards", "1", "--world-size", "1",
+    result, _ = run_and_report("balance", "--corpus", f"c={path}", "--num-shards", "1", "--world-size", "1",
                     "--num-workers", "1", "-o", tmp_path / "out", "--dry-run")
     assert result.exit_code != 0
     assert "'liar'" in result.output and "/x/a.tar" in result.output and "'c'" in result.output

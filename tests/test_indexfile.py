@@ -58,7 +58,7 @@ def _to_parquet(src, dst):
     return str(dst)
 
 
-def _planned(files_per_corpus, weight=1.0, **plan_args):
+def _plan_index_files(files_per_corpus, weight=1.0, **plan_args):
     corpora = [CorpusSource(name, tuple(files), weight) for name, files in files_per_corpus.items()]
     mix, index_files = _load_mix(corpora, "/nonexistent-work-dir", RunOptions(jobs=1))
     args = {"world_size": 4, "num_workers": 2, "shard_duration": 600.0, "num_shards": None, "remainder": "pad",
@@ -95,7 +95,7 @@ def test_jsonl_parquet_and_mixed_indexes_give_the_same_plan(generated, weights):
     mixed = {"zh": [j["zh"][0], p["zh"][1]], "en": p["en"], "acc": j["acc"]}
     plans = []
     for files in (j, p, mixed):
-        planned = _planned(files)
+        planned = _plan_index_files(files)
         plans.append(planned)
     for other in plans[1:]:
         assert plan_digest(other.plan) == plan_digest(plans[0].plan)
@@ -170,7 +170,7 @@ def test_a_damaged_row_group_is_named_with_its_rows(tmp_path):
     data[start + 20:start + column.total_compressed_size - 4] = os.urandom(column.total_compressed_size - 24)
     open(path, "wb").write(bytes(data))
     with pytest.raises(ShardkitError, match=r"row group 1 \(rows 1000-1999\) cannot be read") as caught:
-        _planned({"zh": [path]})
+        _plan_index_files({"zh": [path]})
     assert path in str(caught.value)
 
 
@@ -179,7 +179,7 @@ def test_a_bad_duration_in_a_parquet_index_is_named_by_row(tmp_path):
     records[17]["duration"] = float("nan")
     path = indexfile.write_index_file(str(tmp_path / "nan.parquet"), [records])
     with pytest.raises(ShardkitError, match=r"row 17: duration must be a finite number >= 0 \(got nan\)"):
-        _planned({"en": [path]})
+        _plan_index_files({"en": [path]})
 
 
 @pytest.mark.parametrize("line,message", [
@@ -237,7 +237,7 @@ def test_a_key_in_two_parquet_corpora_is_refused(tmp_path):
     b = indexfile.write_index_file(str(tmp_path / "b.parquet"), [clash])
     with pytest.raises(ShardkitError, match=r"key 'zh/S0000/U0000004' appears twice: in rel/zh/shards_000000000.tar "
                                             r"\(corpus 'a'\) and in rel/en/shards_000000000.tar \(corpus 'b'\)"):
-        _planned({"a": [a], "b": [b]}, num_shards=8)
+        _plan_index_files({"a": [a], "b": [b]}, num_shards=8)
 
 
 def test_without_pyarrow_jsonl_works_and_parquet_is_a_clear_usage_error(make_shards, tmp_path, monkeypatch):
@@ -312,7 +312,7 @@ def test_a_repeat_named_like_a_real_key_is_refused_from_parquet(tmp_path):
     path = indexfile.write_index_file(str(tmp_path / "r.parquet"), [records])
     with pytest.raises(ShardkitError, match=f"repeat of '{records[3]['key']}' would be named "
                                             f"'{records[3]['key']}-rep1', which is already a key in the mix"):
-        _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
+        _plan_index_files({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
 
 
 @pytest.mark.parametrize("case,digest,seconds_digest", GOLDEN[:3])
@@ -344,7 +344,7 @@ def test_repeats_are_read_a_chunk_at_a_time_in_index_order(generated, tmp_path, 
     repeat's name is checked without reading a key; a clash in a later chunk is still refused."""
     from shardkit.commands.balance import sources
 
-    planned = _planned(generated["parquet"], 2.0)
+    planned = _plan_index_files(generated["parquet"], 2.0)
     whole = balance.repeated_keys(planned.plan, planned.mix)
     plan = planned.plan
     assert len(planned.repeats) == len(whole) == int((plan.copy > 0).sum()) > 3000
@@ -372,7 +372,7 @@ def test_repeats_are_read_a_chunk_at_a_time_in_index_order(generated, tmp_path, 
     path = indexfile.write_index_file(str(tmp_path / "r.parquet"), [records])
     monkeypatch.setattr(sources, "REPEATS_CHUNK", 100)
     with pytest.raises(ShardkitError, match=f"'{records[5]['key']}-rep1', which is already a key in the mix"):
-        _planned({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
+        _plan_index_files({"zh": [path]}, 2.0, num_shards=8, world_size=1, num_workers=1, shard_duration=None)
 
 
 def test_a_dry_run_reads_no_repeated_key_when_no_clash_is_possible(generated, monkeypatch):
@@ -384,7 +384,7 @@ def test_a_dry_run_reads_no_repeated_key_when_no_clash_is_possible(generated, mo
     real = sources.take_keys
     for module in (balance, sources):
         monkeypatch.setattr(module, "take_keys", lambda corpus, utts: reads.append(len(utts)) or real(corpus, utts))
-    planned = _planned(generated["parquet"], 2.0, writing=False)
+    planned = _plan_index_files(generated["parquet"], 2.0, writing=False)
     assert len(planned.repeats) > 3000 and planned.mix.repeat_like == set() and reads == []
-    _planned(generated["parquet"], 1.0, writing=True)  # padding only: few repeats, read while planning
+    _plan_index_files(generated["parquet"], 1.0, writing=True)  # padding only: few repeats, read while planning
     assert reads

@@ -37,7 +37,7 @@ def index(tmp_path_factory):
     return files, keys
 
 
-def _planned(files, part=None):
+def _plan_part(files, part=None):
     corpora = [CorpusSource(name, tuple(paths)) for name, paths in files.items()]
     mix, index_files = _load_mix(corpora, "/nonexistent", RunOptions(jobs=1), part=part)
     return mix, _plan(corpora, mix, index_files, BalanceSettings(**ARGS)).plan
@@ -55,10 +55,10 @@ def _originals(mix, plan):
 @pytest.mark.parametrize("parts", [2, 3])
 def test_parts_cover_every_utterance_once_and_each_is_balanced(index, parts):
     files, keys = index
-    whole_mix, whole = _planned(files)
+    whole_mix, whole = _plan_part(files)
     seen = Counter()
     for i in range(1, parts + 1):
-        mix, plan = _planned(files, (i, parts))
+        mix, plan = _plan_part(files, (i, parts))
         # the part's columns are 1/P of the corpus: its rows i-1, i-1+P, ... (memory: 1/P)
         for c, name in enumerate(mix.names):
             assert len(mix.corpora[c].durations) == len(range(i - 1, len(keys[name]), parts))

@@ -185,7 +185,7 @@ def corpora(tmp_path_factory):
     return root
 
 
-def _balance(corpora, out, *args):
+def _balance_four_shards(corpora, out, *args):
     corpus_args = [a for spec in SMALL_CORPORA for a in ("--corpus", f"{spec.name}={corpora / spec.name}")]
     return CliRunner().invoke(main, ["balance", *corpus_args, "--world-size", "2", "--num-workers", "1",
                                      "--num-shards", "4", "--codec", "none", "-o", str(out), "-q", "-j", "1",
@@ -202,7 +202,7 @@ def test_balance_plans_version_2_by_default_and_version_1_when_asked(corpora, tm
     runs = {}
     for version in (None, "1", "2"):
         out = tmp_path / f"v{version}"
-        result = _balance(corpora, out, "--json", *(("--plan-version", version) if version else ()))
+        result = _balance_four_shards(corpora, out, "--json", *(("--plan-version", version) if version else ()))
         assert result.exit_code == 0, result.output
         summary = json.loads(result.stdout)
         report = json.load(open(out / "balance.json"))
@@ -213,17 +213,17 @@ def test_balance_plans_version_2_by_default_and_version_1_when_asked(corpora, tm
     originals = [sorted(k for k in sum(runs[v], []) if "-rep" not in k) for v in ("1", "2")]
     assert originals[0] == originals[1]  # the same utterances, dealt otherwise (and other ones repeated)
     assert len(sum(runs["1"], [])) == len(sum(runs["2"], []))
-    result = _balance(corpora, tmp_path / "bad", "--plan-version", "3")
+    result = _balance_four_shards(corpora, tmp_path / "bad", "--plan-version", "3")
     assert result.exit_code == 2 and "'3' is not one of '1', '2'" in result.output
 
 
 def test_a_rerun_with_another_version_rewrites_what_the_plan_changed(corpora, tmp_path):
     out = tmp_path / "out"
-    assert _balance(corpora, out, "--plan-version", "1").exit_code == 0
-    result = _balance(corpora, out, "--json")  # the default, version 2, over version 1's shards
+    assert _balance_four_shards(corpora, out, "--plan-version", "1").exit_code == 0
+    result = _balance_four_shards(corpora, out, "--json")  # the default, version 2, over version 1's shards
     assert result.exit_code == 0, result.output
     fresh = tmp_path / "fresh"
-    assert _balance(corpora, fresh).exit_code == 0
+    assert _balance_four_shards(corpora, fresh).exit_code == 0
     names = sorted(n for n in os.listdir(fresh) if n.startswith("shards_"))
     assert [open(out / n, "rb").read() for n in names] == [open(fresh / n, "rb").read() for n in names]
     assert json.loads(result.stdout)["written"]["ok"] >= 1
@@ -231,8 +231,8 @@ def test_a_rerun_with_another_version_rewrites_what_the_plan_changed(corpora, tm
 
 def test_slices_planned_with_different_versions_are_not_merged(corpora, tmp_path):
     out = tmp_path / "out"
-    assert _balance(corpora, out, "--split", "1/2", "--plan-version", "1").exit_code == 0
-    assert _balance(corpora, out, "--split", "2/2").exit_code == 0
+    assert _balance_four_shards(corpora, out, "--split", "1/2", "--plan-version", "1").exit_code == 0
+    assert _balance_four_shards(corpora, out, "--split", "2/2").exit_code == 0
     result = CliRunner().invoke(main, ["merge-reports", str(out), "--command", "balance"])
     assert result.exit_code == 1
     assert not (out / "data.list").exists()

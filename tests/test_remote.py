@@ -7,7 +7,7 @@ import shlex
 import threading
 
 import pytest
-from support import free_port
+from support import QuietHTTPHandler, free_port
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.remote import (
@@ -89,17 +89,12 @@ def test_input_info_of_a_local_file(tmp_path):
 # --- HTTP (a stdlib server on 127.0.0.1) -----------------------------------------------------------
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def http_folder(tmp_path):
     folder = tmp_path / "www"
     folder.mkdir()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()),
-                                             functools.partial(_QuietHandler, directory=str(folder)))
+                                             functools.partial(QuietHTTPHandler, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield folder, f"http://127.0.0.1:{server.server_address[1]}"

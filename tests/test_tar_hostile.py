@@ -17,10 +17,8 @@ import os
 import tarfile
 
 import pytest
-from click.testing import CliRunner
-from support import REPO, corpus
+from support import REPO, corpus, run_cli
 
-from shardkit.cli import main
 from shardkit.io.codecs import open_writer
 from shardkit.io.tar import BLOCK, TarWriter, iter_shard_members
 
@@ -181,8 +179,8 @@ def test_every_crafted_case_reads_as_intended_through_tarfile_or_fails():
             os.unlink(path)
 
 
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
+def run_without_traceback(*args):
+    result = run_cli(*args)
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         f"{args}: {result.exception!r}\n{result.output}")
     assert "Traceback" not in result.output
@@ -195,7 +193,7 @@ CODECS = ["none", "bz2", "zst"]
 @pytest.mark.parametrize("codec", CODECS)
 def test_validate_fails_each_crafted_shard_with_its_check(hostile, codec):
     data_list, paths, expected, fifo = hostile[codec]
-    result = run("validate", data_list, "--json", "-j", "1")
+    result = run_without_traceback("validate", data_list, "--json", "-j", "1")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     found = {}
@@ -213,7 +211,7 @@ def test_validate_fails_each_crafted_shard_with_its_check(hostile, codec):
 @pytest.mark.parametrize("codec", CODECS)
 def test_convert_fails_each_crafted_shard_and_converts_the_good_ones(hostile, codec, tmp_path):
     data_list, paths, expected, fifo = hostile[codec]
-    result = run("convert", data_list, "-o", tmp_path / "out", "--json", "-j", "1", "-q")
+    result = run_without_traceback("convert", data_list, "-o", tmp_path / "out", "--json", "-j", "1", "-q")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     failed = {f["shard"]: f["error"] for f in doc["failures"]}
@@ -229,21 +227,21 @@ def test_convert_fails_each_crafted_shard_and_converts_the_good_ones(hostile, co
 @pytest.mark.parametrize("codec", CODECS)
 def test_index_fails_each_crafted_shard(hostile, codec, tmp_path):
     data_list, paths, expected, fifo = hostile[codec]
-    result = run("index", data_list, "-o", tmp_path / "all.jsonl", "--json", "-j", "1", "-q")
+    result = run_without_traceback("index", data_list, "-o", tmp_path / "all.jsonl", "--json", "-j", "1", "-q")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["shards"] == len(paths)
     assert {f["shard"] for f in doc["failures"]} == set(expected) | {fifo}
     # the good shards alone index cleanly
     goods = [p for p in paths if "good" in os.path.basename(p)]
-    result = run("index", *goods, "-o", tmp_path / "good.jsonl", "--json", "-j", "1", "-q")
+    result = run_without_traceback("index", *goods, "-o", tmp_path / "good.jsonl", "--json", "-j", "1", "-q")
     assert result.exit_code == 0 and json.loads(result.stdout)["utterances"] == 20
 
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_list_check_reports_each_crafted_shard(hostile, codec):
     data_list, paths, expected, fifo = hostile[codec]
-    result = run("list", "check", data_list, "--json", "-j", "1", "-q")
+    result = run_without_traceback("list", "check", data_list, "--json", "-j", "1", "-q")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     status = {e["path"]: e for e in doc["entries"]}
@@ -269,7 +267,7 @@ def test_non_utf8_shard_path_fails_that_shard_and_json_stays_valid(tmp_path):
     for args, failures in ((["convert", folder, "-o", tmp_path / "out"], "failures"),
                            (["index", folder, "-o", tmp_path / "i.jsonl"], "failures"),
                            (["validate", folder], "findings")):
-        result = run(*args, "--json", "-j", "1")
+        result = run_without_traceback(*args, "--json", "-j", "1")
         assert result.exit_code == 1, args
         doc = json.loads(result.stdout_bytes.decode("utf-8"))  # valid UTF-8, the name escaped
         listed = [f["shard"] for f in doc[failures]]
@@ -322,7 +320,7 @@ def test_balance_refuses_a_source_whose_header_turned_hostile_after_indexing(tmp
         path = src / f"s{i}.tar"
         path.write_bytes(plain([(f"c{i}/{n}", d) for n, d in good_members(3)]) + END)
         shards.append(str(path))
-    result = run("index", *shards, "-o", tmp_path / "a.jsonl", "-q", "-j", "1")
+    result = run_without_traceback("index", *shards, "-o", tmp_path / "a.jsonl", "-q", "-j", "1")
     assert result.exit_code == 0
     blob = bytearray(open(shards[1], "rb").read())
     second = BLOCK + len(good_members(3)[0][1]) + (-len(good_members(3)[0][1]) % BLOCK)  # header of member 2
@@ -332,7 +330,7 @@ def test_balance_refuses_a_source_whose_header_turned_hostile_after_indexing(tmp
     open(shards[1], "wb").write(bytes(blob))
     args = ["balance", "--corpus", f"a={tmp_path / 'a.jsonl'}", "--world-size", "1", "--num-workers", "1",
             "--num-shards", "1", "--codec", "none", "-q", "-j", "1", "-o", tmp_path / "out"]
-    result = run(*args)
+    result = run_without_traceback(*args)
     assert result.exit_code == 1
     assert "member is not where the index says" in result.output and "s1.tar" in result.output
 
@@ -366,9 +364,9 @@ def test_balance_fails_the_shards_of_a_source_that_vanished_after_indexing(tmp_p
     for i in range(2):
         blob = plain([(f"c{i}/{n}", d) for n, d in good_members(3)]) + END
         shards.append(write(src / f"s{i}{SUFFIX[codec]}", blob, codec))
-    assert run("index", *shards, "-o", tmp_path / "a.jsonl", "-q", "-j", "1").exit_code == 0
+    assert run_without_traceback("index", *shards, "-o", tmp_path / "a.jsonl", "-q", "-j", "1").exit_code == 0
     os.unlink(shards[1])
-    result = run("balance", "--corpus", f"a={tmp_path / 'a.jsonl'}", "--world-size", "1", "--num-workers", "1",
+    result = run_without_traceback("balance", "--corpus", f"a={tmp_path / 'a.jsonl'}", "--world-size", "1", "--num-workers", "1",
                  "--num-shards", "1", "--codec", "none", "-q", "-j", "1", "-o", tmp_path / "out", "--json")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)

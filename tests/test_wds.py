@@ -145,7 +145,7 @@ def test_pipe_zstd_fallback_reads_the_same(make_shards):
 
 @pytest.mark.skipif(not hook.needed(), reason="Python 3.14+ tarfile reads zstd itself")
 def test_webdataset_reads_zst_in_a_venv_with_the_hook_installed_by_the_cli(make_shards, tmp_path):
-    from test_wenet import make_venv, run
+    from test_wenet import make_venv, run_python
 
     paths = make_shards("zst")
     script = tmp_path / "read.py"
@@ -155,10 +155,10 @@ def test_webdataset_reads_zst_in_a_venv_with_the_hook_installed_by_the_cli(make_
                       "keys = [s['__key__'] for s in wds.WebDataset(sys.argv[1:], shardshuffle=False)]\n"
                       "print(json.dumps(keys))\n")
     python, _ = make_venv(tmp_path / "env")
-    before = run(python, str(script), *paths)
+    before = run_python(python, str(script), *paths)
     assert before.returncode == 1 and "ReadError" in before.stderr
-    assert run(python, "-m", "shardkit", "wenet", "enable-zstd").returncode == 0
-    after = run(python, str(script), *paths)
+    assert run_python(python, "-m", "shardkit", "wenet", "enable-zstd").returncode == 0
+    after = run_python(python, str(script), *paths)
     assert after.returncode == 0, after.stderr
     assert sorted(json.loads(after.stdout)) == sorted(TRUTH)
 

@@ -254,7 +254,7 @@ def make_venv(root, *, link_shardkit=True):
     return python, purelib
 
 
-def run(python, *args, stdin=None):
+def run_python(python, *args, stdin=None):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", hook.DISABLE_ENV)}
     return subprocess.run([python, *args], capture_output=True, text=True, timeout=300, env=env)
 
@@ -270,12 +270,12 @@ def test_wenet_reads_zst_shards_in_a_venv_with_the_hook_installed_by_the_cli(mak
     reader.write_text(WENET_READER)
     python, purelib = make_venv(tmp_path / "env")
 
-    before = run(python, str(reader), lists["zst", "wav"])
+    before = run_python(python, str(reader), lists["zst", "wav"])
     assert before.returncode == 0, before.stderr
     assert json.loads(before.stdout) == {lists["zst", "wav"]: []}  # every zst shard skipped, as in WeNet today
     assert before.stderr.count("could not be opened successfully") == 4
 
-    enabled = run(python, "-m", "shardkit", "wenet", "enable-zstd")
+    enabled = run_python(python, "-m", "shardkit", "wenet", "enable-zstd")
     pth = os.path.join(purelib, zstd_hook.PTH_NAME)
     assert enabled.returncode == 0, enabled.stderr
     assert enabled.stderr.startswith(f"wrote {pth} (backports.zstd ")
@@ -283,7 +283,7 @@ def test_wenet_reads_zst_shards_in_a_venv_with_the_hook_installed_by_the_cli(mak
     with open(pth) as f:
         assert f.read() == zstd_hook.PTH_TEXT
 
-    after = run(python, str(reader), *lists.values())
+    after = run_python(python, str(reader), *lists.values())
     assert after.returncode == 0, after.stderr
     assert after.stderr == ""
     got = json.loads(after.stdout)
@@ -292,15 +292,15 @@ def test_wenet_reads_zst_shards_in_a_venv_with_the_hook_installed_by_the_cli(mak
         assert len(plain) == 14 and zst == plain
     assert [u[0] for u in got[lists["zst", "wav"]]] == [u[0] for u in got[lists["zst", "flac"]]]
 
-    status = run(python, "-m", "shardkit", "wenet", "status", "--json")
+    status = run_python(python, "-m", "shardkit", "wenet", "status", "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["reads_zstd"] is True
 
-    disabled = run(python, "-m", "shardkit", "wenet", "disable-zstd")
+    disabled = run_python(python, "-m", "shardkit", "wenet", "disable-zstd")
     assert disabled.returncode == 0 and disabled.stderr == f"removed {pth}\n"
     assert not os.path.exists(pth)
-    again = run(python, str(reader), lists["zst", "wav"])
+    again = run_python(python, str(reader), lists["zst", "wav"])
     assert json.loads(again.stdout) == {lists["zst", "wav"]: []}
-    status = run(python, "-m", "shardkit", "wenet", "status")
+    status = run_python(python, "-m", "shardkit", "wenet", "status")
     assert status.returncode == 1 and "hook not active" in status.stderr
 
 
@@ -308,7 +308,7 @@ def test_leftover_hook_without_shardkit_is_silent_at_startup(tmp_path):
     python, purelib = make_venv(tmp_path / "bare", link_shardkit=False)
     with open(os.path.join(purelib, zstd_hook.PTH_NAME), "w") as f:
         f.write(zstd_hook.PTH_TEXT)
-    done = run(python, "-c", "import tarfile; print('zst' in tarfile.TarFile.OPEN_METH)")
+    done = run_python(python, "-c", "import tarfile; print('zst' in tarfile.TarFile.OPEN_METH)")
     assert (done.returncode, done.stdout, done.stderr) == (0, "False\n", "")
 
 

@@ -168,7 +168,7 @@ def _conf(tmp_path, filter_conf, batch="{batch_type: static, batch_size: 4}"):
     return str(path)
 
 
-def _balance(corpora, tmp_path, *extra, out="o"):
+def _balance_dry_run(corpora, tmp_path, *extra, out="o"):
     args = ["balance", *[a for c in corpora for a in ("--corpus", c)], "--world-size", "2", "--num-workers", "2",
             "--shard-duration", "120", "-o", str(tmp_path / out), "--dry-run", "--json", "-q", "-j", "1", *extra]
     return CliRunner().invoke(main, args)
@@ -197,7 +197,7 @@ def test_balance_with_wenet_conf_reads_each_index_once(tmp_path, monkeypatch, fo
     for module in (columns, list_view):
         monkeypatch.setattr(module, "index_columns", lambda *a, **k: pytest.fail("a second read of the index"))
     dropped = tmp_path / "dropped.txt"
-    result = _balance([f"a={files[0]}", f"b={files[1]}"], tmp_path, "--wenet-conf", conf,
+    result = _balance_dry_run([f"a={files[0]}", f"b={files[1]}"], tmp_path, "--wenet-conf", conf,
                       "--dropped-keys", str(dropped))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -224,7 +224,7 @@ def test_balance_reports_the_same_from_both_forms_and_after_the_index_is_gone(tm
     docs = []
     for path in (jsonl, parquet):
         dropped = tmp_path / f"dropped-{os.path.basename(path)}.txt"
-        result = _balance([f"c={path}"], tmp_path, "--wenet-conf", conf, "--dropped-keys", str(dropped))
+        result = _balance_dry_run([f"c={path}"], tmp_path, "--wenet-conf", conf, "--dropped-keys", str(dropped))
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
         doc.pop("elapsed_seconds")
@@ -268,7 +268,7 @@ def test_a_record_the_filter_cannot_use_is_an_error_naming_file_and_row(tmp_path
     where = f"{path}: row 42" if form == "parquet" else f"{path}: line 43"
     why = ("lacks frames, sample_rate or text_chars" if case == "no_frames" else "names no .txt member")
     expected = f"{where}: index record of {records[42]['key']!r} {why}"
-    result = _balance([f"c={path}"], tmp_path, "--wenet-conf", conf, *extra)
+    result = _balance_dry_run([f"c={path}"], tmp_path, "--wenet-conf", conf, *extra)
     assert result.exit_code == 1, result.output
     assert expected in result.stderr and "Traceback" not in result.output
     listing = tmp_path / "data.list"
@@ -293,7 +293,7 @@ def test_balance_with_a_units_file_from_a_jsonl_and_a_parquet_index_of_real_shar
         made = CliRunner().invoke(main, ["index", str(tmp_path / "src"), "-o", str(index), "-j", "1", "-q"])
         assert made.exit_code == 0, made.output
         dropped = tmp_path / f"dropped-{suffix}.txt"
-        result = _balance([f"mix={index}"], tmp_path, "--wenet-conf", conf, "--tokenizer", str(units),
+        result = _balance_dry_run([f"mix={index}"], tmp_path, "--wenet-conf", conf, "--tokenizer", str(units),
                           "--dropped-keys", str(dropped))
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
@@ -331,7 +331,7 @@ def test_parts_with_wenet_conf_drop_together_what_one_piece_drops(tmp_path, monk
     for part in (None, "1/3", "2/3", "3/3"):
         dropped = tmp_path / f"dropped-{part and part[0]}.txt"
         extra = ("--part", part) if part else ()
-        result = _balance([f"c={parquet}"], tmp_path, "--wenet-conf", conf, "--dropped-keys", str(dropped), *extra,
+        result = _balance_dry_run([f"c={parquet}"], tmp_path, "--wenet-conf", conf, "--dropped-keys", str(dropped), *extra,
                           out=f"o{part and part[0]}")
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
