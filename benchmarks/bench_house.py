@@ -8,8 +8,8 @@ noise hits them alike; medians and the spread are reported, with the ratio new /
 bar: within 5%). The corpus is made once, with the current checkout, through the CLI alone
 (demo -> make -> convert), so the script runs against any checkout that has these commands:
 
-- ``reader``: ``shardkit.iter_samples`` over a zst:3 data.list, every utterance decoded to float32;
-  the time inside the process after imports (what a training loop pays);
+- ``reader``: ``shardkit.iter_samples`` over a zst:3 data.list read ``--reader-passes`` times, every
+  utterance decoded to float32; the time inside the process after imports (what a training loop pays);
 - ``convert``: ``shardkit convert`` bz2 -> zst:3, verified, ``-j 1``; wall time of the process;
 - ``balance``: ``shardkit balance`` of the three corpora (plain tar) for 2 ranks x 2 workers,
   ``-j 1``, into a fresh folder; wall time of the process.
@@ -35,9 +35,10 @@ CORPORA = ("aishell", "librispeech", "accented")
 READER = r"""
 import sys, time
 from shardkit import iter_samples
+shards = [line.strip() for line in open(sys.argv[1]) if line.strip()] * int(sys.argv[2])
 t = time.perf_counter()
 n = frames = 0
-for sample in iter_samples(sys.argv[1], decode=True):
+for sample in iter_samples(shards, decode=True):
     n += 1
     frames += len(sample["audio"])
 print(time.perf_counter() - t, n, frames)
@@ -79,8 +80,8 @@ def make_data(work: str, minutes: float) -> dict[str, str]:
 def run_row(row: str, root: str, data: dict, work: str) -> float:
     if row == "reader":
         env = {**os.environ, "PYTHONPATH": root}
-        out = subprocess.run([sys.executable, "-c", READER, data["zst_list"]], env=env, check=True,
-                             capture_output=True, text=True).stdout.split()
+        out = subprocess.run([sys.executable, "-c", READER, data["zst_list"], str(data["reader_passes"])], env=env,
+                             check=True, capture_output=True, text=True).stdout.split()
         return float(out[0])
     out_dir = os.path.join(work, f"out-{row}")
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -100,10 +101,11 @@ def main() -> int:
     p.add_argument("--work-dir", default="/tmp/shardkit-bench-house")
     p.add_argument("--minutes", type=float, default=40.0, help="minutes of audio in the three corpora")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--reader-passes", type=int, default=10, help="times the reader row reads the list")
     p.add_argument("--rows", default="reader,convert,balance")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()
-    data = make_data(args.work_dir, args.minutes)
+    data = {**make_data(args.work_dir, args.minutes), "reader_passes": args.reader_passes}
     roots = {"before": os.path.abspath(args.baseline_root), "after": HERE}
     rows = args.rows.split(",")
     times: dict[str, dict[str, list[float]]] = {row: {k: [] for k in roots} for row in rows}
@@ -119,7 +121,8 @@ def main() -> int:
     table = markdown_table(["row", "before (median, min-max)", "after (median, min-max)", "after / before"], [
         [row, *[f"{f[w]['median_s']:.3f} s ({f[w]['min_s']:.3f}-{f[w]['max_s']:.3f})" for w in roots],
          f"{f['ratio_after_over_before']:.3f}"] for row, f in figures.items()])
-    emit_results({"machine": machine_info(), "minutes": args.minutes, "repeats": args.repeats, "roots": roots,
+    emit_results({"machine": machine_info(), "minutes": args.minutes, "repeats": args.repeats,
+                  "reader_passes": args.reader_passes, "roots": roots,
                   "figures": figures}, args.json, text=table)
     return 0
 
