@@ -7,9 +7,12 @@ import os
 
 import pytest
 
-from shardkit.cli.make import _check_field_options, _check_run_options, _resolve_source, _Source
+from shardkit.cli.make import _check_run_options
 from shardkit.commands.make import DEFAULT_SHARD_SECONDS, MakeSettings, _plan_writes, _split_done, shard_fingerprint
+from shardkit.commands.make.source import MakeSource, check_field_options, resolve_source
+from shardkit.commands.make.sources import SourceOptions
 from shardkit.errors import UsageError
+from shardkit.run.events import Events
 
 
 def test_run_options_default_the_shard_duration_and_parse_the_slice():
@@ -24,34 +27,34 @@ def test_run_options_default_the_shard_duration_and_parse_the_slice():
 def test_a_kaldi_folder_gives_its_files_and_its_segments(tmp_path):
     for name in ("wav.scp", "text", "segments"):
         (tmp_path / name).write_text("")
-    src = _resolve_source((str(tmp_path),), None, None, None, None)
+    src = resolve_source((str(tmp_path),), None, None, None, None)
     assert (src.fmt, src.wav_scp, src.text, src.segments) == (
         "kaldi", os.path.join(tmp_path, "wav.scp"), os.path.join(tmp_path, "text"), os.path.join(tmp_path, "segments"))
-    given = _resolve_source((str(tmp_path),), "kaldi", None, None, "mine")
+    given = resolve_source((str(tmp_path),), "kaldi", None, None, "mine")
     assert given.segments == "mine"
-    assert _resolve_source((), None, "w", "t", None) == _Source("kaldi", [], "w", "t", None)
+    assert resolve_source((), None, "w", "t", None) == MakeSource("kaldi", [], "w", "t", None)
     with pytest.raises(UsageError, match="without SOURCE or --from"):
-        _resolve_source((str(tmp_path),), None, "w", "t", None)
+        resolve_source((str(tmp_path),), None, "w", "t", None)
     with pytest.raises(UsageError, match="needs both"):
-        _resolve_source((), None, "w", None, None)
+        resolve_source((), None, "w", None, None)
     with pytest.raises(UsageError, match="name a SOURCE"):
-        _resolve_source((), None, None, None, None)
+        resolve_source((), None, None, None, None)
     with pytest.raises(UsageError, match="one data directory"):
-        _resolve_source((str(tmp_path / "text"),), "kaldi", None, None, None)
+        resolve_source((str(tmp_path / "text"),), "kaldi", None, None, None)
 
 
 def test_field_options_fit_the_format_and_settle_kaldi_audio():
-    kaldi = _Source("kaldi", [], "w", "t", None)
-    assert _check_field_options(kaldi, None, None, None, None, None, None) == "keep"
-    assert _check_field_options(kaldi, None, None, None, None, None, 8000) == "wav"
-    assert _check_field_options(_Source("kaldi", [], "w", "t", "s"), None, None, None, None, None, None) == "wav"
-    assert _check_field_options(kaldi, None, None, None, None, "flac", None) == "flac"
+    kaldi = MakeSource("kaldi", [], "w", "t", None)
+    assert check_field_options(kaldi, SourceOptions(), None, None) == "keep"
+    assert check_field_options(kaldi, SourceOptions(), None, 8000) == "wav"
+    assert check_field_options(MakeSource("kaldi", [], "w", "t", "s"), SourceOptions(), None, None) == "wav"
+    assert check_field_options(kaldi, SourceOptions(), "flac", None) == "flac"
     with pytest.raises(UsageError, match="not for Kaldi directories"):
-        _check_field_options(kaldi, None, None, None, 0, None, None)
-    raw = _Source("wenet-raw", ["data.list"])
-    assert _check_field_options(raw, "k", "t", "a", 1, None, None) is None
+        check_field_options(kaldi, SourceOptions(None, None, None, 0), None, None)
+    raw = MakeSource("wenet-raw", ["data.list"])
+    assert check_field_options(raw, SourceOptions("k", "t", "a", 1), None, None) is None
     with pytest.raises(UsageError, match="--segments is for Kaldi"):
-        _check_field_options(_Source("wenet-raw", ["data.list"], segments="s"), None, None, None, None, None, None)
+        check_field_options(MakeSource("wenet-raw", ["data.list"], segments="s"), SourceOptions(), None, None)
 
 
 def _utts(i):
@@ -80,8 +83,8 @@ def test_split_done_skips_unchanged_shards_of_the_same_fingerprint_and_reports_t
     previous = {tasks[0][0]: {"status": "ok", "fingerprint": "fp0", "output": output},
                 tasks[1][0]: {"status": "ok", "fingerprint": "other", "output": output}}
     seen = []
-    results, todo = _split_done(tasks, previous, False, seen.append)
+    results, todo = _split_done(tasks, previous, False, Events(lambda event: seen.append(event.result)))
     assert list(results) == [0] and seen == [results[0]] and todo == [(1, tasks[1]), (2, tasks[2])]
     assert (results[0]["status"], results[0]["this_run"], results[0]["planned_path"]) == ("skipped", "skipped",
                                                                                         tasks[0][0])
-    assert _split_done(tasks, previous, True, None) == ({}, list(enumerate(tasks)))
+    assert _split_done(tasks, previous, True, Events()) == ({}, list(enumerate(tasks)))

@@ -90,7 +90,7 @@ def test_other_names_sizes_or_a_truncated_shard_are_caught(tmp_path):
 
 
 def test_make_shard_publishes_nothing_when_the_read_back_differs(tmp_path, monkeypatch):
-    import shardkit.commands.make as make
+    import shardkit.commands.make.shard as make
 
     wavs = []
     for i in range(3):
@@ -202,7 +202,7 @@ def test_read_ahead_keeps_order_and_reads_only_small_sources_ahead(monkeypatch):
     most READ_AHEAD_BYTES (so at most one large member is held), in order, errors in their place."""
     import threading
 
-    import shardkit.commands.make as make
+    import shardkit.commands.make.shard as make
     from shardkit.errors import AudioError
 
     sizes = [10, 20, make.READ_AHEAD_BYTES + 1, 30, 40]

@@ -104,22 +104,3 @@ class ProgressBars:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class ShardProgress:
-    """TRANSITIONAL: ``on_plan``/``on_result`` callbacks over :class:`ProgressBars`, for commands not yet
-    reporting through ``RunOptions.on_event``. Removed once validate and make report events."""
-
-    def __init__(self, desc: str, *, quiet: bool = False, byte_key: str | None = None, min_total: int = 1):
-        self.desc, self.byte_key = desc, byte_key
-        self.bars = ProgressBars(quiet=quiet, min_total=min_total)
-
-    def on_plan(self, total: int) -> None:
-        self.bars(Event(STAGE, stage=self.desc, total=total))
-
-    def on_result(self, entry: dict) -> None:
-        moved = entry.get(self.byte_key) or 0 if self.byte_key and entry.get("status") != "skipped" else 0
-        self.bars(Event(DONE, stage=self.desc, result=entry, nbytes=moved))
-
-    def close(self) -> None:
-        self.bars.close()

@@ -1,26 +1,12 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import click
 
-from shardkit.cli._progress import ShardProgress
-from shardkit.cli import (
-    CONTEXT_SETTINGS,
-    EXIT_CODES_HELP,
-
-    emit_json,
-    executor_options,
-    io_options,
-    jobs_option,
-    json_option,
-)
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
 from shardkit.cli._outcome import codec_option
-
-if TYPE_CHECKING:  # the library imports numpy: loaded only when make runs
-    from shardkit.commands.make import MakeReport, MakeSettings
 
 FROM_CHOICES = ["kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds"]
 
@@ -111,39 +97,26 @@ def command(source, source_format, wav_scp, text, segments, key_field, text_fiel
     shards, and a second run into the same OUT_DIR while one runs is refused.
     """
 
-    from shardkit.commands.make import MakeSettings
+    from shardkit.cli._progress import ProgressBars
+    from shardkit.commands.make import MakeSettings, check_field_options, resolve_source, run_make_source
+    from shardkit.commands.make.sources import SourceOptions
     from shardkit.io.codecs import parse_codec_spec
 
-    split_slice, shard_duration = _check_run_options(ray_address, executor, split, shard_duration, utts_per_shard)
+    _, shard_duration = _check_run_options(ray_address, executor, split, shard_duration, utts_per_shard)
     codec_name, level = parse_codec_spec(codec)
-    src = _resolve_source(source, source_format, wav_scp, text, segments)
-    audio_format = _check_field_options(src, key_field, text_field, audio_field, channel, audio_format, resample)
+    src = resolve_source(source, source_format, wav_scp, text, segments)
+    fields = SourceOptions(key_field=key_field, text_field=text_field, audio_field=audio_field, channel=channel,
+                           allow_pipes=allow_pipes)
+    audio_format = check_field_options(src, fields, audio_format, resample)
     settings = MakeSettings(codec=codec_name, level=level, audio_format=audio_format, resample=resample,
                             shard_duration=shard_duration, utts_per_shard=utts_per_shard, allow_pipes=allow_pipes,
                             verify=verify)
-    progress = ShardProgress("make", quiet=quiet)
-    run = {"jobs": jobs, "overwrite": overwrite, "executor": executor, "ray_address": ray_address,
-           "split": split_slice}
-    if src.fmt == "kaldi":
-        report = _make_kaldi(src, out_dir, settings, progress, run)
-    else:
-        report = _make_from(src, out_dir, settings, progress, run, quiet=quiet, key_field=key_field,
-                            text_field=text_field, audio_field=audio_field, channel=channel, allow_pipes=allow_pipes)
-    progress.close()
-    summary = report.summary()
-    _print_summary(summary, as_json=as_json, quiet=quiet, codec=codec_name, args=list(source))
+    with ProgressBars(quiet=quiet) as bars:
+        options = run_options(jobs=jobs, executor=executor, ray_address=ray_address, split=split,
+                              overwrite=overwrite, on_event=bars)
+        report = run_make_source(src, out_dir, settings, options, source_options=fields)
+    _print_summary(report.summary(), as_json=as_json, quiet=quiet, codec=codec_name, args=list(source))
     sys.exit(report.exit_code)
-
-
-@dataclass(frozen=True)
-class _Source:
-    """What make reads, settled from SOURCE, --from and the Kaldi flags: a Kaldi data directory is
-    its three files (``paths`` unused), any other format its expanded SOURCE paths."""
-    fmt: str
-    paths: list[str]
-    wav_scp: str | None = None
-    text: str | None = None
-    segments: str | None = None
 
 
 def _check_run_options(ray_address: str | None, executor: str, split: str | None, shard_duration: float | None,
@@ -162,92 +135,6 @@ def _check_run_options(ray_address: str | None, executor: str, split: str | None
     if shard_duration is None and utts_per_shard is None:
         shard_duration = DEFAULT_SHARD_SECONDS
     return split_slice, shard_duration
-
-
-def _resolve_source(source: tuple[str, ...], source_format: str | None, wav_scp: str | None, text: str | None,
-                    segments: str | None) -> _Source:
-    """The format and files to read: --wav-scp/--text name a Kaldi directory on their own; else
-    SOURCE (globs expanded) in the --from format or the one recognised, and a Kaldi SOURCE folder
-    gives its wav.scp, text and (when present and not given) segments."""
-    import os
-
-    from shardkit.errors import UsageError
-
-    kaldi_flags = wav_scp is not None or text is not None
-    if kaldi_flags:
-        if source or source_format not in (None, "kaldi"):
-            raise UsageError("--wav-scp/--text name a Kaldi data directory: give them without SOURCE or --from")
-        if wav_scp is None or text is None:
-            raise UsageError("a Kaldi data directory needs both --wav-scp and --text (or give the folder as SOURCE)")
-        return _Source("kaldi", list(source), wav_scp, text, segments)
-    if not source:
-        raise UsageError("name a SOURCE (or --wav-scp and --text): see shardkit make --help")
-    from shardkit.commands.make.sources import detect_format, expand_globs
-
-    paths = expand_globs(list(source))
-    fmt = source_format or detect_format(paths)
-    if fmt != "kaldi":
-        return _Source(fmt, paths, segments=segments)
-    if len(paths) != 1 or not os.path.isdir(paths[0]):
-        raise UsageError("--from kaldi takes one data directory (holding wav.scp and text)")
-    if segments is None and os.path.exists(os.path.join(paths[0], "segments")):
-        segments = os.path.join(paths[0], "segments")
-    return _Source("kaldi", paths, os.path.join(paths[0], "wav.scp"), os.path.join(paths[0], "text"), segments)
-
-
-def _check_field_options(src: _Source, key_field: str | None, text_field: str | None, audio_field: str | None,
-                         channel: int | None, audio_format: str | None, resample: int | None) -> str | None:
-    """Refuse the options the source's format has no use for (manifest fields and --channel for a
-    Kaldi directory, --segments for the others) and settle a Kaldi directory's audio format: wav
-    when utterances must be cut or resampled, else the source bytes kept."""
-    from shardkit.errors import UsageError
-
-    if src.fmt != "kaldi":
-        if src.segments is not None:
-            raise UsageError("--segments is for Kaldi data directories")
-        return audio_format
-    if any(v is not None for v in (key_field, text_field, audio_field, channel)):
-        raise UsageError("--key-field, --text-field, --audio-field and --channel are not for Kaldi directories")
-    if audio_format is None:
-        audio_format = "wav" if src.segments or resample else "keep"
-    return audio_format
-
-
-def _make_kaldi(src: _Source, out_dir: str, settings: MakeSettings, progress: ShardProgress,
-                run: dict) -> MakeReport:
-    """Shards from a Kaldi data directory (``make.run_make``), progress from the plan on."""
-    from shardkit.commands.make import run_make
-
-    return run_make(src.wav_scp, src.text, out_dir, settings, segments=src.segments, on_plan=progress.on_plan,
-                    on_result=progress.on_result, **run)
-
-
-def _make_from(src: _Source, out_dir: str, settings: MakeSettings, progress: ShardProgress, run: dict, *, quiet: bool,
-               key_field: str | None, text_field: str | None, audio_field: str | None, channel: int | None,
-               allow_pipes: bool) -> MakeReport:
-    """Shards from a manifest, list, Parquet files or tars (``manifests.run_make_from``): reading
-    the entries can take a while before there is a plan, so a counter shows it until the plan."""
-    from tqdm import tqdm
-
-    from shardkit.commands.make.manifests import run_make_from
-    from shardkit.commands.make.sources import SourceOptions
-
-    options = SourceOptions(key_field=key_field, text_field=text_field, audio_field=audio_field, channel=channel,
-                            allow_pipes=allow_pipes)
-    reading = tqdm(unit=" entries", file=sys.stderr, dynamic_ncols=True, desc=f"make: reading {src.fmt}",
-                   disable=quiet)
-
-    def on_entry(count):
-        reading.update(count - reading.n)
-
-    def on_plan(total):
-        reading.close()
-        progress.on_plan(total)
-
-    report = run_make_from(src.fmt, list(src.paths), out_dir, settings, options=options, on_plan=on_plan,
-                           on_result=progress.on_result, on_entry=on_entry, **run)
-    reading.close()
-    return report
 
 
 def _print_summary(summary: dict, *, as_json: bool, quiet: bool, codec: str = "none",
