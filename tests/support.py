@@ -7,6 +7,7 @@ conftest.py puts this folder on sys.path, so every test module imports these as 
 from __future__ import annotations
 
 import contextlib
+import json
 import io
 import logging
 import os
@@ -14,6 +15,7 @@ import socket
 import tarfile
 from http.server import SimpleHTTPRequestHandler
 
+import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
@@ -120,3 +122,45 @@ def tar_bytes(members, fmt=tarfile.GNU_FORMAT) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+# --- index files shaped like `shardkit index`'s, for planning tests -------------------------------
+
+INDEX_MEANS = {"zh": 3.6, "en": 12.3, "acc": 5.0}  # seconds per utterance: AISHELL-2-, LibriSpeech-, accented-like
+
+
+def _indexfile():
+    from shardkit.io import indexfile
+
+    return indexfile
+
+
+def index_records(corpus_name: str, n: int, seed: int, *, aliases: bool = False):
+    """Index lines shaped like `shardkit index`'s (shard paths relative and absent here), in shard order."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        key = f"{corpus_name}/S{i // 50:04d}/U{i:07d}"
+        seconds = round(float(np.clip(rng.gamma(8, INDEX_MEANS[corpus_name] / 8), 0.5, 30)), 6)
+        size = 44 + 2 * int(seconds * 16000)
+        record = {"shard": f"rel/{corpus_name}/shards_{i // 50:09d}.tar", "key": key, "corpus": corpus_name,
+                  "format": "wav", "bytes": size + 20, "sample_rate": 16000, "channels": 1,
+                  "frames": int(seconds * 16000), "duration": seconds,
+                  "members": [[key + ".txt", 512 + i, 20], [key + ".wav", 1536 + i, size]]}
+        if aliases:
+            record.update({"member": key + ".wav", "text_len": 7})
+        else:
+            record.update({"audio": key + ".wav", "text_chars": 7})
+        out.append(record)
+    return out
+
+def write_jsonl_index(path, records):
+    with open(path, "wb") as f:
+        f.write(b"".join(_indexfile().dumps_line(r) for r in records))
+    return str(path)
+
+def to_parquet_index(src, dst):
+    result = run_cli("index", src, "-o", dst, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["utterances"] == sum(1 for _ in _indexfile().iter_jsonl(str(src)))
+    return str(dst)

@@ -10,7 +10,7 @@ hold is caught (neither soundfile nor torchaudio notices).
 transcodes) asks: facts the member's bytes can hold, or an AudioHeaderError whose ``check`` names what a
 decoder would refuse or read differently (HEADER_CHECKS). The decoders are the judge: each rule here
 matches what libsndfile, FFmpeg and libFLAC do with such a header, and the property tests in
-``tests/test_audio_header_properties.py`` hold it to libsndfile's decode.
+``tests/io/test_audio_headers.py`` hold it to libsndfile's decode.
 """
 
 from __future__ import annotations

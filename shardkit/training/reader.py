@@ -207,7 +207,7 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
     size limit), which ``tario.parse_header`` reads the same, in ~1.5 us instead of ~7 us.
     Anything else (long names, pax, links, odd names or fields, bad checksums, oversized members,
     the end-of-archive block) hands the rest of the stream to ``iter_tar_members``, which applies
-    every check and error policy. tests/test_tar_fuzz.py proves the two read alike. ``offset``: where
+    every check and error policy. tests/io/test_tar_agrees_with_tarfile.py proves the two read alike. ``offset``: where
     in the tar stream ``source`` stands (a resumed read starts past members already read);
     ``position``: its ``end`` is set to the offset past each member before it is yielded.
     """

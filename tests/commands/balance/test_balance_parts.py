@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from shardkit.cli import main
 from shardkit.commands.balance import BalanceSettings, CorpusSource, _load_mix, _plan, take_keys
 from shardkit.run.options import RunOptions
-from tests.test_indexfile import _records, _to_parquet, _write_jsonl
+from support import index_records, to_parquet_index, write_jsonl_index
 
 pytest.importorskip("pyarrow")
 
@@ -27,13 +27,13 @@ ARGS = {"world_size": 4, "num_workers": 2, "shard_duration": 300.0, "num_shards"
 def index(tmp_path_factory):
     """Three corpora; zh in two files (JSON lines, then Parquet), en Parquet, acc JSON lines."""
     root = tmp_path_factory.mktemp("parts")
-    zh = _records("zh", 2500, 10)
-    files = {"zh": [_write_jsonl(root / "zh-1.jsonl", zh[:1300]),
-                    _to_parquet(_write_jsonl(root / "zh-2.jsonl", zh[1300:]), root / "zh-2.parquet")],
-             "en": [_to_parquet(_write_jsonl(root / "en.jsonl", _records("en", 1000, 11)), root / "en.parquet")],
-             "acc": [_write_jsonl(root / "acc.jsonl", _records("acc", 700, 12))]}
+    zh = index_records("zh", 2500, 10)
+    files = {"zh": [write_jsonl_index(root / "zh-1.jsonl", zh[:1300]),
+                    to_parquet_index(write_jsonl_index(root / "zh-2.jsonl", zh[1300:]), root / "zh-2.parquet")],
+             "en": [to_parquet_index(write_jsonl_index(root / "en.jsonl", index_records("en", 1000, 11)), root / "en.parquet")],
+             "acc": [write_jsonl_index(root / "acc.jsonl", index_records("acc", 700, 12))]}
     keys = {name: [r["key"] for r in records] for name, records in
-            (("zh", zh), ("en", _records("en", 1000, 11)), ("acc", _records("acc", 700, 12)))}
+            (("zh", zh), ("en", index_records("en", 1000, 11)), ("acc", index_records("acc", 700, 12)))}
     return files, keys
 
 

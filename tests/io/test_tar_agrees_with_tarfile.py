@@ -8,7 +8,7 @@ ShardkitError; never a hang, never another exception. The reader's fast path
 (``iter_members_fast``) must read every archive exactly as ``iter_tar_members`` does.
 
 Fixed seed (derandomized) and a bounded example count keep CI short; a longer run by hand:
-``SHARDKIT_FUZZ_EXAMPLES=20000 pytest tests/test_tar_fuzz.py``.
+``SHARDKIT_FUZZ_EXAMPLES=20000 pytest tests/io/test_tar_agrees_with_tarfile.py``.
 """
 
 from __future__ import annotations

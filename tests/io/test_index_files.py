@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from support import SMALL_CORPORA, corpus
+from support import SMALL_CORPORA, corpus, index_records, to_parquet_index, write_jsonl_index
 
 from shardkit.cli import main
 from shardkit.commands import balance
@@ -21,42 +21,6 @@ from shardkit.io import indexfile
 from shardkit.io.tar import group_samples, iter_shard_members
 
 pytest.importorskip("pyarrow")
-
-MEANS = {"zh": 3.6, "en": 12.3, "acc": 5.0}
-
-
-def _records(corpus_name: str, n: int, seed: int, *, aliases: bool = False):
-    """Index lines shaped like `shardkit index`'s (shard paths relative and absent here), in shard order."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        key = f"{corpus_name}/S{i // 50:04d}/U{i:07d}"
-        seconds = round(float(np.clip(rng.gamma(8, MEANS[corpus_name] / 8), 0.5, 30)), 6)
-        size = 44 + 2 * int(seconds * 16000)
-        record = {"shard": f"rel/{corpus_name}/shards_{i // 50:09d}.tar", "key": key, "corpus": corpus_name,
-                  "format": "wav", "bytes": size + 20, "sample_rate": 16000, "channels": 1,
-                  "frames": int(seconds * 16000), "duration": seconds,
-                  "members": [[key + ".txt", 512 + i, 20], [key + ".wav", 1536 + i, size]]}
-        if aliases:
-            record.update({"member": key + ".wav", "text_len": 7})
-        else:
-            record.update({"audio": key + ".wav", "text_chars": 7})
-        out.append(record)
-    return out
-
-
-def _write_jsonl(path, records):
-    with open(path, "wb") as f:
-        f.write(b"".join(indexfile.dumps_line(r) for r in records))
-    return str(path)
-
-
-def _to_parquet(src, dst):
-    result = CliRunner().invoke(main, ["index", str(src), "-o", str(dst), "-q", "--json"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["utterances"] == sum(1 for _ in indexfile.iter_jsonl(str(src)))
-    return str(dst)
-
 
 def _plan_index_files(files_per_corpus, weight=1.0, **plan_args):
     corpora = [CorpusSource(name, tuple(files), weight) for name, files in files_per_corpus.items()]
@@ -71,11 +35,11 @@ def _plan_index_files(files_per_corpus, weight=1.0, **plan_args):
 def generated(tmp_path_factory):
     """Three corpora as JSON lines (two files for zh, aliases in acc) and the same as Parquet."""
     root = tmp_path_factory.mktemp("generated")
-    zh = _records("zh", 3000, 0)
-    jsonl = {"zh": [_write_jsonl(root / "zh-1.jsonl", zh[:1700]), _write_jsonl(root / "zh-2.jsonl", zh[1700:])],
-             "en": [_write_jsonl(root / "en.jsonl", _records("en", 1200, 1))],
-             "acc": [_write_jsonl(root / "acc.jsonl", _records("acc", 900, 2, aliases=True))]}
-    parquet = {name: [_to_parquet(p, p[:-len(".jsonl")] + ".parquet") for p in files]
+    zh = index_records("zh", 3000, 0)
+    jsonl = {"zh": [write_jsonl_index(root / "zh-1.jsonl", zh[:1700]), write_jsonl_index(root / "zh-2.jsonl", zh[1700:])],
+             "en": [write_jsonl_index(root / "en.jsonl", index_records("en", 1200, 1))],
+             "acc": [write_jsonl_index(root / "acc.jsonl", index_records("acc", 900, 2, aliases=True))]}
+    parquet = {name: [to_parquet_index(p, p[:-len(".jsonl")] + ".parquet") for p in files]
                for name, files in jsonl.items()}
     return {"root": root, "jsonl": jsonl, "parquet": parquet}
 
@@ -154,7 +118,7 @@ def test_a_truncated_parquet_index_is_named(generated, tmp_path):
 
 
 def test_a_damaged_row_group_is_named_with_its_rows(tmp_path):
-    records = _records("zh", 3000, 5)
+    records = index_records("zh", 3000, 5)
     path = str(tmp_path / "big.parquet")
     old = indexfile.ROW_GROUP_ROWS
     indexfile.ROW_GROUP_ROWS = 1000  # three row groups
@@ -175,7 +139,7 @@ def test_a_damaged_row_group_is_named_with_its_rows(tmp_path):
 
 
 def test_a_bad_duration_in_a_parquet_index_is_named_by_row(tmp_path):
-    records = _records("en", 40, 1)
+    records = index_records("en", 40, 1)
     records[17]["duration"] = float("nan")
     path = indexfile.write_index_file(str(tmp_path / "nan.parquet"), [records])
     with pytest.raises(ShardkitError, match=r"row 17: duration must be a finite number >= 0 \(got nan\)"):
@@ -191,7 +155,7 @@ def test_a_bad_duration_in_a_parquet_index_is_named_by_row(tmp_path):
     ({"shard": "s.tar", "key": "k", "members": []}, "is not an index record (needs shard, key, duration, members)"),
 ])
 def test_a_bad_jsonl_field_is_named_by_file_and_line_and_nothing_is_written(tmp_path, line, message):
-    records = _records("zh", 5, 0)
+    records = index_records("zh", 5, 0)
     src = tmp_path / "in.jsonl"
     with open(src, "wb") as f:
         f.write(b"".join(indexfile.dumps_line(r) for r in records[:2]) + json.dumps(line).encode() + b"\n")
@@ -205,8 +169,8 @@ def test_a_bad_jsonl_field_is_named_by_file_and_line_and_nothing_is_written(tmp_
 def test_numbers_as_other_tools_write_them_are_accepted(tmp_path):
     record = {"shard": "../absent/s.tar", "key": "k", "duration": "2.5", "members": [["k.wav", 512, 80044]],
               "sample_rate": 16000.0, "member": "k.wav", "text_len": 3}
-    src = _write_jsonl(tmp_path / "other.jsonl", [record])
-    dst = _to_parquet(src, tmp_path / "other.parquet")
+    src = write_jsonl_index(tmp_path / "other.jsonl", [record])
+    dst = to_parquet_index(src, tmp_path / "other.parquet")
     assert list(indexfile.iter_index(dst)) == [{"shard": "../absent/s.tar", "key": "k", "duration": 2.5,
                                                 "members": [["k.wav", 512, 80044]], "sample_rate": 16000,
                                                 "audio": "k.wav", "text_chars": 3}]
@@ -231,8 +195,8 @@ def test_key_hashes_find_duplicates_and_only_them():
 
 
 def test_a_key_in_two_parquet_corpora_is_refused(tmp_path):
-    a = indexfile.write_index_file(str(tmp_path / "a.parquet"), [_records("zh", 30, 0)])
-    clash = _records("en", 30, 1)
+    a = indexfile.write_index_file(str(tmp_path / "a.parquet"), [index_records("zh", 30, 0)])
+    clash = index_records("en", 30, 1)
     clash[12]["key"] = "zh/S0000/U0000004"
     b = indexfile.write_index_file(str(tmp_path / "b.parquet"), [clash])
     with pytest.raises(ShardkitError, match=r"key 'zh/S0000/U0000004' appears twice: in rel/zh/shards_000000000.tar "
@@ -307,7 +271,7 @@ def test_make_leaves_the_index_beside_data_list(tmp_path):
 
 
 def test_a_repeat_named_like_a_real_key_is_refused_from_parquet(tmp_path):
-    records = _records("zh", 20, 0)
+    records = index_records("zh", 20, 0)
     records[7]["key"] = records[3]["key"] + "-rep1"
     path = indexfile.write_index_file(str(tmp_path / "r.parquet"), [records])
     with pytest.raises(ShardkitError, match=f"repeat of '{records[3]['key']}' would be named "
@@ -367,7 +331,7 @@ def test_repeats_are_read_a_chunk_at_a_time_in_index_order(generated, tmp_path, 
     planned.repeats.check()
     monkeypatch.undo()
 
-    records = _records("zh", 600, 0)
+    records = index_records("zh", 600, 0)
     records[590]["key"] = records[5]["key"] + "-rep1"  # read in a late chunk
     path = indexfile.write_index_file(str(tmp_path / "r.parquet"), [records])
     monkeypatch.setattr(sources, "REPEATS_CHUNK", 100)

@@ -145,7 +145,7 @@ def test_pipe_zstd_fallback_reads_the_same(make_shards):
 
 @pytest.mark.skipif(not hook.needed(), reason="Python 3.14+ tarfile reads zstd itself")
 def test_webdataset_reads_zst_in_a_venv_with_the_hook_installed_by_the_cli(make_shards, tmp_path):
-    from test_wenet import make_venv, run_python
+    from test_zstd_hook import make_venv, run_python
 
     paths = make_shards("zst")
     script = tmp_path / "read.py"
