@@ -3,10 +3,10 @@
 Each reader is a generator over a source (a manifest, Parquet files, WebDataset tars) that yields,
 in source order, compact ``Entry`` tuples (one utterance each) and ``Skip`` tuples (an entry that
 cannot become an utterance, with its key and the reason). Readers stream: they hold one manifest
-line, one Parquet batch or one tar sample at a time. ``make_sources`` turns the entries into a
-columnar catalog, plans shards and writes them with ``make``'s writer.
+line, one Parquet batch or one tar sample at a time. ``make.manifests`` turns the entries into a
+columnar catalog, plans shards and writes them with ``make.write``.
 
-Formats (the registry ``FORMATS``): ``kaldi`` (handled by ``make.run_make``), ``wenet-raw``,
+Formats (the registry ``FORMATS``): ``kaldi`` (handled by ``make.from_kaldi.run_make``), ``wenet-raw``,
 ``nemo``, ``lhotse``, ``parquet``, ``wds``. ``detect_format`` names the format of a source that
 identifies itself.
 """
