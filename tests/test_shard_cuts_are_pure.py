@@ -7,7 +7,7 @@ import ast
 import numpy as np
 import pytest
 
-import shardkit.planning.shard_cuts as shard_cuts
+from shardkit.planning import shard_cuts
 from shardkit.planning.shard_cuts import plan_cuts, plan_shards
 
 
