@@ -231,15 +231,16 @@ def pack(fmt: str, corpus: dict, out: str, *, jobs: int = 1, shard_duration: flo
          verify: bool = True) -> dict:
     from shardkit.commands.make import MakeSettings, run_make
     from shardkit.commands.make.manifests import run_make_from
+    from shardkit.run.options import RunOptions
 
     settings = MakeSettings(codec="none", level=None, audio_format="keep", shard_duration=shard_duration,
                             verify=verify)
     if fmt == "kaldi":
         src = corpus["sources"]["kaldi"][0]
-        report = run_make(os.path.join(src, "wav.scp"), os.path.join(src, "text"), out, settings, jobs=jobs,
-                          overwrite=True)
+        report = run_make(os.path.join(src, "wav.scp"), os.path.join(src, "text"), out, settings,
+                          RunOptions(jobs=jobs, overwrite=True))
     else:
-        report = run_make_from(fmt, corpus["sources"][fmt], out, settings, jobs=jobs, overwrite=True)
+        report = run_make_from(fmt, corpus["sources"][fmt], out, settings, RunOptions(jobs=jobs, overwrite=True))
     summary = report.summary()
     assert summary["utterances"] == corpus["utterances"], (fmt, summary["utterances"], summary["findings"][:3])
     assert abs(summary["audio_seconds"] - corpus["seconds"]) < 0.01 * corpus["utterances"], fmt
@@ -252,13 +253,15 @@ def plan_only(fmt: str, corpus: dict) -> int:
     from shardkit.commands.make.kaldi import parse_text, parse_wav_scp, read_table
     from shardkit.commands.make.manifests import plan_source
     from shardkit.commands.make.sources import SourceOptions
+    from shardkit.run.options import RunOptions
 
     if fmt == "kaldi":
         src = corpus["sources"]["kaldi"][0]
         wav = parse_wav_scp(read_table(os.path.join(src, "wav.scp")))
         utts, _, _ = match_utterances(wav, parse_text(read_table(os.path.join(src, "text"))))
-        return len(probe_recordings([wav[u["recording"]] for u in utts], jobs=1))
-    builder, *_ = plan_source(fmt, corpus["sources"][fmt], SourceOptions(), MakeSettings(shard_duration=300.0), jobs=1)
+        return len(probe_recordings([wav[u["recording"]] for u in utts], RunOptions(jobs=1)))
+    builder, *_ = plan_source(fmt, corpus["sources"][fmt], SourceOptions(), MakeSettings(shard_duration=300.0),
+                              RunOptions(jobs=1))
     return len(builder.indices)
 
 
@@ -391,11 +394,12 @@ def plan_child(manifest: str) -> None:
     from shardkit.commands.make import MakeSettings
     from shardkit.commands.make.manifests import plan_source
     from shardkit.commands.make.sources import SourceOptions
+    from shardkit.run.options import RunOptions
 
     base = vm_hwm_mb()
     t = time.perf_counter()
     builder, findings, key_map, needs_cut = plan_source("nemo", [manifest], SourceOptions(),
-                                                        MakeSettings(shard_duration=3600.0), jobs=1)
+                                                        MakeSettings(shard_duration=3600.0), RunOptions(jobs=1))
     entries = len(builder.catalog)
     planned = len(builder.indices)
     shards = len(builder)

@@ -48,7 +48,9 @@ from shardkit.commands.make.settings import (
 )
 from shardkit.commands.make.shard import READ_AHEAD_BYTES, make_shard, read_ahead
 from shardkit.commands.make.source import MakeSource, check_field_options, resolve_source, run_make_source
-from shardkit.commands.make.write import PlannedShards, _plan_writes, _split_done, claimed_run, write_shards
+from shardkit.commands.make.write import PlannedShards, claimed_run, write_shards
+from shardkit.commands.make.write import _plan_writes as _plan_writes  # the steps' tests import these two
+from shardkit.commands.make.write import _split_done as _split_done
 from shardkit.planning.shard_cuts import plan_cuts, plan_shards
 
 __all__ = [

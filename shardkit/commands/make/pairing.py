@@ -56,22 +56,23 @@ def _pair(key: str, text: str, wav: dict[str, WavEntry], segments: dict[str, Seg
         where = "in text but not in wav.scp" if segments is None else \
             f"its recording {recording!r} is not in wav.scp"
         return [finding(key, "no_audio", where)]
-    problems = _text_problems(key, text)
-    if problems:  # an utterance a tokenizer or a list line cannot take is not packed
-        return [finding(key, check, message) for check, message in problems]
+    problems = text_problems(text)
+    control = key_control_problem(key)
+    if problems or control is not None:  # an utterance a tokenizer or a list line cannot take is not packed
+        return _text_findings(key, text, problems, control)
     unsafe = check_key(key)
     if unsafe:
         return [finding(key, "unsafe_key", unsafe)]
     return {"key": key, "text": text, "recording": recording, "start": start, "end": end}
 
 
-def _text_problems(key: str, text: str) -> list[tuple[str, str]]:
-    """``(check, message)`` for each reason a transcript or its key cannot go into a shard."""
-    problems = [("empty_transcript", "empty transcript" if not text.strip() else message) if check == EMPTY_TEXT
-                else (check, message) for check, message in text_problems(text)]
-    if (control := key_control_problem(key)) is not None:
-        problems.append(control)
-    return problems
+def _text_findings(key: str, text: str, problems: list[tuple[str, str]], control: tuple[str, str] | None) -> list[dict]:
+    """The findings of a transcript a tokenizer cannot take (``text_problems``) or a key a list line cannot."""
+    found = [finding(key, "empty_transcript", "empty transcript" if not text.strip() else message)
+             if check == EMPTY_TEXT else finding(key, check, message) for check, message in problems]
+    if control is not None:
+        found.append(finding(key, *control))
+    return found
 
 
 def _unpaired(wav: dict[str, WavEntry], texts: dict[str, str],

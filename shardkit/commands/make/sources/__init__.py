@@ -3,10 +3,10 @@
 Each reader is a generator over a source (a manifest, Parquet files, WebDataset tars) that yields,
 in source order, compact ``Entry`` tuples (one utterance each) and ``Skip`` tuples (an entry that
 cannot become an utterance, with its key and the reason). Readers stream: they hold one manifest
-line, one Parquet batch or one tar sample at a time. ``make_sources`` turns the entries into a
-columnar catalog, plans shards and writes them with ``make``'s writer.
+line, one Parquet batch or one tar sample at a time. ``make.manifests`` turns the entries into a
+columnar catalog, plans shards and writes them with ``make.write``.
 
-Formats (the registry ``FORMATS``): ``kaldi`` (handled by ``make.run_make``), ``wenet-raw``,
+Formats (the registry ``FORMATS``): ``kaldi`` (handled by ``make.from_kaldi.run_make``), ``wenet-raw``,
 ``nemo``, ``lhotse``, ``parquet``, ``wds``. ``detect_format`` names the format of a source that
 identifies itself.
 """
@@ -134,38 +134,31 @@ def _first_object(path: str) -> dict | None:
     return None
 
 
+# what the first object of a JSON-lines manifest holds, tried in order
+_MANIFEST_KINDS = (
+    ("nemo", lambda obj: "audio_filepath" in obj),
+    ("wenet-raw", lambda obj: "key" in obj and "wav" in obj),
+    ("lhotse-cuts", lambda obj: obj.get("type") in ("MonoCut", "MixedCut", "PaddingCut", "DataCut")
+     or "recording" in obj),
+    ("lhotse-recordings", lambda obj: "sources" in obj and "sampling_rate" in obj),
+    ("lhotse-supervisions", lambda obj: "recording_id" in obj and "start" in obj and "duration" in obj),
+)
+
+
 def manifest_kind(path: str) -> str | None:
     """What a JSON-lines manifest holds, from its first object: wenet-raw, nemo, lhotse-cuts,
     lhotse-recordings, lhotse-supervisions, or None."""
     obj = _first_object(path)
     if obj is None:
         return None
-    if "audio_filepath" in obj:
-        return "nemo"
-    if "key" in obj and "wav" in obj:
-        return "wenet-raw"
-    if obj.get("type") in ("MonoCut", "MixedCut", "PaddingCut", "DataCut") or "recording" in obj:
-        return "lhotse-cuts"
-    if "sources" in obj and "sampling_rate" in obj:
-        return "lhotse-recordings"
-    if "recording_id" in obj and "start" in obj and "duration" in obj:
-        return "lhotse-supervisions"
-    return None
+    return next((kind for kind, holds in _MANIFEST_KINDS if holds(obj)), None)
 
 
 def detect_format(paths: list[str]) -> str:
     """The format of a source that identifies itself; a UsageError saying why when it does not."""
     first = paths[0]
     if os.path.isdir(first):
-        names = os.listdir(first)
-        if "wav.scp" in names and "text" in names:
-            return "kaldi"
-        if any(n.endswith(".parquet") for n in names):
-            return "parquet"
-        if any(n.endswith(TAR_SUFFIXES) for n in names):
-            return "wds"
-        raise UsageError("cannot tell the format of this folder (no wav.scp + text, no .parquet, no tars): "
-                         "name it with --from", shard=first)
+        return _folder_format(first)
     if first.endswith(".parquet"):
         return "parquet"
     if first.endswith(TAR_SUFFIXES):
@@ -177,6 +170,19 @@ def detect_format(paths: list[str]) -> str:
         raise UsageError("cannot tell the format of this file from its first line: name it with --from "
                          f"({', '.join(FORMATS)})", shard=first)
     return "lhotse" if kind.startswith("lhotse") else kind
+
+
+def _folder_format(folder: str) -> str:
+    """A folder's format, from the files it holds: a Kaldi data directory, Parquet files or tars."""
+    names = os.listdir(folder)
+    if "wav.scp" in names and "text" in names:
+        return "kaldi"
+    if any(n.endswith(".parquet") for n in names):
+        return "parquet"
+    if any(n.endswith(TAR_SUFFIXES) for n in names):
+        return "wds"
+    raise UsageError("cannot tell the format of this folder (no wav.scp + text, no .parquet, no tars): "
+                     "name it with --from", shard=folder)
 
 
 def iter_entries(fmt: str, paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:

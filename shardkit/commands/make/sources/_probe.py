@@ -106,16 +106,10 @@ def probe_head(head: bytes, size: int, location: str) -> tuple[float, int, int] 
 def probe_url(url: str) -> tuple | str:
     """``probe_audio`` for an fsspec URL: the object's size and its first ``HEAD_BYTES`` (a ranged
     read); the rest of the object too only when its head does not tell (another format, a streamed WAV)."""
-    from shardkit.io.remote import _describe, filesystem
+    from shardkit.io.remote import _describe
 
     try:
-        fs, path = filesystem(url, None)
-        size = fs.size(path)
-        head = fs.cat_file(path, start=0, end=HEAD_BYTES if size is None else min(size, HEAD_BYTES))
-        facts = probe_head(head, size, url) if size is not None else None
-        if facts is None and size is not None and len(head) < size:
-            rest = fs.cat_file(path, start=len(head), end=size)
-            head = rest if len(rest) == size else head + rest  # a server that ignores ranges sends it all
+        head, size, facts = _url_head(url)
     except ShardkitError as err:
         return f"cannot read {url} ({err.reason})"
     except Exception as err:  # drivers raise their own families (botocore, aiohttp, OSError)
@@ -125,6 +119,21 @@ def probe_url(url: str) -> tuple | str:
             head = _url_bytes(url)
         facts, size = probe_bytes(head), len(head)
     return facts if isinstance(facts, str) else (*facts, size, 0)
+
+
+def _url_head(url: str) -> tuple[bytes, int | None, tuple[float, int, int] | str | None]:
+    """``(bytes read, the object's size or None, probe_head's answer)``: the head, and the whole object
+    when the head does not tell and the size is known."""
+    from shardkit.io.remote import filesystem
+
+    fs, path = filesystem(url, None)
+    size = fs.size(path)
+    head = fs.cat_file(path, start=0, end=HEAD_BYTES if size is None else min(size, HEAD_BYTES))
+    facts = probe_head(head, size, url) if size is not None else None
+    if facts is None and size is not None and len(head) < size:
+        rest = fs.cat_file(path, start=len(head), end=size)
+        head = rest if len(rest) == size else head + rest  # a server that ignores ranges sends it all
+    return head, size, facts
 
 
 FIRST_READ_BYTES = 4096  # a WAV header or FLAC's STREAMINFO nearly always lies in the first page
@@ -151,33 +160,43 @@ def probe_audio(location: str) -> tuple | str:
     from its header, or the reason it cannot be read. A URL's mtime_ns is 0."""
     try:
         if location.startswith("pipe:"):
-            from shardkit.commands.make.kaldi import run_pipe
-
-            data = run_pipe(location[5:], key=location)
-            facts = probe_bytes(data)
-            return facts if isinstance(facts, str) else (*facts, len(data), 0)
+            return _probe_pipe(location)
         if is_url(location):
             return probe_url(location)
-        with open(location, "rb", buffering=0) as f:
-            st = os.fstat(f.fileno())
-            _, facts = _probe_local_head(f, st.st_size, location)
-        if facts is not None:
-            return facts if isinstance(facts, str) else (*facts, st.st_size, st.st_mtime_ns)
-        try:
-            info = _probe_whole_file(location, st.st_size)  # a header past the head, a length to count
-        except AudioHeaderError as err:
-            return Reason(f"{location}: {err.reason}", err.check)
-        except AudioError as err:  # libsndfile reports every failure as one generic error
-            return Reason(f"cannot read the audio header of {location} ({err.reason})")
-        if info["frames_declared"] > info["frames"]:
-            return Reason(f"{location}: WAV header promises {info['frames_declared']} frames, the file holds "
-                          f"{info['frames']} (truncated)")
-        return (info["frames"] / info["sample_rate"], info["sample_rate"], info["channels"], st.st_size,
-                st.st_mtime_ns)
+        return _probe_local(location)
     except ShardkitError as err:
         return err.reason
     except OSError as err:
         return f"cannot read {location} ({err.strerror or err})"
+
+
+def _probe_pipe(location: str) -> tuple | str:
+    """A ``pipe:`` command's output, read whole (its length is only known at its end)."""
+    from shardkit.commands.make.kaldi import run_pipe
+
+    data = run_pipe(location[5:], key=location)
+    facts = probe_bytes(data)
+    return facts if isinstance(facts, str) else (*facts, len(data), 0)
+
+
+def _probe_local(location: str) -> tuple | str:
+    """A local file: its head first, the whole file only when the head does not tell."""
+    with open(location, "rb", buffering=0) as f:
+        st = os.fstat(f.fileno())
+        _, facts = _probe_local_head(f, st.st_size, location)
+    if facts is not None:
+        return facts if isinstance(facts, str) else (*facts, st.st_size, st.st_mtime_ns)
+    try:
+        info = _probe_whole_file(location, st.st_size)  # a header past the head, a length to count
+    except AudioHeaderError as err:
+        return Reason(f"{location}: {err.reason}", err.check)
+    except AudioError as err:  # libsndfile reports every failure as one generic error
+        return Reason(f"cannot read the audio header of {location} ({err.reason})")
+    if info["frames_declared"] > info["frames"]:
+        return Reason(f"{location}: WAV header promises {info['frames_declared']} frames, the file holds "
+                      f"{info['frames']} (truncated)")
+    return (info["frames"] / info["sample_rate"], info["sample_rate"], info["channels"], st.st_size,
+            st.st_mtime_ns)
 
 
 def _probe_whole_file(location: str, size: int) -> dict:

@@ -1,6 +1,6 @@
 """Audio bytes of one utterance whose source is not a plain file: a URL, a tar member, a Parquet cell.
 
-Used by ``make``'s writer (``make._source_bytes``) inside the worker processes. A shard's
+Used by ``make``'s writer (``make.audio._source_bytes``) inside the worker processes. A shard's
 utterances come in source order, so each process keeps one forward cursor per compressed tar and
 the last Parquet row group it read: a shard costs one pass over its part of the source.
 """

@@ -55,28 +55,49 @@ def _utterance(sup, recording, offset: float, options: SourceOptions) -> Entry |
     if recording.transforms:
         return Skip(key, "unsupported_source", f"recording {recording.id!r} has transforms (speed, volume, "
                                                "resampling): apply them with lhotse first")
-    channels = sorted({c for s in recording.sources for c in s.channels})
-    channel = options.channel
-    if channel is None:
-        channel = sup.channel if isinstance(sup.channel, int) else (sup.channel[0] if len(sup.channel) == 1 else None)
-    if channel is None and len(recording.sources) > 1:
-        return Skip(key, "unsupported_source", f"recording {recording.id!r} keeps each channel in its own file: "
-                                               "choose one with --channel")
-    if channel is not None and channel not in channels:
-        return Skip(key, "no_such_channel", f"recording {recording.id!r} has channels {channels}, not {channel}")
-    source = recording.sources[0]
-    if channel is not None:
-        source = next(s for s in recording.sources if channel in s.channels)
-        channel = source.channels.index(channel) if len(source.channels) > 1 else None
-    if source.type == "file" or source.type == "url":
-        audio = source.source if source.type == "url" or is_url(source.source) else os.path.abspath(source.source)
-    elif source.type == "command" and options.allow_pipes:
-        audio = f"pipe:{source.source}"
-    else:
+    picked = _source_and_channel(sup, recording, options.channel)
+    if isinstance(picked, Skip):
+        return picked
+    source, channel = picked
+    audio = _audio(source, options.allow_pipes)
+    if audio is None:
         return Skip(key, "unsupported_source", f"recording {recording.id!r} has a {source.type!r} audio source"
                                                f"{' (needs --allow-pipes)' if source.type == 'command' else ''}")
     return Entry(key, sup.text, audio, start=max(0.0, offset + sup.start), duration=float(sup.duration),
                  segment=True, channel=channel)
+
+
+def _source_and_channel(sup, recording, channel: int | None) -> tuple[_Source, int | None] | Skip:
+    """The recording's source holding the channel asked for (``--channel``, else the supervision's own)
+    and that channel's index within it (None: every channel of a one-source recording, or a mono file)."""
+    if channel is None:
+        channel = _own_channel(sup)
+    if channel is None:
+        if len(recording.sources) > 1:
+            return Skip(sup.id, "unsupported_source", f"recording {recording.id!r} keeps each channel in its own "
+                                                      "file: choose one with --channel")
+        return recording.sources[0], None
+    channels = sorted({c for s in recording.sources for c in s.channels})
+    if channel not in channels:
+        return Skip(sup.id, "no_such_channel", f"recording {recording.id!r} has channels {channels}, not {channel}")
+    source = next(s for s in recording.sources if channel in s.channels)
+    return source, source.channels.index(channel) if len(source.channels) > 1 else None
+
+
+def _own_channel(sup) -> int | None:
+    """The supervision's channel: an int, or the one channel of a list (None for several)."""
+    if isinstance(sup.channel, int):
+        return sup.channel
+    return sup.channel[0] if len(sup.channel) == 1 else None
+
+
+def _audio(source: _Source, allow_pipes: bool) -> str | None:
+    """Where the source's audio is read from (a path, a URL or ``pipe:`` command), or None when it cannot be."""
+    if source.type == "file" or source.type == "url":
+        return source.source if source.type == "url" or is_url(source.source) else os.path.abspath(source.source)
+    if source.type == "command" and allow_pipes:
+        return f"pipe:{source.source}"
+    return None
 
 
 def _cuts(path: str, options: SourceOptions) -> Iterator[Entry | Skip]:
@@ -97,19 +118,27 @@ def _supervisions(recordings_path: str, supervisions_path: str, options: SourceO
         yield _utterance(sup, recordings.get(sup.recording_id), 0.0, options)
 
 
-def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+_KINDS = ("lhotse-cuts", "lhotse-recordings", "lhotse-supervisions")
+
+
+def _manifests(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The CutSets, RecordingSets and SupervisionSets among ``paths``; a UsageError for anything else, a
+    RecordingSet without its SupervisionSet (or the reverse), or more than one pair."""
     kinds = {path: manifest_kind(path) for path in paths}
-    cuts = [p for p, k in kinds.items() if k == "lhotse-cuts"]
-    recordings = [p for p, k in kinds.items() if k == "lhotse-recordings"]
-    supervisions = [p for p, k in kinds.items() if k == "lhotse-supervisions"]
-    other = [p for p, k in kinds.items() if k not in ("lhotse-cuts", "lhotse-recordings", "lhotse-supervisions")]
+    other = [p for p, k in kinds.items() if k not in _KINDS]
     if other:
         raise UsageError("not a Lhotse CutSet, RecordingSet or SupervisionSet manifest", shard=other[0])
+    cuts, recordings, supervisions = ([p for p, k in kinds.items() if k == kind] for kind in _KINDS)
     if len(recordings) != len(supervisions):
         raise UsageError("a Lhotse RecordingSet needs its SupervisionSet (and the reverse): give both, "
                          "e.g. recordings.jsonl.gz supervisions.jsonl.gz")
     if len(recordings) > 1:
         raise UsageError("give at most one RecordingSet with its SupervisionSet (or CutSets)")
+    return cuts, recordings, supervisions
+
+
+def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+    cuts, recordings, supervisions = _manifests(paths)
     for path in cuts:
         yield from _cuts(path, options)
     if recordings:

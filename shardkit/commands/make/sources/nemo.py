@@ -9,7 +9,7 @@ unless ``--key-field`` names a field.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from shardkit.commands.make.sources import Entry, Skip, SourceOptions, json_lines
 from shardkit.io.remote import is_url
@@ -21,50 +21,74 @@ def _number(value) -> float | None:
     return float(value)
 
 
+class _Fields(NamedTuple):
+    """The fields a line is read from (``--audio-field``, ``--text-field``, ``--key-field``; key None: the stem)."""
+
+    audio: str
+    text: str
+    key: str | None
+
+
 def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
-    audio_field = options.audio_field or "audio_filepath"
-    text_field = options.text_field or "text"
+    fields = _Fields(options.audio_field or "audio_filepath", options.text_field or "text", options.key_field)
     for path in paths:
-        base = os.path.dirname(os.path.abspath(path))
-        last_raw = last_resolved = None
-        for number, obj, error in json_lines(path):
-            where = f"{path}:{number}"
-            if obj is None:
-                yield Skip(where, "bad_line", error)
-                continue
-            audio = obj.get(audio_field)
-            if not isinstance(audio, str) or not audio:
-                yield Skip(where, "no_audio", f"line {number} has no {audio_field!r} path")
-                continue
-            if audio == last_raw:
-                audio = last_resolved
-            else:
-                last_raw = audio
-                if not is_url(audio):
-                    audio = os.path.normpath(os.path.join(base, os.path.expanduser(audio)))
-                last_resolved = audio
-            offset = obj.get("offset")
-            segment = offset is not None
-            start = _number(offset) if segment else 0.0
-            duration = obj.get("duration")
-            seconds = _number(duration) if duration is not None else None
-            if options.key_field:
-                key = obj.get(options.key_field)
-                key = key if isinstance(key, str) else (str(key) if isinstance(key, int) else None)
-            else:
-                key = os.path.splitext(os.path.basename(audio))[0]
-                if segment and start is not None:
-                    key = f"{key}-{round(start * 1000)}"
-            text = obj.get(text_field)
-            if not key:
-                yield Skip(where, "bad_line", f"line {number} has no {options.key_field!r} key")
-            elif start is None or start < 0:
-                yield Skip(key, "bad_line", f"{where}: offset {offset!r} is not a number >= 0")
-            elif duration is not None and (seconds is None or seconds <= 0):
-                yield Skip(key, "bad_line", f"{where}: duration {duration!r} is not a positive number")
-            elif segment and seconds is None:
-                yield Skip(key, "bad_line", f"{where}: a segment (offset given) needs a duration")
-            elif not isinstance(text, str):
-                yield Skip(key, "no_transcript", f"{where}: no {text_field!r} string")
-            else:
-                yield Entry(key, text, audio, start=start, duration=seconds, segment=segment)
+        yield from _read_manifest(path, fields)
+
+
+def _read_manifest(path: str, fields: _Fields) -> Iterator[Entry | Skip]:
+    """The entries of one manifest; a run of lines naming one audio file resolves its path (and stem) once."""
+    base = os.path.dirname(os.path.abspath(path))
+    last_raw = last_resolved = stem = None
+    for number, obj, error in json_lines(path):
+        if obj is None:
+            yield Skip(f"{path}:{number}", "bad_line", error)
+            continue
+        audio = obj.get(fields.audio)
+        if not isinstance(audio, str) or not audio:
+            yield Skip(f"{path}:{number}", "no_audio", f"line {number} has no {fields.audio!r} path")
+            continue
+        if audio != last_raw:
+            last_raw = last_resolved = audio
+            if not is_url(audio):
+                last_resolved = os.path.normpath(os.path.join(base, os.path.expanduser(audio)))
+            stem = os.path.splitext(os.path.basename(last_resolved))[0]
+        yield _line(obj, last_resolved, stem, path, number, fields)
+
+
+def _line(obj: dict, audio: str, stem: str, path: str, number: int, fields: _Fields) -> Entry | Skip:
+    """Line ``number`` of manifest ``path``, its audio resolved: its entry, or why it is skipped. The key
+    is the ``--key-field`` value, else the audio's stem (with a segment's offset in milliseconds)."""
+    offset = obj.get("offset")
+    segment = offset is not None
+    start = _number(offset) if segment else 0.0
+    duration = obj.get("duration")
+    seconds = _number(duration) if duration is not None else None
+    if fields.key:
+        key = _field_key(obj.get(fields.key))
+    else:
+        key = f"{stem}-{round(start * 1000)}" if segment and start is not None else stem
+    if not key:
+        return Skip(f"{path}:{number}", "bad_line", f"line {number} has no {fields.key!r} key")
+    problem = _timing_problem(offset, start, duration, seconds, segment)
+    if problem:
+        return Skip(key, "bad_line", f"{path}:{number}: {problem}")
+    text = obj.get(fields.text)
+    if not isinstance(text, str):
+        return Skip(key, "no_transcript", f"{path}:{number}: no {fields.text!r} string")
+    return Entry(key, text, audio, start=start, duration=seconds, segment=segment)
+
+
+def _field_key(value) -> str | None:
+    """A ``--key-field`` value as a key: a string, or an integer's digits (None for anything else)."""
+    return value if isinstance(value, str) else (str(value) if isinstance(value, int) else None)
+
+
+def _timing_problem(offset, start: float | None, duration, seconds: float | None, segment: bool) -> str | None:
+    """What is wrong with a line's offset and duration, or None."""
+    if start is None or start < 0:
+        return f"offset {offset!r} is not a number >= 0"
+    if duration is not None and (seconds is None or seconds <= 0):
+        return f"duration {duration!r} is not a positive number"
+    if segment and seconds is None:
+        return "a segment (offset given) needs a duration"
+    return None

@@ -79,30 +79,36 @@ def _text(sample: dict, field: str) -> str | None:
 def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
     field = options.text_field or "text"
     for path in expand(paths, TAR_SUFFIXES):
-        path = os.path.abspath(path)
-        problems: list[ShardkitError] = []
-        try:
-            for key, sample in _samples(path, problems):
-                while problems:
-                    err = problems.pop(0)
-                    yield Skip(err.member or path, err.check, str(err))
-                audio_ext = next((e for e in sample if e.rsplit(".", 1)[-1] in AUDIO_EXTENSIONS), None)
-                if audio_ext is None:
-                    yield Skip(key, "no_audio", f"{path}: sample has no audio member ({', '.join(sample)})")
-                    continue
-                text = _text(sample, field)
-                if text is None:
-                    yield Skip(key, "no_transcript", f"{path}: sample has no .txt or .json {field!r} transcript")
-                    continue
-                data, offset, name = sample[audio_ext]
-                facts = probe_bytes(data)
-                if isinstance(facts, str):
-                    yield Skip(key, check_of(facts), f"{path}: member {name!r}: {facts}")
-                    continue
-                seconds, rate, channels = facts
-                yield Entry(key, text, name, container=path, pos=offset, size=len(data), total=seconds, rate=rate,
-                            channels=channels)
-        except ShardkitError as err:
-            yield Skip(path, "bad_tar", f"{err.reason} (samples after it are lost)")
-        for err in problems:
-            yield Skip(err.member or path, err.check, str(err))
+        yield from _read_tar(os.path.abspath(path), field)
+
+
+def _read_tar(path: str, field: str) -> Iterator[Entry | Skip]:
+    """The samples of one tar, each problem the parser met in its place; a damaged tar ends its samples."""
+    problems: list[ShardkitError] = []
+    try:
+        for key, sample in _samples(path, problems):
+            while problems:
+                err = problems.pop(0)
+                yield Skip(err.member or path, err.check, str(err))
+            yield _sample(key, sample, path, field)
+    except ShardkitError as err:
+        yield Skip(path, "bad_tar", f"{err.reason} (samples after it are lost)")
+    for err in problems:
+        yield Skip(err.member or path, err.check, str(err))
+
+
+def _sample(key: str, sample: dict, path: str, field: str) -> Entry | Skip:
+    """One sample's entry (its audio member probed), or why it is skipped."""
+    audio_ext = next((e for e in sample if e.rsplit(".", 1)[-1] in AUDIO_EXTENSIONS), None)
+    if audio_ext is None:
+        return Skip(key, "no_audio", f"{path}: sample has no audio member ({', '.join(sample)})")
+    text = _text(sample, field)
+    if text is None:
+        return Skip(key, "no_transcript", f"{path}: sample has no .txt or .json {field!r} transcript")
+    data, offset, name = sample[audio_ext]
+    facts = probe_bytes(data)
+    if isinstance(facts, str):
+        return Skip(key, check_of(facts), f"{path}: member {name!r}: {facts}")
+    seconds, rate, channels = facts
+    return Entry(key, text, name, container=path, pos=offset, size=len(data), total=seconds, rate=rate,
+                 channels=channels)

@@ -14,21 +14,24 @@ from shardkit.io.remote import is_url
 
 
 def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
-    key_field = options.key_field or "key"
-    audio_field = options.audio_field or "wav"
-    text_field = options.text_field or "txt"
+    fields = (options.key_field or "key", options.audio_field or "wav", options.text_field or "txt")
     for path in paths:
-        for number, obj, error in json_lines(path):
-            if obj is None:
-                yield Skip(f"{path}:{number}", "bad_line", error)
-                continue
-            key, wav, text = obj.get(key_field), obj.get(audio_field), obj.get(text_field)
-            where = f"{path}:{number}"
-            if not isinstance(key, str) or not key:
-                yield Skip(where, "bad_line", f"line {number} has no {key_field!r} string")
-            elif not isinstance(wav, str) or not wav:
-                yield Skip(key, "no_audio", f"{where}: no {audio_field!r} path")
-            elif not isinstance(text, str):
-                yield Skip(key, "no_transcript", f"{where}: no {text_field!r} string")
-            else:
-                yield Entry(key, text, wav if is_url(wav) else os.path.abspath(wav))
+        yield from _read_list(path, *fields)
+
+
+def _read_list(path: str, key_field: str, audio_field: str, text_field: str) -> Iterator[Entry | Skip]:
+    """The entries of one list, in its order; a line without a key, audio path or transcript is skipped."""
+    for number, obj, error in json_lines(path):
+        if obj is None:
+            yield Skip(f"{path}:{number}", "bad_line", error)
+            continue
+        key, wav, text = obj.get(key_field), obj.get(audio_field), obj.get(text_field)
+        where = f"{path}:{number}"
+        if not isinstance(key, str) or not key:
+            yield Skip(where, "bad_line", f"line {number} has no {key_field!r} string")
+        elif not isinstance(wav, str) or not wav:
+            yield Skip(key, "no_audio", f"{where}: no {audio_field!r} path")
+        elif not isinstance(text, str):
+            yield Skip(key, "no_transcript", f"{where}: no {text_field!r} string")
+        else:
+            yield Entry(key, text, wav if is_url(wav) else os.path.abspath(wav))
