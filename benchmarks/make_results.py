@@ -7,7 +7,7 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORDER = ["convert", "transcode", "validate", "balance", "reader", "bench", "scaling", "executor", "make", "webdataset",
-         "tar_hardening", "layout", "wenet_conf", "audio_headers", "resume", "zst_seekable", "equal_steps", "first_hour", "prep", "remote_inputs",
+         "tar_hardening", "layout", "house", "wenet_conf", "audio_headers", "resume", "zst_seekable", "equal_steps", "first_hour", "prep", "remote_inputs",
          "plan_scale"]
 
 SUMMARY = """# Benchmark results
@@ -46,6 +46,7 @@ marked as such; everything else is the 2-vCPU VM.
 | webdataset | WebDataset + shardkit's handler >= 0.8x shardkit's reader, plain WAV / zst:3 | 0.96x / 0.96x with shardkit's reader stage (`shardkit.training.wds.WebDataset`); 0.41x / 0.78x on WebDataset's own tarfile (its reader alone: 0.58x / 0.91x) | met with the reader stage only |
 | plan --wenet-conf | plan with --wenet-conf on a 1 M-utterance index <= 1.5x the plan without it | 0.54x (7.9 s vs 14.7 s; the conf's filter + 3 epochs of batch simulation: 1.45 s) | met |
 | resume (27) | first batch after a mid-epoch restore <= 1.2x a fresh start's, at 10/50/90% of an epoch | 2 workers, two runs: plain 0.98-1.03x, zst:3 as convert now writes it (seekable, 1 MiB frames) 1.00-1.10x, zst:3 one frame (written before) up to 1.18-1.34x (up to one shard decompressed); replay before resume: up to 3.9x / 5.2x; 0 workers (1-5 ms batches): +0.5-2.5 ms fixed | met with workers (plain, zst:3 as written now); one-frame zst:3 from before not always |
+| house (34) | reader, convert and balance within 5% of before the restructure (one run, interleaved) | after / before by median: reader 0.92, convert 0.94, balance 0.96 (no row slower) | met |
 | equal_steps (23) | overhead per step measured against the bare loader (gloo, CPU) | one tiny all-reduce per step: +0.4-0.8 ms between 2 ranks on the oversubscribed 2-vCPU VM (the wrapper's own work 6-19 us); +0.5-0.9 ms on a 1.2-1.5 ms ShardDataset step; `overlap=True` -0.5 ms beside a gradient all-reduce | measured |
 """
 
