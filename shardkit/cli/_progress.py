@@ -25,8 +25,9 @@ class ProgressBars:
 
     def __init__(self, *, quiet: bool = False, min_total: int = 1, show_notes: bool = True,
                  notes_end_bars: bool = False, running_total: str | None = None,
-                 line_for: Callable[[Event], str | None] | None = None):
+                 line_for: Callable[[Event], str | None] | None = None, scale_counters: bool = False):
         self.quiet, self.min_total, self.show_notes = quiet, min_total, show_notes
+        self.scale_counters = scale_counters  # a stage of unknown total counts in k/M (index's rows), else 1, 2, 3
         self.notes_end_bars, self.running_total, self.line_for = notes_end_bars, running_total, line_for
         self.bar = None
         self.stage = ""
@@ -60,7 +61,7 @@ class ProgressBars:
         disable = event.total is not None and event.total < self.min_total
         self.bytes = 0
         self.bar = tqdm(total=event.total, unit=event.unit, file=sys.stderr, dynamic_ncols=True, desc=event.stage,
-                        disable=disable, unit_scale=event.total is None)
+                        disable=disable, unit_scale=self.scale_counters and event.total is None)
 
     def _advance(self, event: Event) -> None:
         error = event.failed

@@ -45,7 +45,7 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
     from shardkit.commands.index import is_index_rewrite, run_index
 
     rewrite = is_index_rewrite(list(shards), output)  # (a rewrite reads no --split)
-    with ProgressBars(quiet=quiet, min_total=0, running_total="utterances") as bars:
+    with ProgressBars(quiet=quiet, min_total=0, running_total="utterances", scale_counters=True) as bars:
         options = run_options(jobs=jobs, executor=executor, ray_address=ray_address,
                               split=None if rewrite else split, on_event=bars)
         report = run_index(list(shards), output, corpus, options)
