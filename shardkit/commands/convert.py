@@ -93,8 +93,8 @@ def copy_member(tar: TarWriter, name: str, body: MemberStream) -> bytes:
 
 
 def partial_path(dst: str) -> str:
-    """The fixed temporary name earlier versions wrote ``dst`` under (``lifecycle.temp_path`` now
-    gives one unique to each write); ``lifecycle.remove_leftovers`` removes both kinds.
+    """The fixed temporary name earlier versions wrote ``dst`` under (``io.files.temp_path`` now
+    gives one unique to each write); ``io.files.remove_leftovers`` removes both kinds.
 
     Beside a local ``dst``; for a URL, a local file named after it in the temporary folder.
     """

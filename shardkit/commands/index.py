@@ -392,7 +392,7 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
     import time
 
     from shardkit.io.files import AtomicFile
-    from shardkit.run.lifecycle import output_error
+    from shardkit.io.files import output_error
 
     started = time.perf_counter()
     options = options or RunOptions()
@@ -423,7 +423,8 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
 
 def _ready_output(out_path: str, shards: list[str]) -> None:
     """Before any shard is read: pyarrow for a Parquet index, the output none of the shards, its folder made."""
-    from shardkit.run.lifecycle import claim_output_file, output_error
+    from shardkit.io.files import output_error
+    from shardkit.run.lifecycle import claim_output_file
 
     if is_parquet(out_path):
         from shardkit.io.indexfile import require_pyarrow
@@ -438,7 +439,7 @@ def _ready_output(out_path: str, shards: list[str]) -> None:
 
 def _commit(writer: IndexWriter, out, out_path: str) -> None:
     """The index's last rows (a Parquet footer) written, then the temporary file renamed onto ``out_path``."""
-    from shardkit.run.lifecycle import output_error
+    from shardkit.io.files import output_error
 
     try:
         writer.close()
@@ -458,7 +459,8 @@ def convert_index_file(src: str, out_path: str, options: RunOptions | None = Non
 
     from shardkit.io.indexfile import convert_index, require_pyarrow
     from shardkit.io.files import AtomicFile
-    from shardkit.run.lifecycle import claim_output_file, output_error
+    from shardkit.io.files import output_error
+    from shardkit.run.lifecycle import claim_output_file
 
     started = time.perf_counter()
     require_pyarrow()

@@ -37,19 +37,12 @@ from contextlib import contextmanager
 from typing import Callable, Iterable, Sequence
 
 from shardkit.errors import UsageError
-from shardkit.io.files import (  # noqa: F401
+from shardkit.io.files import (
     _UMASK,
-    PARTIAL_SUFFIX,
-    OutputError,
     _local,
-    atomic_write_bytes,
-    atomic_write_lines,
-    fsync_dir,
     os_reason,
     output_error,
     pid_alive,
-    remove_leftovers,
-    temp_path,
 )
 
 RUN_STATES = ("done", "skipped", "failed")

@@ -20,15 +20,8 @@ from support import REPO, corpus, folder_bytes, read_bytes, run_cli, without
 from shardkit.errors import UsageError
 from shardkit.io.synth import CorpusSpec, encode, speech_like
 from shardkit.io.files import AtomicFile
-from shardkit.run.lifecycle import (
-    Journal,
-    OutputError,
-    OutputLock,
-    atomic_write_bytes,
-    claim_output,
-    claim_output_file,
-    remove_leftovers,
-)
+from shardkit.io.files import OutputError, atomic_write_bytes, remove_leftovers
+from shardkit.run.lifecycle import Journal, OutputLock, claim_output, claim_output_file
 
 RATE = 16000
 

@@ -470,7 +470,8 @@ def _write(planned: _Planned, layout: _Layout, settings: WriteSettings,
 
     The journal is left in place (closed) for the report step: it goes only once every shard is written.
     """
-    from shardkit.run.lifecycle import Journal, remove_leftovers
+    from shardkit.io.files import remove_leftovers
+    from shardkit.run.lifecycle import Journal
 
     read_paths = _spool_sources(planned, layout, options)
     record_files = line_refs(planned.mix, os.path.join(layout.spool_dir, "records"))

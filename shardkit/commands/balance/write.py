@@ -175,7 +175,7 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     nothing is written (``status: skipped``).
     """
     from shardkit.io.files import output_unchanged
-    from shardkit.run.lifecycle import os_reason
+    from shardkit.io.files import os_reason
 
     started = time.perf_counter()
     entry = {"path": dst, "spec": None, "status": "failed", "error": None}

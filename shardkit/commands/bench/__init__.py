@@ -232,7 +232,8 @@ def write_outputs(report: BenchReport, out_dir: str) -> dict:
     None without matplotlib, the bench extra)."""
     from shardkit.commands.bench.plot import plot
     from shardkit.io.files import atomic_write_json
-    from shardkit.run.lifecycle import atomic_write_bytes, prepare_out_dir
+    from shardkit.io.files import atomic_write_bytes
+    from shardkit.run.lifecycle import prepare_out_dir
 
     out_dir = prepare_out_dir(out_dir)
     data = report.to_json()

@@ -14,7 +14,8 @@ from shardkit.io.files import HashingFile, output_unchanged
 from shardkit.io.indexfile import ShardRecords
 from shardkit.io.tar import TarWriter
 from shardkit.io.files import AtomicFile
-from shardkit.run.lifecycle import os_reason, verify_stream
+from shardkit.io.files import os_reason
+from shardkit.run.lifecycle import verify_stream
 
 READ_AHEAD_BYTES = 8 << 20  # the next utterance is read while this one is written when its file is this small
 

@@ -23,7 +23,8 @@ from shardkit.io.indexfile import index_beside
 from shardkit.io.remote import is_url
 from shardkit.run.events import Events
 from shardkit.io.files import atomic_write_json
-from shardkit.run.lifecycle import Journal, claim_output, claimed_output_dir, remove_leftovers, this_run
+from shardkit.io.files import remove_leftovers
+from shardkit.run.lifecycle import Journal, claim_output, claimed_output_dir, this_run
 from shardkit.run.options import RunOptions
 from shardkit.run.split import inputs_digest, slice_path, slice_record
 

@@ -245,7 +245,7 @@ def _finished(out_dir: str, spec: str) -> PrepReport | None:
         return None
     if not all(output_unchanged(e["path"], e["size"], e["sha256"]) for e in doc["shards"]):
         return None
-    from shardkit.run.lifecycle import atomic_write_lines
+    from shardkit.io.files import atomic_write_lines
 
     atomic_write_lines(os.path.join(out_dir, "data.list"), [e["path"] for e in doc["shards"]])  # removed since?
     return PrepReport(out_dir, doc["summary"], doc["shards"], doc["sources"], doc["plan_before"], doc["plan_after"],

@@ -109,7 +109,8 @@ from shardkit.io.audio import (  # noqa: F401 - check names findings carry, impo
 from shardkit.io.inputs import expand_shards
 from shardkit.io.text import EMPTY_TEXT, KEY_CONTROL, TEXT_CONTROL  # noqa: F401 - check names, as above
 from shardkit.run.events import Events
-from shardkit.run.lifecycle import claimed_output_dir, remove_leftovers
+from shardkit.io.files import remove_leftovers
+from shardkit.run.lifecycle import claimed_output_dir
 from shardkit.run.options import RunOptions
 from shardkit.run.split import slice_record
 

@@ -20,7 +20,8 @@ from shardkit.io.codecs import CODECS, detect_codec, open_writer
 from shardkit.io.inputs import plan_output_paths
 from shardkit.io.tar import TarWriter, iter_tar_members, open_shard, shard_reader, split_key
 from shardkit.io.files import AtomicFile
-from shardkit.run.lifecycle import DigestingTar, atomic_write_lines, fsync_dir, verify_members
+from shardkit.io.files import atomic_write_lines, fsync_dir
+from shardkit.run.lifecycle import DigestingTar, verify_members
 from shardkit.run.split import slice_path
 
 REJECTS_JSONL = "rejects.jsonl"
