@@ -33,7 +33,6 @@ class ProgressBars:
         self.stage = ""
         self.bytes = 0
         self.total = 0
-        self.failures: list[str] = []
         self._failed: list[tuple[str, Event]] = []
 
     def __call__(self, event: Event) -> None:
@@ -47,6 +46,11 @@ class ProgressBars:
                 self.close()
             if self.show_notes and not self.quiet:
                 self._write(event.text)
+
+    @property
+    def failures(self) -> list[str]:
+        """The failure of every failed ``done`` event so far, in order."""
+        return [event.failed for _, event in self._failed]
 
     def failed_results(self, stage_prefix: str = "") -> list:
         """The results of the failed ``done`` events of the stages whose name starts with ``stage_prefix``."""
@@ -66,7 +70,6 @@ class ProgressBars:
     def _advance(self, event: Event) -> None:
         error = event.failed
         if error:
-            self.failures.append(error)
             self._failed.append((self.stage, event))
         if self.bar is None:
             if error:
