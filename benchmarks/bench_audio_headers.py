@@ -1,7 +1,8 @@
 """What hardened audio headers cost (issue 24): index, validate and convert --audio flac on the same shards,
-shardkit at another checkout (``--baseline DIR``, e.g. the main branch) against this one, interleaved.
+shardkit at another checkout (``--baseline DIR``, e.g. made by ``git worktree add /tmp/main main``) against
+this one, interleaved.
 
-    flock /tmp/shardkit-bench.lock python benchmarks/bench_audio_headers.py --baseline /work/main --repeats 3
+    flock /tmp/shardkit-bench.lock python benchmarks/bench_audio_headers.py --baseline /tmp/main --repeats 3
 
 Each configuration runs in a fresh subprocess (its own imports), one job; prints one JSON line per
 (checkout, step, format) with the median wall seconds and the utterances per second. Correctness: both
