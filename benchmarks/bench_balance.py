@@ -8,7 +8,7 @@ Two figures, each repeated, medians reported, correctness checked on every run:
 * ``write_vs_convert``: the writing phase (index the sources, plan, positioned reads, zst:3, verify)
   against ``convert`` to zst:3 on the same ~90 MB of real-audio plain-tar shards, one process each.
 
-Synthetic durations stand in for the corpora (the counts and mean lengths of WENET_FORMAT.md):
+Synthetic durations stand in for the corpora (the counts and mean lengths of docs/reference/wenet-format.md):
 AISHELL-2 1,000,000 x gamma around 3.6 s, LibriSpeech 281,241 x ~12.3 s, accented 50,000 x 1-15 s.
 The index files are written once into --work-dir (about 440 MB) and reused.
 

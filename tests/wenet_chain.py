@@ -1,7 +1,7 @@
 """WeNet's per-worker training data chain, for tests that must batch as the trainer batches.
 
 WeNet itself is not installable here (no wheel on the package index this project uses), so this is
-a copy written from ``../shared/WENET_FORMAT.md`` ("What the trainer does after reading"), stage for
+a copy written from ``docs/reference/wenet-format.md`` ("What the trainer does after reading"), stage for
 stage, each a generator of plain dicts as in ``wenet/dataset/processor.py``:
 
 list shuffle (whole list, same seed on every rank) -> split: line i of the shuffled list to consumer

@@ -1,6 +1,6 @@
 """The recipe's demo data: a mix of three synthetic corpora written as Kaldi data directories.
 
-Like the mix that motivated shardkit (see WENET_FORMAT.md): short Mandarin-like utterances as WAV
+Like the mix that motivated shardkit (see docs/reference/wenet-format.md): short Mandarin-like utterances as WAV
 files (AISHELL-like), long English-like utterances as FLAC files (LibriSpeech ships FLAC), and a
 mixed third corpus of long WAV recordings cut into utterances by a ``segments`` file. Optional
 faults (a 8 kHz utterance, a stereo one) give ``validate`` something to find.

@@ -1,9 +1,9 @@
 """Streaming tar: a strict reader for untrusted shards, a deterministic writer, WeNet grouping.
 
-The reader parses 512-byte headers itself (about 5x faster than ``tarfile``'s stream mode on
-speech shards, see benchmarks/RESULTS.md), reads each member's bytes once, never seeks, never
-extracts, and refuses what a shard must not hold: ``..`` or absolute names, links, devices,
-directories. Long names (GNU ``L`` and pax ``path``) are understood, so every tar that
+The reader parses 512-byte headers itself (~4.5 GB/s per core on plain speech shards, see
+benchmarks/results/tar_hardening.md), reads each member's bytes once, never seeks, never extracts,
+and refuses what a shard must not hold: ``..`` or absolute names, links, devices, directories.
+Long names (GNU ``L`` and pax ``path``) are understood, so every tar that
 ``tarfile`` or GNU tar writes for regular files reads back the same.
 
 It is the one tar parser of every command (the sample reader's fast path takes only headers that

@@ -3,7 +3,7 @@ node's cores, its GPUs and the decode rate measured on the training shards, and 
 behind the training list's format. Nothing here reads a file or asks the machine; every text states
 the numbers it used.
 
-The GPU side (PERFORMANCE.md): one H100 at WeNet's default batches consumes ~0.42 h of audio per
+The GPU side (assumed, docs/performance.md): one H100 at WeNet's default batches consumes ~0.42 h of audio per
 second; Kaldi fbank costs ~0.25 h/s per core on top of decoding. A loader worker that decodes at
 ``d`` h/s per core and computes fbank at ``f`` h/s per core supplies ``1 / (1/d + 1/f)`` h/s, so one
 GPU needs ``target x (1/d + 1/f)`` workers; the node's cores bound ``num_workers x GPUs``.

@@ -2,7 +2,7 @@
 measures, and what it recommends from the measured figures. Nothing here reads a file, times anything or
 asks the machine; ``shardkit.commands.bench`` measures and calls these.
 
-The recommendation weighs the GPU side (PERFORMANCE.md: an H100 takes ~0.42 h/s at WeNet's default
+The recommendation weighs the GPU side (assumed, docs/performance.md: an H100 takes ~0.42 h/s at WeNet's default
 batches; fbank costs ~0.25 h/s per core) against each format's measured decode rate per core: one GPU
 needs ``target x (1/decode + 1/fbank)`` workers, and the node's cores bound workers x GPUs.
 """

@@ -4,7 +4,7 @@ utterances train and how they batch (pure: a parsed mapping in, a :class:`Traine
 :mod:`shardkit.wenet_conf.load` reads the YAML and hands the mapping here. Every key of
 ``dataset_conf`` is used, known to change no count, or named in a warning; a value WeNet would
 reject is a :class:`ConfError` naming the key. Defaults are WeNet's own (``wenet/dataset/dataset.py``
-and ``processor.py``, read at 01546996, see WENET_FORMAT.md).
+and ``processor.py``, read at 01546996, see docs/reference/wenet-format.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The trainer's batches of a shard list, epoch by epoch (pure: numbers in, numbers out, no I/O).
 
 Everything follows WeNet's ``wenet/dataset/dataset.py`` and ``processor.py`` (read at 01546996,
-see WENET_FORMAT.md):
+see docs/reference/wenet-format.md):
 
     list shuffle -> (rank, worker) split -> tokenize -> filter -> resample -> speed perturb ->
     features -> spec_trim -> shuffle buffer -> sort buffer -> batch (static | bucket | dynamic)

@@ -2,7 +2,7 @@
 
 The WeNet side is ``tests/wenet_chain.py``: WeNet's per-worker chain (list shuffle, (rank, worker)
 split, read/group/decode, filter, shuffle and sort buffers, dynamic batches by max_frames_in_batch)
-copied from ../shared/WENET_FORMAT.md, because WeNet itself has no installable wheel here. Shards
+copied from docs/reference/wenet-format.md, because WeNet itself has no installable wheel here. Shards
 are real WAV/FLAC tars balanced by ``shardkit balance``'s library for 2 ranks x 2 workers; the frame
 limit is chosen (by replaying the chain) so that the bare loader gives the ranks different step counts.
 """

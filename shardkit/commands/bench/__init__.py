@@ -13,7 +13,7 @@ Every measurement repeats until both ``repeat`` runs and ``min_seconds`` are rea
 median and spread; every run must read every utterance and decode every frame, or the bench
 fails (a reader that decodes nothing must not report a big number). The recommendation is
 computed from the figures by pure functions (``shardkit.planning.bench.recommend``), with the GPU
-side's consumption and fbank cost as inputs (PERFORMANCE.md: an H100 takes ~0.42 h/s at WeNet's
+side's consumption and fbank cost as inputs (assumed, docs/performance.md: an H100 takes ~0.42 h/s at WeNet's
 default batches; fbank costs ~0.25 h/s per core).
 
 The package, in the order a run goes: ``settings`` (what to measure, its checks), ``corpus`` (the
