@@ -74,7 +74,8 @@ COMMANDS = (
     )),
     Command("convert --audio flac: lossless FLAC members", "`shardkit convert --audio flac`.", (
         Row("CLI, `--codec none --audio flac -j1`, verified, against libsndfile encode + decode", "transcode",
-            "{h of audio per CPU-s} h of audio per CPU-s", row=r"^CLI `convert --codec none --audio flac -j1`, verified"),
+            "{h of audio per CPU-s} h of audio per CPU-s",
+            row=r"^CLI `convert --codec none --audio flac -j1`, verified"),
         Row("CLI, `--no-verify`, against libsndfile's encoder alone", "transcode",
             "{h of audio per CPU-s} h of audio per CPU-s", row=r"^CLI, `--no-verify`"),
         Row("bz2 -> FLAC-in-tar, two jobs on two cores", "transcode",
@@ -110,7 +111,7 @@ COMMANDS = (
         Row("balance's writing phase against `convert` on the same sources (time)", "balance", "{1}x",
             text=r"balance / convert time: ([\d.]*\d)"),
         Row("`balance --dry-run`, 20 M utterances, Parquet index (plan version 2)", "plan_scale",
-            "{version 2 (runs)}, peak RSS {peak RSS v2 / before}", row=r"^20 M \| Parquet \|.*version|^20 M \| Parquet \| \d"),
+            "{version 2 (runs)}, peak RSS {peak RSS v2 / before}", row=r"^20 M \| Parquet \| [\d.]+ s"),
         Row("`balance --dry-run --wenet-conf`, 20 M utterances, Parquet", "plan_scale",
             "{this branch (runs)}, peak RSS {peak RSS (branch / c8af364)}",
             row=r"^20 M \| Parquet \| `balance --dry-run --wenet-conf`"),
@@ -145,7 +146,8 @@ COMMANDS = (
             row=r"^none \| wav \|"),
         Row("shardkit's reader, zst:3 WAV", "bench", "{shardkit h/s} h/s, size {size} of the WAV tar",
             row=r"^zst:3 \| wav \|"),
-        Row("shardkit's reader, FLAC in plain tar", "bench", "{shardkit h/s} h/s, size {size}", row=r"^none \| flac \|"),
+        Row("shardkit's reader, FLAC in plain tar", "bench", "{shardkit h/s} h/s, size {size}",
+            row=r"^none \| flac \|"),
         Row("shardkit's reader, bz2 WAV; the WeNet-style row (tarfile + torchaudio)", "bench",
             "{shardkit h/s} h/s; WeNet-style {WeNet-style h/s} h/s", row=r"^bz2 \| wav \|"),
         Row("DataLoader, zst:3 WAV, 2 fork workers (after the first batch)", "bench",
@@ -168,7 +170,8 @@ COMMANDS = (
             "{branch 2 / 0 workers}x ({branch 2 workers} h per CPU-s)", row=r"^plain WAV, float32"),
         Row("DataLoader, zst:3 WAV int16 batches: 2 workers against in-process", "reader",
             "{branch 2 / 0 workers}x ({branch 2 workers} h per CPU-s)", row=r"^zst:3 WAV, int16"),
-        Row("DataLoader on 16 cores, 8 fork workers: wall s, h of audio/s (time to the first batch)", "scaling", "{fork}", row=r"^8 \| [\d.]+ s"),
+        Row("DataLoader on 16 cores, 8 fork workers: wall s, h of audio/s (time to the first batch)", "scaling",
+            "{fork}", row=r"^8 \| [\d.]+ s"),
     )),
     Command("WebDataset stages", "`shardkit.training.wds` inside WebDataset pipelines, against shardkit's own "
                                 "reader (h of audio per CPU-second).", (
@@ -189,7 +192,8 @@ COMMANDS = (
     )),
     Command("equal_steps", "`shardkit.training.equal_steps` between 2 gloo ranks on the CPU (microseconds per "
                           "step, three runs).", (
-        Row("the collective alone: one int32 all-reduce per step", "equal_steps", "{run 1, us per step} / {run 2} / {run 3} us",
+        Row("the collective alone: one int32 all-reduce per step", "equal_steps",
+            "{run 1, us per step} / {run 2} / {run 3} us",
             row=r"^synthetic, bare \+ one int32"),
         Row("equal_steps over synthetic batches", "equal_steps", "{run 1, us per step} / {run 2} / {run 3} us",
             row=r"^synthetic, equal_steps \|"),
@@ -213,7 +217,8 @@ class Measured:
     figure: str
     machine: str
     command: str
-    source: str
+    file: str
+    section: str
 
 
 def measure(row: Row, sections_of) -> Measured:
@@ -229,7 +234,7 @@ def measure(row: Row, sections_of) -> Measured:
     if not section.machine or not section.command:
         raise ResultsError(f"{row.file}: {section.title!r} names no machine or no command")
     figure = PLACEHOLDER.sub(lambda m: values[m.group(1)], row.figure)
-    return Measured(row, figure, section.machine, section.command, f"{row.file}.md, {section.title}")
+    return Measured(row, figure, section.machine, section.command, f"benchmarks/results/{row.file}.md", section.title)
 
 
 def cell(text: str) -> str:
@@ -301,7 +306,7 @@ def render(sections_of=None) -> str:
         for row in command.rows:
             m = measure(row, sections_of)
             out.append(f"| {cell(row.what)} | {cell(m.figure)} | {cell(m.machine)} | {code(m.command)} | "
-                       f"{code('benchmarks/results/' + m.source.split(', ', 1)[0])} ({cell(m.source.split(', ', 1)[1])}) |")
+                       f"{code(m.file)} ({cell(m.section)}) |")
         out.append("")
     out += advice_section()
     return "\n".join(out)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
 DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
 # a shell line as the notes write commands to reproduce a figure
-COMMAND_START = re.compile(r"^(flock \S+ |env \S+ |for \S+ in |git archive |export \S+=|python3? |\.venv/bin/|bash scripts/)")
+COMMAND_START = re.compile(r"^(flock \S+ |env \S+ |for \S+ in |git archive |export \S+=|python3? |\.venv/bin/"
+                           r"|bash scripts/)")
 INLINE_COMMAND = re.compile(r"`((?:flock \S+ )?(?:\.venv/bin/)?python3? benchmarks/[^`]+)`")
 
 

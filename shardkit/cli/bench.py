@@ -52,7 +52,7 @@ Examples:
               help="GPUs per training node, for the loader advice [default: the GPUs seen here; with none seen, "
                    "1, and the advice says it is a guess].")
 @click.option("--target-hours-per-second", type=float, default=0.42, show_default=True,
-              help="Audio one GPU consumes (h/s): ~0.42 for an H100 at WeNet's default batches, 3.2-3.6 saturated.")
+              help="Audio one GPU consumes (h/s); the default is assumed: an H100 at WeNet's default batches.")
 @click.option("--fbank-hours-per-second", type=float, default=0.25, show_default=True,
               help="Kaldi fbank throughput per core (h/s), counted in the workers needed.")
 @jobs_option
