@@ -74,7 +74,7 @@ class ShardDataset(_Base):
     Stateful (torchdata's protocol): ``state_dict()`` names the epoch, seed and, for the (rank,
     worker) reading this copy, the shard and tar-stream offset reached; ``load_state_dict()`` resumes
     there without re-reading or decoding what was read (see :mod:`shardkit.training.state`: exact
-    through ``StatefulDataLoader``, elastic through ``shardkit.training.state.restore``).
+    through ``StatefulDataLoader``, elastic through :func:`shardkit.training.state.restore_loader_state`).
     """
 
     def __init__(self, shards, *, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
@@ -180,7 +180,7 @@ class ShardDataset(_Base):
             raise StateMismatchError(
                 f"the state is rank {topology[0]} of {topology[1]}, worker {topology[2]} of {topology[3]}; this "
                 f"reader is rank {self.rank} of {self.world_size}, worker {worker} of {num_workers}: restore every "
-                "rank's states with shardkit.training.state.restore to change world size or workers")
+                "rank's states with shardkit.restore_loader_state to change world size or workers")
         return {**reading, "pieces": resume["pieces"], "index": resume["index"], "shard": resume.get("shard"),
                 "offset": resume["offset"]}
 
