@@ -94,7 +94,8 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     import os
 
     from shardkit.cli._progress import ProgressBars
-    from shardkit.commands.balance import BalanceSettings, parse_corpus_spec
+    from shardkit.commands.balance import BalanceSettings
+    from shardkit.io.mix import parse_corpus_spec
     from shardkit.errors import UsageError
     from shardkit.io.codecs import parse_codec_spec
 

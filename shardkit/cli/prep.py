@@ -93,7 +93,7 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     _start_workers_early(executor, jobs)
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.prep import PrepSettings, run_prep
-    from shardkit.commands.validate import ValidateOptions
+    from shardkit.commands.validate.options import ValidateOptions
     from shardkit.io.codecs import parse_codec_spec
     from shardkit.io.mix import parse_corpus_spec
 

@@ -32,7 +32,8 @@ from shardkit.io.files import (  # noqa: F401
     remove_temporary_keys,
 )
 from shardkit.io.indexfile import ShardRecords, index_beside
-from shardkit.io.inputs import STDIN, expand_shards, plan_output_paths
+from shardkit.io.inputs import expand_shards, plan_output_paths
+from shardkit.io.remote import STDIN
 from shardkit.io.tar import (
     DEFAULT_MAX_MEMBER_BYTES,
     STREAM_MEMBER_BYTES,

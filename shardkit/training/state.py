@@ -39,7 +39,19 @@ _COMPRESSED = (".gz", ".tgz", ".bz2", ".tbz2", ".xz", ".txz", ".zst", ".zstd", "
 
 
 class StateMismatchError(UsageError):
-    """A saved resume state that does not belong to this dataset (another list, seed or shard set)."""
+    """A saved resume state that does not belong to this dataset (another list, seed or shard set).
+
+    Raised instead of resuming at a wrong place: the message says what differs (the list's length,
+    its paths, sizes or mtimes, the seed, or a missing (rank, worker) of an elastic restore).
+
+    Example:
+        ```python
+        try:
+            shardkit.restore_loader_state(loader, dataset, ckpt["loader"])
+        except shardkit.StateMismatchError as err:
+            print("starting the epoch over:", err)
+        ```
+    """
 
     check = "resume_state"
 

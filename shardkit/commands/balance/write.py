@@ -145,7 +145,7 @@ def _init_worker(index_files: list[str], read_paths: dict[str, str]) -> None:
 
 
 def _read_index_line(fds: dict, path: str, offset: int) -> dict:
-    from shardkit.commands.index import parse_index_line
+    from shardkit.io.indexfile import parse_index_line
 
     f = fds.get(path)
     if f is None:

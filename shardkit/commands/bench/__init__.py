@@ -55,7 +55,8 @@ from shardkit.commands.bench.settings import (
 from shardkit.commands.bench.timing import rates, timed
 from shardkit.commands.bench.webdataset import WDS_LOADERS, measure_webdataset, webdataset_read
 from shardkit.errors import UsageError
-from shardkit.planning.bench import LOADER_DTYPE, recommend, webdataset_recommendation, workers_needed
+from shardkit.planning.advice import workers_needed
+from shardkit.planning.bench import LOADER_DTYPE, recommend, webdataset_recommendation
 from shardkit.run.options import RunOptions
 
 __all__ = [

@@ -53,7 +53,8 @@ from shardkit import __version__
 from shardkit.commands.prep import resume
 from shardkit.commands.prep.read import SourceTask, apply_duplicates, check_source_path, read_source, reject_lines
 from shardkit.commands.prep.write import OutputShards, output_leftovers
-from shardkit.commands.validate import DuplicateKeys, ValidateOptions, check_options
+from shardkit.commands.validate.duplicates import DuplicateKeys
+from shardkit.commands.validate.options import ValidateOptions, check_options
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.mix import CorpusSource, check_corpora, output_paths, source_stamps
 from shardkit.planning.balance import repeat_key
@@ -122,7 +123,7 @@ def index_totals(index_files: Sequence[str], shards: Sequence[str]) -> tuple[flo
     The one place that reads an index (JSONL as ``shardkit index`` writes it): another format only
     has to answer this question.
     """
-    from shardkit.commands.index import iter_index
+    from shardkit.io.indexfile import iter_index
 
     wanted = set(shards)
     seen: set[str] = set()
@@ -206,7 +207,7 @@ def _check_settings(settings: PrepSettings) -> None:
 def _source_shards(corpora: Sequence[CorpusSource]) -> list[tuple[str, int]]:
     """Every corpus' source shards, ``(path, corpus position)`` in list order; an index among the sources, a
     pipe or standard input, or a shard in two corpora is refused."""
-    from shardkit.commands.index import is_index_file
+    from shardkit.io.indexfile import is_index_file
     from shardkit.io.inputs import expand_shards
 
     sources: list[tuple[str, int]] = []
