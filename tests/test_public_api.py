@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import check_docstrings  # noqa: E402
 
 PACKAGE = os.path.join(REPO, "shardkit")
+NOTHING_TO_RAISE = {"warn_and_skip"}  # an on_error policy: it only logs
 SECTION = re.compile(r"^(Args|Arguments|Returns|Yields|Raises|Example|Examples):\s*$", re.MULTILINE)
 
 
@@ -74,7 +75,7 @@ def test_every_public_name_is_documented_with_its_sections(name):
     else:
         parameters = _parameters(value)
         assert "Returns" in sections or "Yields" in sections, f"{name}: no Returns or Yields section"
-        assert "Raises" in sections, f"{name}: no Raises section"
+        assert "Raises" in sections or name in NOTHING_TO_RAISE, f"{name}: no Raises section"
     if parameters:
         args = sections.get("Args", "")
         missing = [p for p in parameters if not re.search(rf"^\s*\**{p}\b.*:", args, re.MULTILINE)]
