@@ -61,6 +61,9 @@ OK_STATUSES = ("ok", "salvaged")
 
 @dataclass(frozen=True)
 class ConvertSettings:
+    """What ``convert`` makes: the output codec and level, read-back verification, salvage of damaged
+    sources, the member size bound, decompressor threads, and what happens to audio (keep, wav, flac).
+    """
     codec: str = "zst"
     level: int | None = 3
     verify: bool = True
@@ -341,6 +344,7 @@ def threads_per_task(tasks: list, jobs: int | None, executor: str) -> dict:
 
 @dataclass
 class ConvertReport:
+    """What ``convert`` did: per-shard entries (status, source, output, errors), the list and manifest written."""
     out_dir: str
     data_list: str
     manifest: str
@@ -351,6 +355,9 @@ class ConvertReport:
     index_note: str | None = None
 
     def summary(self) -> dict:
+        """The ``--json`` document: counts by status, this run's counts, members, utterances, bytes in
+        and out, throughput, failures and salvaged shards, the audio summary and the index.
+        """
         tar_bytes = sum(e["tar_bytes"] for e in self.shards if e["status"] in ("ok", "salvaged"))
         return {
             "command": "convert",
@@ -398,6 +405,7 @@ class ConvertReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when a shard failed or was salvaged (it lost data), else 0 (the CLI's exit status)."""
         return 1 if any(e["status"] in ("failed", "salvaged") for e in self.shards) else 0
 
 

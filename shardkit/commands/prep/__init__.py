@@ -90,6 +90,9 @@ class PrepSettings:
 
 @dataclass
 class PrepReport:
+    """What ``prep`` did: the output folder, its figures, the shards written, the sources read, the plan
+    before and after the correction step, and the findings (rejected utterances).
+    """
     out_dir: str
     summary_fields: dict
     shards: list[dict]
@@ -100,6 +103,9 @@ class PrepReport:
     this_run: str = "done"
 
     def summary(self) -> dict:
+        """The ``--json`` document: data.list, prep.json and rejects.jsonl paths, this run's outcome, the
+        figures, and the plan's balance before and after correction.
+        """
         return {"command": "prep", "out_dir": self.out_dir, "data_list": os.path.join(self.out_dir, "data.list"),
                 "manifest": os.path.join(self.out_dir, MANIFEST), "rejects": os.path.join(self.out_dir, REJECTS),
                 "this_run": self.this_run, **self.summary_fields,
@@ -107,6 +113,7 @@ class PrepReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when an utterance was rejected or the shards are not balanced, else 0 (the CLI's exit status)."""
         return 1 if self.summary_fields["findings"] or not self.summary_fields["balanced"] else 0
 
 
