@@ -241,3 +241,31 @@ def test_the_reexport_finder_finds_one(tmp_path):
     found = _imports_through_reexports(str(package))
     assert found == [f"{os.path.relpath(str(package / 'user.py'), REPO)}:3: from shardkit.commands.index import "
                      "iter_index"]
+
+
+def test_the_api_reference_parses_every_public_docstring_cleanly():
+    """What mkdocstrings renders (griffe, Google style): no warning (a strict docs build fails on one),
+    one Returns or Yields item each (a continuation line not indented would make a second)."""
+    griffe = pytest.importorskip("griffe")
+    import logging
+
+    warnings: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            warnings.append(record.getMessage())
+
+    logger = logging.getLogger("griffe")
+    handler = Collect(level=logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        package = griffe.GriffeLoader(docstring_parser=griffe.Parser.google, search_paths=[REPO]).load("shardkit")
+        for name, module in shardkit._PUBLIC.items():
+            documented = package[f"{module.removeprefix('shardkit.')}.{name}"]
+            sections = documented.docstring.parse(griffe.Parser.google)
+            for section in sections:
+                if section.kind.value in ("returns", "yields"):
+                    assert len(section.value) == 1, f"{name}: {len(section.value)} {section.kind.value} items"
+    finally:
+        logger.removeHandler(handler)
+    assert warnings == []

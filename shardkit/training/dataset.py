@@ -13,7 +13,7 @@ spawn and forkserver start methods. torch is imported only when a dataset is mad
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from shardkit.planning.partition import lines_for
 from shardkit.training.reader import DEFAULT_POOL, ReadPosition, check_decode_settings, iter_samples, reuse_freed_memory
 # a re-export for the old public path shardkit.dataset.equal_steps (shardkit.dataset is this module)
 from shardkit.training.steps import equal_steps  # noqa: F401
+
+if TYPE_CHECKING:  # annotations only: torch stays optional
+    import torch
 
 try:
     from torch.utils.data import IterableDataset as _Base
@@ -92,8 +95,8 @@ class ShardDataset(_Base):
         allow_pipes: run the commands of ``pipe:CMD`` lines (as ``iter_samples``).
 
     Yields:
-        (when iterated) ``{key, shard, txt, audio, sample_rate}`` per utterance of this (rank,
-        worker)'s shards; ``audio`` has shape (frames, channels).
+        sample (dict): (when iterated) ``{key, shard, txt, audio, sample_rate}`` per utterance of this
+            (rank, worker)'s shards; ``audio`` has shape (frames, channels).
 
     Raises:
         UsageError: torch is not installed, a bad ``decoder``/``dtype``/``sample_rate``/``channels``,
@@ -115,7 +118,8 @@ class ShardDataset(_Base):
         ```
     """
 
-    def __init__(self, shards, *, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
+    def __init__(self, shards: str | os.PathLike | Iterable[str], *, rank: int | None = None,
+                 world_size: int | None = None, shuffle: bool = True,
                  seed: int = 0, epoch: int = 0, dtype: str = "float32", decoder: str = "shardkit",
                  on_error: Callable[[ShardkitError], None] | None = None, as_tensor: bool = True,
                  threads: int = 1, sample_rate: int | None = None, channels: int | None = None,
@@ -367,8 +371,8 @@ def collate_padded(samples: list[dict]) -> dict:
             ``sample_rate``), sharing channels, sample rate and dtype.
 
     Returns:
-        ``{"key": [...], "txt": [...], "audio": tensor (batch, frames, channels), "lengths": int64
-        tensor of true frame counts, "sample_rate": [...]}``.
+        ``{"key": [...], "txt": [...], "audio": tensor (batch, frames, channels), "lengths":
+            int64 tensor of true frame counts, "sample_rate": [...]}``.
 
     Raises:
         ShardkitError: utterances differ in channels, sample rate or dtype (naming the odd one's shard
@@ -408,8 +412,8 @@ def collate_packed(samples: list[dict]) -> dict:
         samples: ShardDataset samples sharing channels, sample rate and dtype.
 
     Returns:
-        As :func:`collate_padded`, but ``audio`` is every utterance's frames one after the other,
-        shape (total frames, channels), and ``offsets`` (int64 tensor) says where each starts.
+        As :func:`collate_padded`, but ``audio`` is every utterance's frames one after the
+            other, shape (total frames, channels), and ``offsets`` (int64 tensor) says where each starts.
 
     Raises:
         ShardkitError: utterances differ in channels, sample rate or dtype (naming the odd one).
@@ -437,7 +441,7 @@ def collate_packed(samples: list[dict]) -> dict:
             "lengths": lengths_t, "offsets": offsets_t, "sample_rate": [s["sample_rate"] for s in samples]}
 
 
-def pad_packed(batch: dict):
+def pad_packed(batch: dict) -> torch.Tensor:
     """The (batch, frames, channels) zero-padded audio of a :func:`collate_packed` batch.
 
     Args:
@@ -464,7 +468,7 @@ def pad_packed(batch: dict):
 INT16_SCALE = 1 / 32768
 
 
-def audio_float(batch: dict, device=None, non_blocking: bool = True):
+def audio_float(batch: dict, device: str | torch.device | None = None, non_blocking: bool = True) -> torch.Tensor:
     """A batch's ``audio`` as float32 on ``device``, moved before it is widened.
 
     int16 batches are moved as int16 (half the bytes) and scaled there by 1/32768, giving exactly

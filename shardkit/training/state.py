@@ -207,7 +207,7 @@ def gather_loader_state(loader) -> list:
     :func:`restore_loader_state` resume under another world size or worker count.
 
     Args:
-        loader: a ``torchdata.stateful_dataloader.StatefulDataLoader`` over a
+        loader (StatefulDataLoader): a ``torchdata.stateful_dataloader.StatefulDataLoader`` over a
             :class:`~shardkit.training.dataset.ShardDataset` (anything with ``state_dict()`` works,
             e.g. an :class:`~shardkit.training.steps.EqualSteps` around one).
 
@@ -247,10 +247,10 @@ def restore_loader_state(loader, dataset, states) -> str:
     the saved epoch (or none).
 
     Args:
-        loader: the new run's loader (a ``StatefulDataLoader`` for an exact restore with workers).
-        dataset: the :class:`~shardkit.training.dataset.ShardDataset` the loader reads: the same
+        loader (StatefulDataLoader): the new run's loader (a ``StatefulDataLoader`` for an exact restore with workers).
+        dataset (ShardDataset): the :class:`~shardkit.training.dataset.ShardDataset` the loader reads: the same
             list, seed and shuffle as the saved run.
-        states: the saved list (one state per rank), or one rank's state.
+        states (list[dict] | dict): the saved list (one state per rank), or one rank's state.
 
     Returns:
         ``"exact"`` or ``"elastic"``.

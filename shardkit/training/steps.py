@@ -50,7 +50,10 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: torch is imported when a wrapper iterates
+    import torch
 
 from shardkit.errors import ShardkitError
 
@@ -123,7 +126,7 @@ class EqualSteps:
             loader's ``state_dict()`` counts that batch, so resuming from it skips one).
 
     Yields:
-        (when iterated) the wrapped loader's batches, the same number on every rank.
+        batch (Any): (when iterated) the wrapped loader's batches, the same number on every rank.
 
     Raises:
         ValueError: ``first_batch_timeout`` is not positive.
@@ -142,7 +145,8 @@ class EqualSteps:
 
     def __init__(self, loader: Iterable, *, seconds: Callable[[Any], float | None] | None = None,
                  sample_rate: int = 16000, first_batch_timeout: float = FIRST_BATCH_TIMEOUT_S, drain: bool = True,
-                 group=None, device=None, overlap: bool = False):
+                 group: torch.distributed.ProcessGroup | None = None, device: torch.device | str | None = None,
+                 overlap: bool = False):
         if first_batch_timeout <= 0:
             raise ValueError(f"first_batch_timeout must be > 0 seconds (got {first_batch_timeout})")
         self.loader = loader
@@ -244,7 +248,7 @@ class EqualSteps:
         return batches, seconds, time.perf_counter() - started
 
 
-def equal_steps(loader: Iterable, **options) -> EqualSteps:
+def equal_steps(loader: Iterable, **options: Any) -> EqualSteps:
     """The same number of batches on every rank of the process group, each epoch.
 
     The uneven tail (the batches some ranks hold after the first rank runs dry) is left out,

@@ -146,8 +146,9 @@ def enable_zstd(target: str | None = None, *, verify: bool = True) -> dict:
             reads a shardkit ``.tar.zst`` (the result is under ``"probe"``).
 
     Returns:
-        ``{"action": "native" | "written" | "unchanged", "pth": path or None, "python", "executable",
-        "backports_zstd": version, "probe": {"reads_zstd", "error", "target_is_site_dir"} or None}``.
+        ``{"action": "native" | "written" | "unchanged", "pth": path or None, "python",
+            "executable", "backports_zstd": version, "probe": {"reads_zstd", "error",
+            "target_is_site_dir"} or None}``.
 
     Raises:
         UsageError: ``target`` is not a folder.
@@ -227,9 +228,9 @@ def zstd_status(target: str | None = None) -> dict:
         target: a site-packages folder (default: the running interpreter's).
 
     Returns:
-        ``{"reads_zstd": bool, "native": bool, "installed": bool, "current": bool, "pth", "python",
-        "executable", "backports_zstd", "probe"}``; ``current`` is False for a hook file of another
-        shardkit version, ``probe["error"]`` says why zstd is not read.
+        ``{"reads_zstd": bool, "native": bool, "installed": bool, "current": bool, "pth",
+            "python", "executable", "backports_zstd", "probe"}``; ``current`` is False for a hook file
+            of another shardkit version, ``probe["error"]`` says why zstd is not read.
 
     Raises:
         ShardkitError: the hook file exists but cannot be read (naming it).
