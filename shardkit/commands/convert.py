@@ -16,16 +16,14 @@ from typing import Callable
 from shardkit import __version__
 from shardkit.errors import ShardkitError, UsageError, printable
 from shardkit.io.codecs import CODECS, open_writer
-from shardkit.io.files import (  # noqa: F401
+from shardkit.io.files import (
     AtomicFile,
     HashingFile,
     atomic_write_json,
     combine_digests,
-    file_sha256,
     load_report,
     member_digest,
     os_reason,
-    output_size,
     output_unchanged,
     publish_list,
     remove_leftovers,
