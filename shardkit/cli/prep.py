@@ -10,6 +10,8 @@ from shardkit.cli._outcome import balanced_layout_options
 
 
 def format_summary(summary: dict) -> str:
+    """prep's summary for a person: what was read, accepted and rejected (by check), the shards and their
+    balance, and the rank balance before and after the plan."""
     s = summary
     checks = (": " + ", ".join(f"{k} {n}" for k, n in s["by_check"].items())) if s["by_check"] else ""
     read = (f"{s['sources']} sources, {s['utterances_read']} utterances read, {s['accepted']} accepted, "

@@ -53,6 +53,9 @@ def _spool_task(args) -> tuple[str, str | None]:
 
 
 def spool_path(spool_dir: str, src: str) -> str:
+    """Where a remote or compressed source ``src`` is spooled as plain tar in ``spool_dir``: named by a
+    hash of its path, size and mtime, so a changed source is spooled anew and a rerun reuses an unchanged one.
+    """
     try:
         st = os.stat(src)
         stamp = f"{src}\0{st.st_size}\0{st.st_mtime_ns}"

@@ -73,6 +73,7 @@ __all__ = [
 
 
 def machine_info() -> dict:
+    """The machine a bench ran on (CPU, cores, memory, Python and library versions), for bench.md and bench.json."""
     import numpy
     import soundfile
     import zstandard
@@ -143,6 +144,7 @@ class BenchReport:
     outputs: dict | None = None  # {json, md, png}: the files run_bench wrote (png None without matplotlib)
 
     def to_json(self) -> dict:
+        """bench.json: the machine, settings, corpus, every table's rows, the recommendation and the time taken."""
         return {"tool": "shardkit", "version": __version__, "command": "bench", "machine": self.machine,
                 "settings": self.settings, "corpus": self.corpus, "formats": self.formats, "loader": self.loader,
                 "webdataset": self.webdataset, "recommendation": self.recommendation,
