@@ -105,7 +105,7 @@ def _loader_rows(torch, equal_steps, paths: list[str], batch: int, workers: int)
 def _passthrough_row(torch, steps: int, rounds: int) -> dict:
     """equal_steps without a process group, in this process: the wrapper's own work per step (the
     generator and the seconds it reads from each batch), without its collective."""
-    from shardkit.dataset import equal_steps
+    from shardkit import equal_steps
 
     torch.set_num_threads(1)
     batches = [{"pcm_length": torch.tensor([16000 + i % 7, 24000], dtype=torch.int32)} for i in range(steps)]
@@ -123,7 +123,7 @@ def _rank(rank: int, port: int, args, paths: list[str], out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from shardkit.dataset import equal_steps
+    from shardkit import equal_steps
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,

@@ -27,7 +27,7 @@ from common import bench_corpus, corpus_parser, emit_results, machine_info, mark
 
 READ = """
 import sys, time
-from shardkit.reader import iter_samples
+from shardkit import iter_samples
 t = time.perf_counter(); n = 0
 for sample in iter_samples(sys.argv[1], dtype="float32"):
     n += 1

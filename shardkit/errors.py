@@ -4,10 +4,25 @@ from __future__ import annotations
 
 
 class ShardkitError(Exception):
-    """Base of every error shardkit raises on purpose.
+    """Base of every error shardkit raises on purpose: one ``except`` catches them all.
 
-    ``shard`` and ``member`` locate the failure; ``reason`` is the cause in words.
-    ``str(err)`` gives one line: ``SHARD: member MEMBER: REASON``.
+    ``str(err)`` gives one line: ``SHARD: member 'MEMBER': REASON``. ``check`` names the family
+    in reports (``"usage"``, ``"stream"``, ``"tar"``, ...); the CLI maps it to an exit code
+    (2 for usage errors, 3 for a lost cluster, 1 for data).
+
+    Args:
+        reason: the cause, in words.
+        shard: the shard (or file, or URL) where it failed, when known.
+        member: the tar member or utterance key, when known.
+
+    Example:
+        ```python
+        try:
+            for sample in shardkit.iter_samples("data.list"):
+                ...
+        except shardkit.ShardkitError as err:
+            print(err.shard, err.member, err.reason)
+        ```
     """
 
     check = "error"
@@ -38,14 +53,32 @@ class ShardkitError(Exception):
 
 
 class UsageError(ShardkitError):
-    """The command line or the inputs named on it are wrong (exit code 2)."""
+    """The command line, the arguments or the inputs named by them are wrong (exit code 2).
+
+    Nothing was read or written yet, or the run refused to start: fix the call and rerun.
+
+    Example:
+        ```python
+        try:
+            shardkit.ShardDataset("missing/data.list")
+        except shardkit.UsageError as err:
+            print(err)
+        ```
+    """
 
     check = "usage"
 
 
 class InputError(ShardkitError):
     """An input that could not be read: a URL (HTTP status, stalled, closed early, redirect loop), a
-    ``pipe:`` command (exit status, stalled, refused without --allow-pipes). Fails that shard only."""
+    ``pipe:`` command (exit status, stalled, refused without --allow-pipes). Fails that shard only.
+
+    Example:
+        ```python
+        except shardkit.InputError as err:  # a store or a pipe command failed: retry later
+            print("unreadable:", err.shard, err.reason)
+        ```
+    """
 
     check = "input"
 
@@ -64,13 +97,33 @@ class ClusterError(ShardkitError):
 
 
 class CorruptStreamError(ShardkitError):
-    """The compressed stream is truncated or damaged."""
+    """The compressed stream (gzip, bzip2, xz, zstd) is truncated or damaged.
+
+    Nothing after the damage can be trusted, so the shard's read ends there (with ``on_error``,
+    the utterances before it were already yielded).
+
+    Example:
+        ```python
+        except shardkit.CorruptStreamError as err:
+            print("damaged shard:", err.shard)
+        ```
+    """
 
     check = "stream"
 
 
 class TarFormatError(ShardkitError):
-    """The tar container is malformed: bad header, checksum, truncated member, not a tar."""
+    """The tar container is malformed: bad header, checksum, truncated member, not a tar.
+
+    Its subclasses name the fault (checksum, number field, pax record, zero block, name chain,
+    name encoding). What Python's tarfile (the trainer's parser) would reject is rejected here.
+
+    Example:
+        ```python
+        except shardkit.TarFormatError as err:
+            print(f"{err.shard}: rebuild this shard ({err.reason})")
+        ```
+    """
 
     check = "tar"
 
@@ -120,13 +173,26 @@ class UnsafeMemberError(ShardkitError):
 
 
 class MemberTooLargeError(ShardkitError):
-    """A member above the configured size bound (memory stays bounded)."""
+    """A member above the configured size bound (``max_member_bytes``): refused so memory stays bounded.
+
+    Example:
+        ```python
+        samples = shardkit.iter_samples("big.tar", max_member_bytes=1 << 30)  # raise the bound
+        ```
+    """
 
     check = "member_too_large"
 
 
 class AudioError(ShardkitError):
-    """An audio member that does not decode, or decodes to something other than promised."""
+    """An audio member that does not decode, or decodes to something other than promised.
+
+    Example:
+        ```python
+        except shardkit.AudioError as err:
+            print(f"bad audio in {err.shard}, utterance {err.member}: {err.reason}")
+        ```
+    """
 
     check = "audio"
 

@@ -4,7 +4,6 @@ public import paths users' training scripts rely on, and the size of the top fol
 from __future__ import annotations
 
 import os
-import pickle
 import subprocess
 import sys
 
@@ -86,27 +85,6 @@ def test_at_most_eight_modules_beside_the_packages():
     top = [name for name in os.listdir(os.path.join(REPO, "shardkit"))
            if name.endswith(".py") and name not in ("__init__.py", "__main__.py")]
     assert len(top) <= 8, top
-
-
-@pytest.mark.parametrize("old, new", [("tario", "io.tar"), ("reader", "training.reader"), ("wds", "training.wds"),
-                                      ("dataset", "training.dataset"), ("advice", "planning.advice"),
-                                      ("_zstd_tarfile", "io.zstd_tarfile")])
-def test_public_paths_are_the_same_modules(old, new):
-    """A compatibility path is the module itself: attributes, monkeypatches and pickles agree."""
-    import importlib
-
-    assert importlib.import_module(f"shardkit.{old}") is importlib.import_module(f"shardkit.{new}")
-
-
-def test_the_readme_imports_still_work():
-    import shardkit
-    from shardkit.dataset import ShardDataset, collate_padded  # noqa: F401
-    from shardkit.errors import ShardkitError  # noqa: F401
-    from shardkit.reader import iter_samples
-    from shardkit.tario import iter_tar_members  # noqa: F401
-
-    assert shardkit.iter_samples is iter_samples
-    assert pickle.loads(pickle.dumps(ShardDataset)) is ShardDataset
 
 
 def test_python_dash_m_and_the_console_script_list_every_command():

@@ -84,7 +84,7 @@ def test_convert_and_balance_write_plain_tar_by_default_which_tarfile_reads(make
 
 
 def test_zst_output_says_whether_this_pythons_tarfile_reads_it(make_shards, tmp_path):
-    from shardkit.training.wenet import zstd_status
+    from shardkit import zstd_status
 
     shards = make_shards("none")
     result = cli("convert", *shards, "-o", tmp_path / "z", "--codec", "zstd", "--json")

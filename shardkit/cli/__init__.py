@@ -96,9 +96,6 @@ class _Commands(click.Group):
 
 _json_emitted = False
 
-# the shared click options, defined in cli/_options.py; here too for code that imported them from shardkit.cli
-from shardkit.cli._options import executor_options, io_options, jobs_option, json_option  # noqa: E402,F401
-
 
 @click.group(cls=_Commands, context_settings=CONTEXT_SETTINGS,
              epilog=f"{EXIT_CODES_HELP}\n\nExample: shardkit convert data/bz2/data.list -o data/zst")

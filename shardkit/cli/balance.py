@@ -11,6 +11,8 @@ from shardkit.cli._wenet_conf import trainer_spec, wenet_conf_options
 
 
 def format_plan(summary: dict) -> str:
+    """The plan for a person: shards, topology, the spread of shard seconds against the tolerance, and one
+    row per corpus (weight, utterances kept, repeated, dropped, padded, copies out)."""
     lines = [f"{summary['num_shards']} shards x {summary['utterances_per_shard']} utterances "
              f"(world_size {summary['world_size']} x num_workers {summary['num_workers']}); shard seconds "
              f"{summary['min_shard_seconds']:.2f}..{summary['max_shard_seconds']:.2f}, mean "
@@ -94,7 +96,8 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     import os
 
     from shardkit.cli._progress import ProgressBars
-    from shardkit.commands.balance import BalanceSettings, parse_corpus_spec
+    from shardkit.commands.balance import BalanceSettings
+    from shardkit.io.mix import parse_corpus_spec
     from shardkit.errors import UsageError
     from shardkit.io.codecs import parse_codec_spec
 

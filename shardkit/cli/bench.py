@@ -80,7 +80,8 @@ def command(shards, out_dir, formats, audio, decoders, reference, workers, mp_co
     Writes OUT_DIR/bench.json, bench.md and bench.png, and prints the table (stderr).
     """
     from shardkit.cli._progress import ProgressBars
-    from shardkit.commands.bench import BenchSettings, parse_list, run_bench
+    from shardkit.commands.bench import run_bench
+    from shardkit.commands.bench.settings import BenchSettings, parse_list
 
     settings = BenchSettings(
         formats=parse_list(formats, "--formats"), audio=parse_list(audio, "--audio"),
@@ -102,7 +103,7 @@ def command(shards, out_dir, formats, audio, decoders, reference, workers, mp_co
 
 def _print_tables(data: dict) -> None:
     """bench.md's text and the files written, on stderr."""
-    from shardkit.commands.bench import format_tables
+    from shardkit.commands.bench.report import format_tables
 
     paths = data["outputs"]
     click.echo(format_tables(data), err=True)

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, emit_json, json_option
+from shardkit.cli import CONTEXT_SETTINGS, emit_json
+from shardkit.cli._options import json_option
 
 
 @click.command("demo", context_settings=CONTEXT_SETTINGS, epilog="""Exit codes: 0 ok, 2 usage errors.

@@ -98,7 +98,8 @@ def command(source, source_format, wav_scp, text, segments, key_field, text_fiel
     """
 
     from shardkit.cli._progress import ProgressBars
-    from shardkit.commands.make import MakeSettings, check_field_options, resolve_source, run_make_source
+    from shardkit.commands.make.settings import MakeSettings
+    from shardkit.commands.make.source import check_field_options, resolve_source, run_make_source
     from shardkit.commands.make.sources import SourceOptions
     from shardkit.io.codecs import parse_codec_spec
 
@@ -123,7 +124,7 @@ def _check_run_options(ray_address: str | None, executor: str, split: str | None
                        utts_per_shard: int | None) -> tuple[tuple[int, int] | None, float | None]:
     """Options that must agree before anything is read: the executor, the slice and one shard size
     rule; returns the parsed slice and the shard duration (the default when neither rule is given)."""
-    from shardkit.commands.make import DEFAULT_SHARD_SECONDS
+    from shardkit.commands.make.settings import DEFAULT_SHARD_SECONDS
     from shardkit.errors import UsageError
     from shardkit.run.split import parse_split
 

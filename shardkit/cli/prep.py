@@ -10,6 +10,8 @@ from shardkit.cli._outcome import balanced_layout_options
 
 
 def format_summary(summary: dict) -> str:
+    """prep's summary for a person: what was read, accepted and rejected (by check), the shards and their
+    balance, and the rank balance before and after the plan."""
     s = summary
     checks = (": " + ", ".join(f"{k} {n}" for k, n in s["by_check"].items())) if s["by_check"] else ""
     read = (f"{s['sources']} sources, {s['utterances_read']} utterances read, {s['accepted']} accepted, "
@@ -93,7 +95,7 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     _start_workers_early(executor, jobs)
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.prep import PrepSettings, run_prep
-    from shardkit.commands.validate import ValidateOptions
+    from shardkit.commands.validate.options import ValidateOptions
     from shardkit.io.codecs import parse_codec_spec
     from shardkit.io.mix import parse_corpus_spec
 

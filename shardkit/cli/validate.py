@@ -69,7 +69,8 @@ def command(shards, backend, jobs, sample_rate, channels, strict, min_duration, 
     check and reason. Sources are never modified.
     """
     from shardkit.cli._progress import ProgressBars
-    from shardkit.commands.validate import ValidateOptions, run_validate
+    from shardkit.commands.validate import run_validate
+    from shardkit.commands.validate.options import ValidateOptions
 
     # threads=None: decompressor threads per task chosen by run_validate from the cores and --jobs
     settings = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
@@ -92,7 +93,7 @@ def command(shards, backend, jobs, sample_rate, channels, strict, min_duration, 
 
 def _print_summary(report, args: list[str]) -> None:
     """The closing lines on stderr: what was checked and found, and after findings what was written."""
-    from shardkit.commands.validate import format_finding
+    from shardkit.commands.validate.report import format_finding
 
     for line in summary_lines(report, format_finding):
         click.echo(line, err=True)
@@ -103,7 +104,7 @@ def _print_summary(report, args: list[str]) -> None:
 def _last_line(report, args: list[str], report_path: str | None) -> str:
     """After findings: what was written, what was not, and what to run next (the words convert uses)."""
     from shardkit.cli._outcome import failure_line
-    from shardkit.commands.validate import CORPUS
+    from shardkit.commands.validate.names import CORPUS
 
     t = report.totals()
     written = [f"the report {report_path}"] if report_path else ["no report (--report FILE keeps one)"]

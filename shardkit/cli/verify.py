@@ -4,7 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, io_options, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import io_options, json_option
 
 
 @click.command("verify", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}

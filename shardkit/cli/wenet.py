@@ -4,7 +4,8 @@ import sys
 
 import click
 
-from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json, json_option
+from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import json_option
 
 _TARGET_HELP = ("site-packages folder to write the hook into [default: the running interpreter's, i.e. the "
                 "active environment's].")

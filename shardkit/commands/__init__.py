@@ -11,11 +11,11 @@ def report_merger(kind: str) -> Callable | None:
     """The registry of commands whose ``--split`` reports need more than the generic join: the
     command's own ``merge_reports(slices)``, or None (convert, index: ``run.merge.write_merged``)."""
     if kind == "validate":
-        from shardkit.commands.validate import merge_reports
+        from shardkit.commands.validate.merge import merge_reports
     elif kind == "make":
-        from shardkit.commands.make import merge_reports
+        from shardkit.commands.make.report import merge_reports
     elif kind == "balance":
-        from shardkit.commands.balance import merge_reports
+        from shardkit.commands.balance.report import merge_reports
     else:
         return None
     return merge_reports

@@ -16,23 +16,22 @@ from typing import Callable
 from shardkit import __version__
 from shardkit.errors import ShardkitError, UsageError, printable
 from shardkit.io.codecs import CODECS, open_writer
-from shardkit.io.files import (  # noqa: F401
+from shardkit.io.files import (
     AtomicFile,
     HashingFile,
     atomic_write_json,
     combine_digests,
-    file_sha256,
     load_report,
     member_digest,
     os_reason,
-    output_size,
     output_unchanged,
     publish_list,
     remove_leftovers,
     remove_temporary_keys,
 )
 from shardkit.io.indexfile import ShardRecords, index_beside
-from shardkit.io.inputs import STDIN, expand_shards, plan_output_paths
+from shardkit.io.inputs import expand_shards, plan_output_paths
+from shardkit.io.remote import STDIN
 from shardkit.io.tar import (
     DEFAULT_MAX_MEMBER_BYTES,
     STREAM_MEMBER_BYTES,
@@ -60,6 +59,9 @@ OK_STATUSES = ("ok", "salvaged")
 
 @dataclass(frozen=True)
 class ConvertSettings:
+    """What ``convert`` makes: the output codec and level, read-back verification, salvage of damaged
+    sources, the member size bound, decompressor threads, and what happens to audio (keep, wav, flac).
+    """
     codec: str = "zst"
     level: int | None = 3
     verify: bool = True
@@ -340,6 +342,7 @@ def threads_per_task(tasks: list, jobs: int | None, executor: str) -> dict:
 
 @dataclass
 class ConvertReport:
+    """What ``convert`` did: per-shard entries (status, source, output, errors), the list and manifest written."""
     out_dir: str
     data_list: str
     manifest: str
@@ -350,6 +353,9 @@ class ConvertReport:
     index_note: str | None = None
 
     def summary(self) -> dict:
+        """The ``--json`` document: counts by status, this run's counts, members, utterances, bytes in
+        and out, throughput, failures and salvaged shards, the audio summary and the index.
+        """
         tar_bytes = sum(e["tar_bytes"] for e in self.shards if e["status"] in ("ok", "salvaged"))
         return {
             "command": "convert",
@@ -397,6 +403,7 @@ class ConvertReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when a shard failed or was salvaged (it lost data), else 0 (the CLI's exit status)."""
         return 1 if any(e["status"] in ("failed", "salvaged") for e in self.shards) else 0
 
 

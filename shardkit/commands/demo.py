@@ -22,6 +22,7 @@ UTTERANCES_PER_RECORDING = 4
 
 @dataclass(frozen=True)
 class DemoCorpus:
+    """One corpus of the demo: its synthetic speech spec, its share of the minutes, its file format and layout."""
     spec: CorpusSpec
     share: float  # of the demo's total minutes
     audio_format: str  # of the source files

@@ -304,6 +304,7 @@ def indexed_shards(shards: list[str], options: RunOptions, *, stage: str, corpus
 
 @dataclass
 class IndexReport:
+    """What ``index`` did: the index written, shards, utterances, audio seconds, member bytes and failures."""
     path: str | None
     shards: int = 0
     utterances: int = 0
@@ -314,6 +315,7 @@ class IndexReport:
     converted_from: str | None = None  # ``index IN.jsonl -o OUT.parquet``: the index rewritten
 
     def summary(self) -> dict:
+        """The ``--json`` document of the run (the figures above, the failures, the elapsed time)."""
         summary = {"command": "index", "index": self.path, "shards": self.shards, "utterances": self.utterances,
                    "audio_seconds": round(self.seconds, 3), "member_bytes": self.bytes,
                    "failed": len(self.failures), "failures": self.failures,
@@ -324,6 +326,7 @@ class IndexReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when a shard could not be indexed, else 0 (the CLI's exit status)."""
         return 1 if self.failures else 0
 
     def count(self, shard: str, records: list[dict] | None, error: str | None) -> None:

@@ -40,10 +40,12 @@ class ListLine:
 
     @property
     def is_url(self) -> bool:
+        """Whether the line names a URL (``scheme://``) rather than a local path or ``pipe:``."""
         return "://" in self.text
 
     @property
     def location(self) -> str:
+        """``LIST:LINE``, where messages point a person to."""
         return f"{self.list_path}:{self.number}"
 
     def resolved(self) -> str:
@@ -199,9 +201,13 @@ def _line_entries(list_paths: list[str]) -> tuple[list[dict], list[int]]:
 
 @dataclass
 class ListCheckReport:
+    """What ``list check`` found: one entry per line of every list (status, compression, counts, warnings)."""
     entries: list[dict]
 
     def summary(self) -> dict:
+        """The ``--json`` document: lines ok, bad and unchecked, warnings, member/utterance/byte totals,
+        the compressions seen and how many shards need the zstd hook, and every entry.
+        """
         ok = [e for e in self.entries if e["status"] == "ok"]
         by_compression: dict[str, int] = {}
         for e in ok:
@@ -221,6 +227,7 @@ class ListCheckReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when a line is bad, else 0 (the CLI's exit status)."""
         return 1 if any(e["status"] == "bad" for e in self.entries) else 0
 
 

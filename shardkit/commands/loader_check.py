@@ -39,6 +39,7 @@ class LoaderCheckSettings:
 
 
 def has_torch() -> bool:
+    """Whether torch is installed (found, not imported): the loader check runs real DataLoaders."""
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None

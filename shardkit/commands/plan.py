@@ -59,6 +59,7 @@ class PlanResult:
 
     @property
     def exit_code(self) -> int:
+        """1 when a shard of the list could not be read, else 0 (the CLI's exit status)."""
         return 1 if self.failures else 0
 
 

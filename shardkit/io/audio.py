@@ -96,6 +96,10 @@ class HeaderBeyondHead(Exception):
 
 @dataclass(frozen=True)
 class WavInfo:
+    """What a WAV header says, checked: the format (after resolving WAVE_FORMAT_EXTENSIBLE), channels,
+    rate, bits, where the samples start, and how many frames the header promises against how many the
+    bytes hold (a difference is a truncated or padded member).
+    """
     format_tag: int  # 1 PCM, 3 float (after resolving WAVE_FORMAT_EXTENSIBLE), else a codec libsndfile decodes
     channels: int
     sample_rate: int
@@ -107,6 +111,7 @@ class WavInfo:
 
     @property
     def is_pcm(self) -> bool:
+        """Integer PCM of 8, 16, 24 or 32 bits: what shardkit's fast decoder converts itself."""
         return self.format_tag == WAVE_FORMAT_PCM and self.bits in (8, 16, 24, 32)
 
     @property
@@ -116,6 +121,7 @@ class WavInfo:
 
     @property
     def subtype(self) -> str:
+        """The libsndfile subtype that reads these samples (``PCM_16``, ``FLOAT``, ...), for reports."""
         if self.format_tag == WAVE_FORMAT_IEEE_FLOAT:
             return {32: "FLOAT", 64: "DOUBLE"}.get(self.bits, f"FLOAT{self.bits}")
         if self.format_tag != WAVE_FORMAT_PCM:
@@ -255,6 +261,9 @@ def stable_message(err: BaseException) -> str:
 
 
 def decode_soundfile(data: bytes, dtype: str = "float32") -> tuple[np.ndarray, int]:
+    """Decode a whole audio member with soundfile: ``(frames x channels array of dtype, sample rate)``.
+    Any failure is an AudioError carrying libsndfile's message (the caller adds shard and member).
+    """
     try:
         with open_soundfile(io.BytesIO(data)) as f:  # a FLAC of unknown length is read to its end
             return read_to_end(f, dtype), f.samplerate
@@ -334,6 +343,9 @@ def flac_total_samples(head: bytes) -> int | None:
 
 @dataclass(frozen=True)
 class FlacInfo:
+    """A FLAC member's STREAMINFO: rate, channels, bits, block sizes, the total samples (0 when the
+    encoder did not know), the MD5 of the decoded samples, and where the first frame starts.
+    """
     sample_rate: int
     channels: int
     bits: int
@@ -701,9 +713,11 @@ class PcmMd5:
 
     @property
     def dtype(self) -> str:
+        """The soundfile dtype to read blocks as: int16 up to 16 bits, int32 (left-justified) above."""
         return "int16" if self.width <= 2 else "int32"
 
     def update(self, block: np.ndarray) -> None:
+        """Add one block of decoded samples (frames x channels, as ``dtype``) to the signature."""
         values = block.reshape(-1)
         if self.width == 1:
             self.hash.update((values >> 8).astype("i1").tobytes())
@@ -714,6 +728,7 @@ class PcmMd5:
             self.hash.update(wide.view("u1").reshape(-1, 4)[:, :self.width].tobytes())
 
     def digest(self) -> bytes:
+        """The MD5 of every sample added so far, comparable with STREAMINFO's."""
         return self.hash.digest()
 
 
@@ -726,4 +741,5 @@ def flac_md5(data) -> bytes | None:
 
 
 def flac_bits(data) -> int:
+    """Bits per sample from a FLAC member's STREAMINFO (the caller has checked the ``fLaC`` magic)."""
     return ((int.from_bytes(data[20:22], "big") >> 4) & 31) + 1

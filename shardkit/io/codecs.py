@@ -23,6 +23,9 @@ READ_CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Codec:
+    """One output compression: its name, the suffix after ``.tar``, its default level and range, and how to
+    open a writer over a binary file.
+    """
     name: str
     suffix: str  # appended to ".tar"
     default_level: int | None

@@ -37,6 +37,9 @@ def os_reason(err: OSError) -> str:
 
 
 def output_error(err: OSError, path: str, doing: str = "cannot write") -> OutputError:
+    """An :class:`OutputError` for a failed write of ``path``: ``doing`` and the OS's reason (or "its
+    folder vanished" when the folder is gone), chained to ``err``.
+    """
     reason = os_reason(err)
     if err.errno == errno.ENOENT:
         reason = "its folder vanished" if not os.path.isdir(os.path.dirname(os.path.abspath(path)) or ".") \
@@ -62,6 +65,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def fsync_dir(path: str) -> None:
+    """fsync the folder ``path`` itself, so a rename into it survives a power cut."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -153,9 +157,11 @@ class AtomicFile:
         return self
 
     def write(self, data) -> int:
+        """Write ``data`` to the temporary file; returns the bytes written."""
         return self.file.write(data)
 
     def flush(self) -> None:
+        """Flush the temporary file's buffer (not an fsync: ``commit`` does that)."""
         self.file.flush()
 
     def commit(self, verify: Callable[[str], None] | None = None, *, sync_while_verifying: bool = False) -> None:
@@ -218,6 +224,7 @@ class AtomicFile:
             publish_output(self.tmp, self.dst)
 
     def discard(self) -> None:
+        """Close and remove the temporary file without publishing it; ``dst`` stays untouched."""
         if self.file is not None and not self.file.closed:
             try:
                 self.file.close()
@@ -270,6 +277,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 
 
 def atomic_write_json(path: str, obj) -> None:
+    """``obj`` as indented, key-sorted UTF-8 JSON into ``path``, atomically (temp name, fsync, rename)."""
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
@@ -322,6 +330,7 @@ def _remove_quietly(path: str) -> None:
 
 
 def load_json(path: str) -> dict | None:
+    """The JSON document in ``path``, or None when it is missing, unreadable as UTF-8 JSON, or a folder."""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -338,16 +347,21 @@ class HashingFile:
         self.size = 0
 
     def write(self, data) -> int:
+        """Write ``data`` through, adding it to ``sha256`` and ``size``; returns its length."""
         self._f.write(data)
         self.sha256.update(data)
         self.size += len(data)
         return len(data)
 
     def flush(self) -> None:
+        """Flush the wrapped file."""
         self._f.flush()
 
 
 def member_digest(name: str, data: bytes) -> bytes:
+    """The sha256 of a member's content. ``name`` is not hashed here: :func:`combine_digests` puts
+    each name beside its digest.
+    """
     return hashlib.sha256(data).digest()
 
 

@@ -18,6 +18,7 @@ _STRIP_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".
 
 
 def is_list_file(path: str) -> bool:
+    """Whether ``path`` names a shard list by its suffix (``.list``, ``.lst``), not a shard."""
     return path.endswith(LIST_SUFFIXES)
 
 
@@ -37,6 +38,7 @@ def read_list(path: str) -> list[str]:
 
 
 def shards_in_dir(path: str) -> list[str]:
+    """The shards directly inside folder ``path`` (every tar suffix shardkit reads), sorted by name."""
     found = {p for pattern in SHARD_PATTERNS for p in glob.glob(os.path.join(glob.escape(path), pattern))}
     return sorted(found)
 

@@ -19,6 +19,7 @@ from shardkit.errors import UsageError
 
 @dataclass(frozen=True)
 class CorpusSource:
+    """One ``--corpus NAME=SOURCE[,SOURCE...][:WEIGHT]``: the corpus name, its sources and its weight in the mix."""
     name: str
     sources: tuple[str, ...]
     weight: float = 1.0

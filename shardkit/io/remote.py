@@ -55,6 +55,7 @@ def is_pipe(path: str) -> bool:
 
 
 def is_local(path: str) -> bool:
+    """Whether ``path`` is a local file path: neither a URL (``scheme://``) nor a ``pipe:`` command."""
     return not is_url(path) and not is_pipe(path)
 
 
@@ -67,6 +68,12 @@ def _fsspec():
 
 
 def filesystem(url: str, storage_options: dict | None):
+    """``(fsspec filesystem, path inside it)`` for ``url``, with fsspec's configured options for its
+    protocol, then ``storage_options``, and shardkit's connect/read deadlines.
+
+    Raises UsageError naming the URL when fsspec or the protocol's driver (s3fs, gcsfs, ...) is missing,
+    or fsspec does not know the URL.
+    """
     fsspec = _fsspec()
     protocol = _protocol(url)
     options = {**fsspec.config.conf.get(protocol, {}), **(storage_options or {})}
@@ -116,6 +123,7 @@ _SETTINGS = IOSettings()
 
 
 def io_settings() -> IOSettings:
+    """The process's current :class:`IOSettings` (as :func:`configure_io` last set them)."""
     return _SETTINGS
 
 
@@ -324,12 +332,15 @@ class RemoteReader(io.RawIOBase):
 
     @property
     def name(self) -> str:
+        """The URL, as error messages and reports name the input."""
         return self.url
 
     def readable(self) -> bool:
+        """Always True: a reader reads (``io.BufferedReader`` asks)."""
         return True
 
     def tell(self) -> int:
+        """Bytes handed out so far (the position in the object)."""
         return self.pos
 
     def _where(self) -> str:
@@ -400,6 +411,9 @@ class RemoteReader(io.RawIOBase):
         return data
 
     def readinto(self, buffer) -> int:
+        """Fill ``buffer`` with the next bytes; 0 at the end. A transient failure is retried (resuming
+        at this position); the last one raises InputError naming the URL.
+        """
         data = self._attempt(lambda: self._read_some(len(buffer)))
         buffer[:len(data)] = data
         self.pos += len(data)
@@ -414,6 +428,7 @@ class RemoteReader(io.RawIOBase):
         return b"".join(chunks)
 
     def close(self) -> None:
+        """Drop the connection or open file; idempotent."""
         if not self.closed:
             self._drop()
         super().close()
@@ -455,12 +470,15 @@ class PipeReader(io.RawIOBase):
 
     @property
     def name(self) -> str:
+        """``pipe:COMMAND``, as the list line named it."""
         return f"pipe:{self.command}"
 
     def readable(self) -> bool:
+        """Always True: a reader reads (``io.BufferedReader`` asks)."""
         return True
 
     def tell(self) -> int:
+        """Bytes of the command's output read so far."""
         return self.pos
 
     def _kill_group(self) -> None:
@@ -470,6 +488,11 @@ class PipeReader(io.RawIOBase):
             pass
 
     def readinto(self, buffer) -> int:
+        """Fill ``buffer`` from the command's output; 0 at its end, once the command exited with 0.
+
+        Raises InputError when no byte comes within the read timeout (the command's process group is
+        killed) or the command fails (its status and the last line it wrote to stderr).
+        """
         if self._at_eof or not len(buffer):
             return 0
         if not self._poll.poll(int(self.settings.read_timeout * 1000)):
@@ -511,6 +534,9 @@ class PipeReader(io.RawIOBase):
         raise InputError(f"command {how} after writing {self.pos} bytes{said}", shard=self.name)
 
     def close(self) -> None:
+        """Stop the command if it still runs (its whole process group) and check how it ended: closing
+        before the end is normal (SIGPIPE), any other failure raises InputError.
+        """
         if self.closed:
             return
         try:

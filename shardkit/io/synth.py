@@ -69,6 +69,9 @@ def encode(samples: np.ndarray, sample_rate: int, audio_format: str = "wav", sub
 
 
 def transcript(rng: np.random.Generator, seconds: float, language: str) -> str:
+    """A made-up transcript for ``seconds`` of speech in ``language`` ("zh", "en", or "mix": one of the
+    two, drawn), its length in proportion to the duration; deterministic for a seeded ``rng``.
+    """
     if language == "mix":
         language = "zh" if rng.random() < 0.5 else "en"
     if language == "zh":

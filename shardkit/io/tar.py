@@ -70,6 +70,9 @@ class ChunkReader:
         self._pos = 0
 
     def read(self, n: int) -> bytes:
+        """Exactly ``n`` bytes, or fewer only where the chunks end (the caller checks and names the
+        truncation); ValueError for a negative ``n``.
+        """
         if n < 0:
             raise ValueError("ChunkReader.read needs a size >= 0")
         buf, pos = self._buf, self._pos
@@ -481,6 +484,9 @@ class MemberStream:
             yield data
 
     def finish(self) -> None:
+        """Skip what the consumer left unread and check the padding to 512 bytes; TarFormatError
+        (naming the shard and member) when the stream ends inside it.
+        """
         for _ in self.chunks(1 << 22):
             pass
         pad = -self.size % BLOCK
@@ -667,6 +673,7 @@ class TarWriter:
         return self._offset
 
     def add(self, name: str, data: bytes) -> None:
+        """Append one regular member (deterministic header, data, zero padding to 512 bytes)."""
         header = tar_header(name, len(data))
         pad = -len(data) % BLOCK
         self._out.write(header)

@@ -16,6 +16,7 @@ _ALLOWED_CONTROLS = "\t\r\n"
 
 
 def is_control(c: str) -> bool:
+    """Whether ``c`` is a control character (Unicode category Cc), which keys and transcripts must not hold."""
     return unicodedata.category(c) == "Cc"
 
 

@@ -90,6 +90,9 @@ def decodes_to(encoded: bytes, samples: np.ndarray, sample_rate: int) -> bool:
 
 
 def encode_pcm(samples: np.ndarray, sample_rate: int, fmt: str, subtype: str, flac_level: int | None) -> bytes:
+    """``samples`` (frames x channels) encoded with soundfile as ``fmt`` ("WAV", "FLAC") and ``subtype``
+    ("PCM_16", ...); ``flac_level`` 0-8 sets FLAC's compression. Returns the file's bytes.
+    """
     buf = io.BytesIO()
     kwargs = {}
     if fmt == "FLAC" and flac_level is not None:
@@ -292,4 +295,5 @@ def summarize(entries: list[dict]) -> dict:
 
 
 def libsndfile_version() -> str:
+    """The version of the libsndfile soundfile links, which reports record (it decides FLAC's bytes)."""
     return sf.__libsndfile_version__

@@ -58,6 +58,7 @@ def deactivate() -> None:
 
 
 def is_patched(tarfile) -> bool:
+    """Whether this ``tarfile`` module already reads zstd through the hook (so it is not patched twice)."""
     return getattr(tarfile.TarFile, _MARK, False)
 
 

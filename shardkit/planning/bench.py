@@ -75,6 +75,7 @@ class Node:
 
     @property
     def cores_per_gpu(self) -> int:
+        """Cores per GPU on the training node, rounded down (0 when it has fewer cores than GPUs)."""
         return self.cores // self.gpus_per_node  # 0: fewer cores than GPUs, said so, not rounded up to 1
 
 

@@ -67,10 +67,12 @@ class FinalPlan:
 
     @property
     def max_deviation(self) -> float:
+        """The largest distance, in seconds, of any shard's total from the mean shard total."""
         return float(np.abs(self.shard_seconds - self.shard_seconds.mean()).max())
 
     @property
     def balanced(self) -> bool:
+        """Whether every shard's total is within ``tolerance`` seconds of the mean."""
         return self.max_deviation <= self.tolerance + 1e-9
 
 
@@ -94,13 +96,18 @@ class StreamingPlanner:
 
     @property
     def pool_held_bytes(self) -> int:
+        """Bytes of the utterances waiting in the pool (what prep holds in memory or spools)."""
         return self._held_bytes
 
     @property
     def pool_len(self) -> int:
+        """How many utterances wait in the pool."""
         return len(self._pool_seconds)
 
     def add(self, seq: int, seconds: float, nbytes: int) -> None:
+        """Put utterance ``seq`` (``seconds`` long, ``nbytes`` big) into the pool; call in a
+        deterministic order, so the plan is the same on every rerun.
+        """
         bisect.insort(self._pool, (seconds, seq))
         self._pool_seconds[seq] = seconds
         self._pool_size[seq] = nbytes
@@ -108,6 +115,9 @@ class StreamingPlanner:
         self.all_seconds.append(seconds)
 
     def set_num_shards(self, count: int) -> None:
+        """Fix the output shard count (once it is known from the corpus); ValueError unless it is
+        a multiple of world_size x num_workers.
+        """
         if count % self.groups:
             raise ValueError(f"{count} shards is not a multiple of {self.groups}")
         self.num_shards = count
@@ -166,6 +176,9 @@ class StreamingPlanner:
         return FinalPlan(placed, dropped, per_shard, shard_seconds, self.tolerance(shard_seconds), notes)
 
     def tolerance(self, shard_seconds: np.ndarray) -> float:
+        """The balance a plan must reach, in seconds: TOLERANCE_FRACTION of the mean shard, or the
+        median utterance if that is longer (no swap can do better than about one utterance).
+        """
         return max(TOLERANCE_FRACTION * float(shard_seconds.mean()), float(np.median(self.all_seconds)))
 
     def _refined(self, items: list[tuple[int, int]],

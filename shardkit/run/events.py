@@ -73,11 +73,16 @@ class Events:
         self.current = ""
 
     def stage(self, name: str, total: int | None = None, unit: str = "shard") -> None:
+        """Start a phase named ``name`` with ``total`` units of ``unit`` (None: unknown); later events belong to it."""
         self.current = name
         self.sink(Event(STAGE, stage=name, total=total, unit=unit))
 
     def done(self, result: Any = None, *, error: str | None = None, count: int = 1, nbytes: int = 0) -> None:
+        """One or more units (``count``, ``nbytes``) of the current stage finished: its ``result``, or the
+        ``error`` that failed it.
+        """
         self.sink(Event(DONE, stage=self.current, count=count, nbytes=nbytes, error=error, result=result))
 
     def note(self, text: str) -> None:
+        """A line for a person (a renderer prints it above the progress bars)."""
         self.sink(Event(NOTE, stage=self.current, text=text))

@@ -181,6 +181,9 @@ _HELD: set[str] = set()  # lock files this process holds: flock would let a seco
 
 
 def lock_name(command: str, split: tuple[int, int] | None = None) -> str:
+    """The lock file's name in an output folder: one per command, or one per ``--split`` slice
+    (``(index, count)``) so that the slices of one job array run side by side.
+    """
     return f".shardkit-{command}.lock" if split is None else f".shardkit-{command}.slice-{split[0]}-of-{split[1]}.lock"
 
 
@@ -237,6 +240,9 @@ class OutputLock:
                           f"finish or stop it, then run again", shard=os.path.dirname(self.path))
 
     def acquire(self) -> "OutputLock":
+        """Take the lock or raise UsageError naming who holds it (pid, host) and what to do; a lock
+        left by a process that is gone is taken over. Returns self.
+        """
         if self.path in _HELD:
             raise self._refuse({"pid": os.getpid(), "host": socket.gethostname()})
         fd = self._locked_fd()
@@ -312,6 +318,7 @@ class OutputLock:
                              shard=os.path.dirname(self.path))
 
     def release(self) -> None:
+        """Remove the lock file and unlock it (in that order, so a waiter retries on the new file); idempotent."""
         if self._fd is None:
             return
         try:
@@ -426,6 +433,9 @@ class Journal:
         self._f = None
 
     def load(self) -> list[dict]:
+        """The entries of an earlier run, up to the first line a kill cut short; [] when there is no
+        journal. Raises UsageError, naming the journal, when it cannot be read.
+        """
         entries = []
         try:
             with open(self.path, encoding="utf-8") as f:
@@ -444,6 +454,7 @@ class Journal:
         return entries
 
     def append(self, entry: dict) -> None:
+        """Add one task's entry as a JSON line and fsync it: a kill after this keeps it. Raises OutputError."""
         try:
             if self._f is None:
                 self._f = open(self.path, "a", encoding="utf-8")
@@ -454,6 +465,9 @@ class Journal:
             raise output_error(err, self.path, "cannot write the journal") from None
 
     def close(self, *, remove: bool) -> None:
+        """Close the journal; ``remove``: delete it too (the run is complete). Raises OutputError when it
+        cannot be removed.
+        """
         if self._f is not None:
             try:
                 self._f.close()
@@ -482,6 +496,9 @@ def this_run(status: str) -> str:
 
 
 def this_run_counts(entries: Iterable[dict]) -> dict:
+    """``{"done": n, "skipped": n, "failed": n}`` over report entries: each entry's ``this_run``, else
+    what its status counts as (:func:`this_run`).
+    """
     counts = dict.fromkeys(RUN_STATES, 0)
     for entry in entries:
         counts[entry.get("this_run") or this_run(entry.get("status", ""))] += 1
@@ -500,6 +517,7 @@ class DigestingTar:
         self.written: list[tuple[str, bytes]] = []
 
     def add(self, name: str, data: bytes, *args, **kwargs):
+        """Add a member to the wrapped writer and remember its name and content sha256; returns the writer's result."""
         import hashlib
 
         result = self._tar.add(name, data, *args, **kwargs)
@@ -578,6 +596,7 @@ class HashingReader:
         self.size = 0
 
     def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes from the source, added to ``sha256`` and ``size``."""
         data = self._read(n)
         self.sha256.update(data)
         self.size += len(data)

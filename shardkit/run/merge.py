@@ -40,6 +40,7 @@ class Slices:
 
     @property
     def report_path(self) -> str:
+        """Where the merged report goes: ``OUT_DIR/COMMAND.json``."""
         return os.path.join(self.out_dir, f"{self.command}.json")
 
 
@@ -55,6 +56,7 @@ class MergeResult:
 
     @property
     def exit_code(self) -> int:
+        """1 when a merged entry failed or holds a finding, else 0 (the CLI's exit status)."""
         return 1 if self.summary["problems"] else 0
 
     def text(self) -> str:

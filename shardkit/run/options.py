@@ -58,6 +58,7 @@ class RunOptions:
         return Events(self.on_event)
 
     def replace(self, **changes) -> RunOptions:
+        """A copy with ``changes`` applied (the options are frozen, so a command never alters its caller's)."""
         return dataclasses.replace(self, **changes)
 
     def run_tasks(self, fn: Callable[[Any], Any], tasks: Iterable[Any], **kwargs) -> Iterator[tuple[int, Any]]:

@@ -13,14 +13,18 @@ spawn and forkserver start methods. torch is imported only when a dataset is mad
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.planning.partition import lines_for
 from shardkit.training.reader import DEFAULT_POOL, ReadPosition, check_decode_settings, iter_samples, reuse_freed_memory
-from shardkit.training.steps import EqualSteps, batch_seconds, equal_steps  # noqa: F401  (shardkit.dataset.equal_steps)
+# a re-export for the old public path shardkit.dataset.equal_steps (shardkit.dataset is this module)
+from shardkit.training.steps import equal_steps  # noqa: F401
+
+if TYPE_CHECKING:  # annotations only: torch stays optional
+    import torch
 
 try:
     from torch.utils.data import IterableDataset as _Base
@@ -53,31 +57,69 @@ def _ambient_world() -> tuple[int, int]:
 
 
 class ShardDataset(_Base):
-    """Samples of WeNet-style shards for a torch ``DataLoader``, split by rank and worker.
+    """Samples of WeNet-style shards for a torch ``DataLoader``, split by rank and worker as WeNet splits them.
 
-    ``shards``: a data.list path, a shard or folder path, or a list of shard paths.
-    ``rank``/``world_size``: default from torch.distributed or the environment (see
-    :func:`resolve_world`), fixed when the dataset is made, so workers need no process group.
-    ``shuffle``/``seed``: the list order of an epoch is ``shardkit.planning.partition.shuffled_order(n,
-    seed, epoch)``, identical on every rank. ``set_epoch(e)`` before iterating, as in WeNet. With
-    ``persistent_workers=True`` the workers keep the copy they started with, so each further
-    iteration of a worker's copy counts as the next epoch (same result as calling set_epoch with
-    consecutive epochs). ``dtype``, ``decoder``, ``on_error``: as for ``iter_samples``
-    (``on_error`` must be picklable, e.g. ``shardkit.training.reader.warn_and_skip``). ``as_tensor``:
-    audio as a torch tensor (default) or the numpy array. ``dtype="int16"`` with
-    :func:`collate_padded` ships half the bytes of float32 out of the workers; the trainer
-    scales on its device (:func:`audio_float`), getting the same float32 values.
-    ``channels=1``: downmix other channel counts to mono (the mean); ``sample_rate``: resample
-    other rates to it (soxr, high quality). Without them, a batch mixing formats is a
-    ShardkitError naming the shard and key of the odd utterance.
+    Each epoch every rank shuffles the shard list with the same seed and each (rank, worker)
+    reads its own shards with :func:`~shardkit.training.reader.iter_samples`. ``set_epoch(e)``
+    before iterating, as in WeNet. With ``persistent_workers=True`` the workers keep the copy they
+    started with, so each further iteration of a worker's copy counts as the next epoch (the same
+    as calling ``set_epoch`` with consecutive epochs). The dataset holds plain values only, so it
+    pickles for the spawn and forkserver start methods.
 
     Stateful (torchdata's protocol): ``state_dict()`` names the epoch, seed and, for the (rank,
     worker) reading this copy, the shard and tar-stream offset reached; ``load_state_dict()`` resumes
     there without re-reading or decoding what was read (see :mod:`shardkit.training.state`: exact
-    through ``StatefulDataLoader``, elastic through ``shardkit.training.state.restore``).
+    through ``StatefulDataLoader``, elastic through :func:`shardkit.training.state.restore_loader_state`).
+
+    Args:
+        shards: a data.list path, a shard or folder path, or a list of shard paths.
+        rank: this process's rank; with ``world_size``, default from torch.distributed or the
+            RANK / WORLD_SIZE environment (see :func:`resolve_world`). Fixed when the dataset is made,
+            so workers need no process group.
+        world_size: the number of ranks.
+        shuffle: shuffle the list each epoch (``shardkit.planning.partition.shuffled_order(n, seed,
+            epoch)``, identical on every rank).
+        seed: the shuffle's seed.
+        epoch: the first epoch (``set_epoch`` changes it).
+        dtype: as for ``iter_samples``; "int16" with :func:`collate_padded` ships half the bytes of
+            float32 out of the workers, and :func:`audio_float` scales on the trainer's device to the
+            same float32 values.
+        decoder: as for ``iter_samples``.
+        on_error: as for ``iter_samples``; must be picklable (e.g.
+            :func:`~shardkit.training.reader.warn_and_skip`).
+        as_tensor: audio as a torch tensor (default) or the numpy array.
+        threads: decompression threads per reader.
+        sample_rate: resample other rates to it (soxr, high quality).
+        channels: 1 downmixes other channel counts to mono (the mean). Without ``sample_rate`` and
+            ``channels``, a batch mixing formats is a ShardkitError naming the odd utterance.
+        allow_pipes: run the commands of ``pipe:CMD`` lines (as ``iter_samples``).
+
+    Yields:
+        sample (dict): (when iterated) ``{key, shard, txt, audio, sample_rate}`` per utterance of this
+            (rank, worker)'s shards; ``audio`` has shape (frames, channels).
+
+    Raises:
+        UsageError: torch is not installed, a bad ``decoder``/``dtype``/``sample_rate``/``channels``,
+            a rank outside the world, or a list that names no shard.
+        StateMismatchError: ``load_state_dict`` with a state of another list, seed or shard set.
+        ShardkitError: while iterating, as ``iter_samples`` (unless ``on_error`` takes it).
+
+    Example:
+        ```python
+        import shardkit
+        from torch.utils.data import DataLoader
+
+        dataset = shardkit.ShardDataset("data/train/data.list", seed=0, dtype="int16")
+        loader = DataLoader(dataset, batch_size=16, num_workers=2, collate_fn=shardkit.collate_padded)
+        for epoch in range(3):
+            dataset.set_epoch(epoch)
+            for batch in loader:
+                audio = shardkit.audio_float(batch, device="cuda")  # (batch, frames, channels)
+        ```
     """
 
-    def __init__(self, shards, *, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
+    def __init__(self, shards: str | os.PathLike | Iterable[str], *, rank: int | None = None,
+                 world_size: int | None = None, shuffle: bool = True,
                  seed: int = 0, epoch: int = 0, dtype: str = "float32", decoder: str = "shardkit",
                  on_error: Callable[[ShardkitError], None] | None = None, as_tensor: bool = True,
                  threads: int = 1, sample_rate: int | None = None, channels: int | None = None,
@@ -116,6 +158,8 @@ class ShardDataset(_Base):
         self._reading: dict | None = None  # the state of the iteration under way in this copy
 
     def set_epoch(self, epoch: int) -> None:
+        """Read ``epoch``'s order on the next iteration (every rank must pass the same epoch). A loaded
+        state of another epoch is dropped: it resumes its own epoch only."""
         self.epoch = epoch
         self._iterations = 0
         if self._resume is not None and self._resume["epoch"] != epoch:
@@ -148,6 +192,8 @@ class ShardDataset(_Base):
         self._iterations = 0
 
     def check_state(self, state: dict) -> None:
+        """Raise StateMismatchError, saying what differs, unless ``state`` was saved for this shard
+        list (paths, sizes, mtimes), seed and shuffle."""
         from shardkit.training.state import check
 
         check(state, digest=self._digest, shards=len(self.shards), seed=self.seed, shuffle=self.shuffle)
@@ -180,7 +226,7 @@ class ShardDataset(_Base):
             raise StateMismatchError(
                 f"the state is rank {topology[0]} of {topology[1]}, worker {topology[2]} of {topology[3]}; this "
                 f"reader is rank {self.rank} of {self.world_size}, worker {worker} of {num_workers}: restore every "
-                "rank's states with shardkit.training.state.restore to change world size or workers")
+                "rank's states with shardkit.restore_loader_state to change world size or workers")
         return {**reading, "pieces": resume["pieces"], "index": resume["index"], "shard": resume.get("shard"),
                 "offset": resume["offset"]}
 
@@ -315,13 +361,29 @@ def batch_tensors(specs: list[tuple[tuple[int, ...], str]]) -> list:
 def collate_padded(samples: list[dict]) -> dict:
     """``collate_fn`` for batches: audio zero-padded into one (batch, frames, channels) tensor.
 
-    One tensor per batch crosses from a worker to the trainer instead of one per utterance
-    (each crossing costs a shared-memory segment); ``lengths`` holds the true frame counts.
-    The batch keeps the samples' dtype: with ``ShardDataset(dtype="int16")`` it is half the bytes
-    of float32, and the trainer scales it on its device (:func:`audio_float`). Inside a loader
-    worker the batch is built straight in shared memory. Utterances must share channels and
-    sample rate (``ShardDataset(channels=1, sample_rate=...)`` converts them); otherwise a
-    ShardkitError names the odd one.
+    One tensor per batch crosses from a worker to the trainer instead of one per utterance (each
+    crossing costs a shared-memory segment); inside a loader worker the batch is built straight in
+    shared memory. The batch keeps the samples' dtype: with ``ShardDataset(dtype="int16")`` it is half
+    the bytes of float32, and the trainer scales it on its device (:func:`audio_float`).
+
+    Args:
+        samples: ShardDataset samples (``key``, ``txt``, ``audio`` of shape (frames, channels),
+            ``sample_rate``), sharing channels, sample rate and dtype.
+
+    Returns:
+        ``{"key": [...], "txt": [...], "audio": tensor (batch, frames, channels), "lengths":
+            int64 tensor of true frame counts, "sample_rate": [...]}``.
+
+    Raises:
+        ShardkitError: utterances differ in channels, sample rate or dtype (naming the odd one's shard
+            and key, and the ShardDataset option that fixes it: ``channels=1``, ``sample_rate=...``).
+
+    Example:
+        ```python
+        loader = DataLoader(shardkit.ShardDataset("data.list"), batch_size=8, collate_fn=shardkit.collate_padded)
+        batch = next(iter(loader))
+        batch["audio"].shape, batch["lengths"]  # (8, longest, 1), frames of each
+        ```
     """
     import torch
 
@@ -343,10 +405,26 @@ def collate_padded(samples: list[dict]) -> dict:
 def collate_packed(samples: list[dict]) -> dict:
     """``collate_fn`` without padding, for models that pad on their device anyway.
 
-    ``audio`` is every utterance's frames one after the other, shape (total frames, channels);
-    ``lengths`` the frame counts and ``offsets`` where each starts;
-    the other keys as :func:`collate_padded`. No padding bytes are written or sent;
-    :func:`pad_packed` gives the padded (batch, frames, channels) tensor where the model wants it.
+    No padding bytes are written or sent; :func:`pad_packed` gives the padded tensor where the
+    model wants it (on the GPU, padding costs the CPU nothing).
+
+    Args:
+        samples: ShardDataset samples sharing channels, sample rate and dtype.
+
+    Returns:
+        As :func:`collate_padded`, but ``audio`` is every utterance's frames one after the
+            other, shape (total frames, channels), and ``offsets`` (int64 tensor) says where each starts.
+
+    Raises:
+        ShardkitError: utterances differ in channels, sample rate or dtype (naming the odd one).
+
+    Example:
+        ```python
+        loader = DataLoader(dataset, batch_size=8, collate_fn=shardkit.collate_packed)
+        for batch in loader:
+            batch["audio"] = batch["audio"].to("cuda")
+            padded = shardkit.pad_packed(batch)  # (8, longest, channels), on the GPU
+        ```
     """
     import torch
 
@@ -363,9 +441,24 @@ def collate_packed(samples: list[dict]) -> dict:
             "lengths": lengths_t, "offsets": offsets_t, "sample_rate": [s["sample_rate"] for s in samples]}
 
 
-def pad_packed(batch: dict):
-    """The (batch, frames, channels) zero-padded audio of a :func:`collate_packed` batch, on the
-    device its ``audio`` is on (move ``audio`` first: padding on the GPU costs the CPU nothing)."""
+def pad_packed(batch: dict) -> torch.Tensor:
+    """The (batch, frames, channels) zero-padded audio of a :func:`collate_packed` batch.
+
+    Args:
+        batch: a :func:`collate_packed` batch; pad on the device its ``audio`` is on (move ``audio``
+            first: padding on the GPU costs the CPU nothing).
+
+    Returns:
+        A tensor (batch, longest frames, channels), zeros after each utterance's end, on ``audio``'s device.
+
+    Raises:
+        KeyError: ``batch`` has no ``audio`` or ``lengths`` (not a collate_packed batch).
+
+    Example:
+        ```python
+        padded = shardkit.pad_packed(batch)  # batch["lengths"] still holds the true lengths
+        ```
+    """
     import torch
 
     audio = batch["audio"]
@@ -375,9 +468,30 @@ def pad_packed(batch: dict):
 INT16_SCALE = 1 / 32768
 
 
-def audio_float(batch: dict, device=None, non_blocking: bool = True):
-    """A batch's ``audio`` as float32 on ``device``: int16 batches are moved as int16 (half the
-    bytes) and scaled there by 1/32768, giving exactly the float32 a float32 dataset would yield."""
+def audio_float(batch: dict, device: str | torch.device | None = None, non_blocking: bool = True) -> torch.Tensor:
+    """A batch's ``audio`` as float32 on ``device``, moved before it is widened.
+
+    int16 batches are moved as int16 (half the bytes) and scaled there by 1/32768, giving exactly
+    the float32 values a float32 dataset would yield; float batches are moved and cast.
+
+    Args:
+        batch: a :func:`collate_padded` or :func:`collate_packed` batch.
+        device: where to move ``audio`` (None: leave it where it is).
+        non_blocking: passed to ``Tensor.to`` (asynchronous from pinned memory).
+
+    Returns:
+        The float32 audio tensor on ``device``, same shape as ``batch["audio"]``.
+
+    Raises:
+        KeyError: ``batch`` has no ``audio``.
+
+    Example:
+        ```python
+        dataset = shardkit.ShardDataset("data.list", dtype="int16")
+        for batch in DataLoader(dataset, batch_size=8, collate_fn=shardkit.collate_padded, pin_memory=True):
+            audio = shardkit.audio_float(batch, device="cuda")
+        ```
+    """
     import torch
 
     audio = batch["audio"]

@@ -92,7 +92,22 @@ def reuse_freed_memory() -> bool:
 
 
 def warn_and_skip(err: ShardkitError) -> None:
-    """An ``on_error`` policy: log the located error as a warning and go on (WeNet drops, silently)."""
+    """An ``on_error`` policy: log the located error as a warning and go on with the next utterance.
+
+    WeNet's reader drops a bad utterance silently; this one logs (``shardkit.training.reader``) which
+    shard and member it skipped and why. A module-level function, so it pickles into loader workers.
+
+    Args:
+        err: the located error the reader hands over.
+
+    Returns:
+        None: the reader goes on.
+
+    Example:
+        ```python
+        dataset = shardkit.ShardDataset("data/data.list", on_error=shardkit.warn_and_skip)
+        ```
+    """
     log.warning("skipped: %s", err)
 
 
@@ -606,6 +621,7 @@ class BufferPool:
         return bytearray(self.GRAIN * (3 << (k - 2) if k >= 2 and 3 << (k - 2) >= grains else 1 << k))
 
     def clear(self) -> None:
+        """Drop the free buffers (arrays still in use keep theirs; they come back when released)."""
         self._free.clear()
         self._free_bytes = 0
 
@@ -662,6 +678,7 @@ DECODERS: dict[str, Callable] = {"shardkit": decode_fast, "soundfile": _decode_s
 
 
 def check_decode_settings(decoder: str, dtype: str) -> None:
+    """Raise UsageError for an unknown decoder or dtype, or a pair that does not go together."""
     if decoder not in DECODERS:
         raise UsageError(f"unknown decoder {decoder!r}; choose from {', '.join(DECODERS)}")
     if dtype not in DTYPES:
@@ -729,20 +746,43 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
                  on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
                  position: ReadPosition | None = None,
                  allow_pipes: bool | None = None) -> Iterator[dict]:
-    """Every utterance of the shards, in order: ``{key, shard, txt, audio, sample_rate}``.
+    """Every utterance of the shards, in order, as a plain dict: ``{key, shard, txt, audio, sample_rate}``.
 
-    ``shards``: shard paths, or one path (a shard or a data.list). ``audio`` has shape
-    (frames, channels) and ``dtype`` float32 (scaled to [-1, 1)), int16 or float64. ``decoder``:
-    "shardkit" (numpy for PCM WAV, soundfile for the rest; the default), "soundfile" or
-    "torchaudio" (WeNet's call, much slower). ``decode=False`` yields the undecoded
-    ``audio_bytes`` and ``audio_format`` instead. Other members come along as bytes under their
-    extension. ``on_error``: None raises on the first problem; a callable (e.g.
-    :func:`warn_and_skip`) receives each located error and the reader goes on. Decoded PCM
-    arrays come from :data:`DEFAULT_POOL`: their memory is reused once they (and every view of
-    them) are gone, never while in use. ``start`` and ``position``: resuming a read (as
-    :func:`iter_utterances`; ``ShardDataset`` keeps its state with them). ``allow_pipes``: run the
-    commands of ``pipe:CMD`` lines (refused otherwise, as a failure of that shard, unless
-    SHARDKIT_ALLOW_PIPES=1: a list can name any command).
+    Members are read once, in tar order, never extracted to disk; memory holds about one utterance.
+    Other members come along as bytes under their extension. Decoded PCM arrays come from
+    :data:`DEFAULT_POOL`: their memory is reused once they (and every view) are gone, never in use.
+
+    Args:
+        shards: shard paths (local, URLs, ``pipe:CMD``), or one shard, folder or data.list path.
+        decode: False yields the undecoded ``audio_bytes`` and ``audio_format`` instead of ``audio``.
+        dtype: "float32" (scaled to [-1, 1)), "int16" or "float64".
+        decoder: "shardkit" (numpy for PCM WAV, soundfile for the rest), "soundfile" or "torchaudio".
+        keep_bytes: keep ``audio_bytes`` next to the decoded ``audio``.
+        max_member_bytes: refuse a member above this size (memory stays bounded).
+        threads: decompression threads for codecs that have them.
+        on_error: None raises on the first problem; a callable (e.g. :func:`warn_and_skip`) receives
+            each located error and the reader goes on (a damaged container ends its shard there).
+        start: the tar-stream offset to resume the first shard at (as :func:`iter_utterances`).
+        position: a :class:`ReadPosition` the reader keeps up to date, for a later ``start``.
+        allow_pipes: run the commands of ``pipe:CMD`` lines (refused otherwise, as a failure of that
+            shard, unless SHARDKIT_ALLOW_PIPES=1: a list can name any command).
+
+    Yields:
+        ``{key, shard, txt, audio, sample_rate}``: ``audio`` a numpy array (frames, channels).
+
+    Raises:
+        UsageError: an unknown ``decoder`` or ``dtype``, or a missing list.
+        ShardkitError: with ``on_error=None``, the first bad shard or utterance, naming the shard,
+            the member and the reason (:class:`TarFormatError`, :class:`CorruptStreamError`,
+            :class:`MemberTooLargeError`, :class:`AudioError`, :class:`InputError`).
+
+    Example:
+        ```python
+        import shardkit
+
+        for sample in shardkit.iter_samples("data/data.list", on_error=shardkit.warn_and_skip):
+            print(sample["key"], sample["txt"], sample["audio"].shape, sample["sample_rate"])
+        ```
     """
     if isinstance(shards, str):
         from shardkit.io.inputs import expand_shards

@@ -18,7 +18,7 @@ state back on restore. One *consumer* state (a (rank, worker) pair) is a small d
 
 Restoring under the same world size and workers is exact (``StatefulDataLoader.load_state_dict``:
 each worker seeks its shard to the offset; a compressed one is skipped by decompressing only).
-Restoring under another topology (:func:`restore`, :func:`merge`) gathers every consumer's rest
+Restoring under another topology (:func:`restore_loader_state`, :func:`merge`) gathers every consumer's rest
 of the epoch into pieces and deals them to the new consumers (``planning.resume``): each unread
 utterance is read exactly once; the ranks' remaining work stays within one shard of each other.
 """
@@ -39,7 +39,19 @@ _COMPRESSED = (".gz", ".tgz", ".bz2", ".tbz2", ".xz", ".txz", ".zst", ".zstd", "
 
 
 class StateMismatchError(UsageError):
-    """A saved resume state that does not belong to this dataset (another list, seed or shard set)."""
+    """A saved resume state that does not belong to this dataset (another list, seed or shard set).
+
+    Raised instead of resuming at a wrong place: the message says what differs (the list's length,
+    its paths, sizes or mtimes, the seed, or a missing (rank, worker) of an elastic restore).
+
+    Example:
+        ```python
+        try:
+            shardkit.restore_loader_state(loader, dataset, ckpt["loader"])
+        except shardkit.StateMismatchError as err:
+            print("starting the epoch over:", err)
+        ```
+    """
 
     check = "resume_state"
 
@@ -104,7 +116,7 @@ def remaining_pieces(state: dict) -> list[list[int]]:
 
 def consumer_states(states) -> list[dict]:
     """Every consumer state inside ``states``: a ``StatefulDataLoader.state_dict()`` (0 or K workers),
-    a ``ShardDataset.state_dict()``, or a list of them (one per rank, as :func:`gather` returns)."""
+    a ``ShardDataset.state_dict()``, or a list of them (one per rank, as :func:`gather_loader_state` returns)."""
     if isinstance(states, (list, tuple)):
         return [c for s in states for c in consumer_states(s)]
     if not isinstance(states, dict):
@@ -186,9 +198,32 @@ def piece_weights(pieces: Iterable, sizes: list[int], shards: list[str]) -> list
     return weights
 
 
-def gather(loader) -> list:
-    """Every rank's ``loader.state_dict()``, in rank order (``torch.distributed.all_gather_object``
-    when a process group is up, else this process's alone). Every rank calls it; rank 0 saves it."""
+def gather_loader_state(loader) -> list:
+    """Every rank's ``loader.state_dict()``, in rank order: what a checkpoint keeps to resume the data.
+
+    With a process group up, every rank must call it (it is a collective,
+    ``torch.distributed.all_gather_object``); each gets the whole list and rank 0 saves it. Without
+    one, the list holds this process's state alone. Keeping every rank's state is what lets
+    :func:`restore_loader_state` resume under another world size or worker count.
+
+    Args:
+        loader (StatefulDataLoader): a ``torchdata.stateful_dataloader.StatefulDataLoader`` over a
+            :class:`~shardkit.training.dataset.ShardDataset` (anything with ``state_dict()`` works,
+            e.g. an :class:`~shardkit.training.steps.EqualSteps` around one).
+
+    Returns:
+        One state per rank, in rank order (plain values: ``torch.save`` and JSON take them).
+
+    Raises:
+        RuntimeError: from torch.distributed when a rank of the group does not take part.
+
+    Example:
+        ```python
+        states = shardkit.gather_loader_state(loader)  # on every rank
+        if torch.distributed.get_rank() == 0:
+            torch.save({"model": model.state_dict(), "loader": states}, "ckpt.pt")
+        ```
+    """
     state = loader.state_dict()
     try:
         import torch.distributed as dist
@@ -201,14 +236,36 @@ def gather(loader) -> list:
     return out
 
 
-def restore(loader, dataset, states) -> str:
-    """Restore a run from every rank's saved loader state (:func:`gather`'s list); returns the mode.
+def restore_loader_state(loader, dataset, states) -> str:
+    """Resume a run's data from the states :func:`gather_loader_state` saved; returns how.
 
     "exact" when world size and workers are those of the save: this rank's loader state (the
-    others may be left out) goes to the loader (each worker resumes at its own offset; the order
-    equals an uninterrupted run's).
-    "elastic" otherwise: the rest of the epoch is dealt anew (:func:`merge`) and the loader starts
-    fresh. Call it before iterating, after ``set_epoch`` with the saved epoch (or none).
+    others may be left out) goes to the loader, each worker resumes at its own shard and offset,
+    and the order equals an uninterrupted run's. "elastic" otherwise: the rest of the epoch is dealt
+    anew over the new ranks and workers (:func:`merge`; each unread utterance is read exactly once)
+    and the loader starts fresh. Call it on every rank before iterating, after ``set_epoch`` with
+    the saved epoch (or none).
+
+    Args:
+        loader (StatefulDataLoader): the new run's loader (a ``StatefulDataLoader`` for an exact restore with workers).
+        dataset (ShardDataset): the :class:`~shardkit.training.dataset.ShardDataset` the loader reads: the same
+            list, seed and shuffle as the saved run.
+        states (list[dict] | dict): the saved list (one state per rank), or one rank's state.
+
+    Returns:
+        ``"exact"`` or ``"elastic"``.
+
+    Raises:
+        StateMismatchError: the states belong to another shard list, seed or shard set, mix runs or
+            epochs, or miss a (rank, worker) (an elastic restore needs every rank's state).
+
+    Example:
+        ```python
+        ckpt = torch.load("ckpt.pt", weights_only=True)
+        mode = shardkit.restore_loader_state(loader, dataset, ckpt["loader"])  # on every rank
+        for batch in loader:  # "exact": where the save stood; "elastic": the epoch's rest, dealt anew
+            ...
+        ```
     """
     states = list(states) if isinstance(states, (list, tuple)) else [states]
     per_rank = [consumer_states(s) for s in states]
@@ -225,6 +282,11 @@ def restore(loader, dataset, states) -> str:
         return "exact"
     dataset.load_state_dict(merge(states))
     return "elastic"
+
+
+# the names the README taught before the public API (``shardkit.training.state.gather``/``.restore``)
+gather = gather_loader_state
+restore = restore_loader_state
 
 
 def _own_states(dataset, states: list, per_rank: list[list[dict]]) -> list:

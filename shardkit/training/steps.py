@@ -50,7 +50,10 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: torch is imported when a wrapper iterates
+    import torch
 
 from shardkit.errors import ShardkitError
 
@@ -96,27 +99,54 @@ def _total(values) -> float:
 class EqualSteps:
     """Wraps ``loader`` (any iterable of batches) so that every rank yields the same number per epoch.
 
-    ``seconds``: ``batch -> seconds`` for the report (default :func:`batch_seconds`; return None when
-    unknown). ``sample_rate``: the rate of WeNet's ``pcm_length``. ``first_batch_timeout``: seconds to
-    wait for every rank's first batch and end-of-epoch report (see the module docstring). ``drain``:
-    count the left-out tail exactly by reading it. ``group``: a process group of every rank for the
-    flag and the report (default: the default group; the default store is used either way).
-    ``device``: where the flag lives (default: the group's backend's device). ``overlap``: fetch batch
-    k+1 and start its flag's all-reduce before yielding batch k, so the collective runs while the
-    trainer works; the loader is then one batch ahead of the trainer (a stateful loader's
-    ``state_dict()`` counts that batch, so resuming from it skips one). Other attributes are the
-    wrapped loader's (``wrapped.dataset``, ...).
+    Every rank ends the epoch at the step where the first rank runs dry (one int32 all-reduce per
+    step; see the module docstring), so no rank waits in a gradient all-reduce for a batch another
+    rank never gets. Without a process group (or in a world of one) it passes batches through and
+    counts them. Other attributes are the wrapped loader's (``wrapped.dataset``, ...).
 
     After each epoch :attr:`last_epoch_report` holds ``{"epoch", "steps", "world_size", "rank",
     "drained", "left_out_batches", "left_out_seconds", "seconds", "left_out_share", "drain_seconds"}``
     on every rank (rank 0 also logs it); the four lists have one entry per rank. ``seconds`` are the
     seconds each rank trained on; ``left_out_share`` the left-out share of all seconds (None where
     seconds are unknown); ``drain_seconds`` how long each rank spent counting its tail after the stop.
+
+    Args:
+        loader: any iterable of batches (a DataLoader, WeNet's loader, a list).
+        seconds: ``batch -> seconds`` for the report (default :func:`batch_seconds`; return None when
+            unknown).
+        sample_rate: the rate of WeNet's ``pcm_length``.
+        first_batch_timeout: seconds to wait for every rank's first batch of an epoch and for every
+            rank's end-of-epoch report (default 30 minutes: loader workers can be slow to start).
+        drain: count the left-out tail exactly by reading it (False: only the batch in hand).
+        group: a process group of every rank for the flag and the report (default: the default
+            group); e.g. a gloo group so that the flag never waits for queued GPU work.
+        device: where the flag lives (default: the group's backend's device).
+        overlap: fetch batch k+1 and start its flag's all-reduce before yielding batch k, so the
+            collective runs while the trainer works; the loader is then one batch ahead (a stateful
+            loader's ``state_dict()`` counts that batch, so resuming from it skips one).
+
+    Yields:
+        batch (Any): (when iterated) the wrapped loader's batches, the same number on every rank.
+
+    Raises:
+        ValueError: ``first_batch_timeout`` is not positive.
+        ShardkitError: (while iterating) another rank's loader failed; the failing rank re-raises its
+            own exception. A rank that does not reach the first-batch or report wait in time raises
+            a ShardkitError naming the ranks that are missing.
+
+    Example:
+        ```python
+        train = shardkit.EqualSteps(loader, group=torch.distributed.new_group(backend="gloo"))
+        for batch in train:
+            ...
+        print(train.last_epoch_report["left_out_batches"])
+        ```
     """
 
     def __init__(self, loader: Iterable, *, seconds: Callable[[Any], float | None] | None = None,
                  sample_rate: int = 16000, first_batch_timeout: float = FIRST_BATCH_TIMEOUT_S, drain: bool = True,
-                 group=None, device=None, overlap: bool = False):
+                 group: torch.distributed.ProcessGroup | None = None, device: torch.device | str | None = None,
+                 overlap: bool = False):
         if first_batch_timeout <= 0:
             raise ValueError(f"first_batch_timeout must be > 0 seconds (got {first_batch_timeout})")
         self.loader = loader
@@ -218,9 +248,36 @@ class EqualSteps:
         return batches, seconds, time.perf_counter() - started
 
 
-def equal_steps(loader: Iterable, **options) -> EqualSteps:
-    """``for batch in equal_steps(train_loader): ...``: the same number of batches on every rank, the
-    uneven tail left out and reported on rank 0. Options: see :class:`EqualSteps`."""
+def equal_steps(loader: Iterable, **options: Any) -> EqualSteps:
+    """The same number of batches on every rank of the process group, each epoch.
+
+    The uneven tail (the batches some ranks hold after the first rank runs dry) is left out,
+    counted and reported on rank 0, instead of leaving the other ranks waiting in the gradient
+    all-reduce until the process group times out.
+
+    Args:
+        loader: any iterable of batches.
+        **options: :class:`EqualSteps`'s keyword arguments (``seconds``, ``sample_rate``,
+            ``first_batch_timeout``, ``drain``, ``group``, ``device``, ``overlap``).
+
+    Returns:
+        An :class:`EqualSteps` wrapping ``loader``; iterate it once per epoch.
+
+    Raises:
+        ValueError: a bad option value (``first_batch_timeout`` <= 0).
+        TypeError: an unknown option.
+
+    Example:
+        ```python
+        train = shardkit.equal_steps(loader)  # once: it counts the epochs
+        for epoch in range(epochs):
+            dataset.set_epoch(epoch)
+            for batch in train:
+                loss = model(batch)
+                loss.backward()
+                optimizer.step()
+        ```
+    """
     return EqualSteps(loader, **options)
 
 

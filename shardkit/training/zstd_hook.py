@@ -60,6 +60,7 @@ print(json.dumps({"reads_zstd": error is None, "error": error, "target_is_site_d
 
 
 def python_version() -> str:
+    """The running interpreter's version (``3.11.9``), as reports show it."""
     return platform.python_version()
 
 
@@ -74,10 +75,12 @@ def default_target() -> str:
 
 
 def pth_path(target: str | None = None) -> str:
+    """Where the hook file lives in ``target`` (default: this environment's site-packages)."""
     return os.path.join(os.path.abspath(target or default_target()), PTH_NAME)
 
 
 def backports_zstd_version() -> str | None:
+    """The installed backports.zstd version, "unknown version" when it has no metadata, None when absent."""
     from importlib import metadata
     from importlib.util import find_spec
 
@@ -131,10 +134,31 @@ def _check_target(target: str | None) -> str:
 
 
 def enable_zstd(target: str | None = None, *, verify: bool = True) -> dict:
-    """Install the hook into ``target`` (default: this environment's site-packages); idempotent.
+    """Make Python's tarfile (and so WeNet's reader) open ``.tar.zst`` in an environment; idempotent.
 
-    Returns ``{"action": "native" | "written" | "unchanged", "pth", "python", "backports_zstd",
-    "probe"}``. Raises ShardkitError if backports.zstd is missing or the file cannot be written.
+    Writes a ``.pth`` file into ``target``: at every interpreter start, ``site`` runs its one
+    guarded import line, which gives tarfile zstd through backports.zstd. On Python 3.14+ tarfile
+    reads zstd natively and nothing is written. The same as ``shardkit wenet enable-zstd``.
+
+    Args:
+        target: a site-packages folder (default: the running interpreter's, i.e. the active environment).
+        verify: ask a fresh interpreter afterwards whether ``tarfile.open(fileobj=..., mode="r:*")``
+            reads a shardkit ``.tar.zst`` (the result is under ``"probe"``).
+
+    Returns:
+        ``{"action": "native" | "written" | "unchanged", "pth": path or None, "python",
+            "executable", "backports_zstd": version, "probe": {"reads_zstd", "error",
+            "target_is_site_dir"} or None}``.
+
+    Raises:
+        UsageError: ``target`` is not a folder.
+        ShardkitError: backports.zstd is not installed, or the file cannot be written (naming it).
+
+    Example:
+        ```python
+        result = shardkit.enable_zstd()  # into the environment WeNet trains in
+        assert result["action"] == "native" or result["probe"]["reads_zstd"]
+        ```
     """
     from shardkit.io.files import atomic_write_bytes
 
@@ -163,7 +187,23 @@ def enable_zstd(target: str | None = None, *, verify: bool = True) -> dict:
 
 
 def disable_zstd(target: str | None = None) -> dict:
-    """Remove the hook file; ``{"action": "removed" | "absent", "pth"}``. Refuses a file not ours."""
+    """Remove the ``.pth`` file :func:`enable_zstd` wrote; the next interpreter's tarfile reads no zstd.
+
+    Args:
+        target: the site-packages folder it was written to (default: the running interpreter's).
+
+    Returns:
+        ``{"action": "removed" | "absent", "pth": path}``.
+
+    Raises:
+        UsageError: the file there was not written by shardkit (it is left in place).
+        ShardkitError: the file cannot be read or removed (naming it).
+
+    Example:
+        ```python
+        shardkit.disable_zstd()["action"]  # "removed", or "absent" when there was none
+        ```
+    """
     path = pth_path(target)
     text = _read_text(path)
     if text is None:
@@ -179,7 +219,28 @@ def disable_zstd(target: str | None = None) -> dict:
 
 
 def zstd_status(target: str | None = None) -> dict:
-    """Whether WeNet's ``tarfile.open(fileobj=..., mode="r:*")`` reads zstd in this environment."""
+    """Whether WeNet's ``tarfile.open(fileobj=..., mode="r:*")`` reads zstd in an environment.
+
+    Asks a fresh interpreter (with ``target``'s ``.pth`` files processed) to open a small
+    ``.tar.zst`` written as shardkit writes shards: the answer is what the trainer will see.
+
+    Args:
+        target: a site-packages folder (default: the running interpreter's).
+
+    Returns:
+        ``{"reads_zstd": bool, "native": bool, "installed": bool, "current": bool, "pth",
+            "python", "executable", "backports_zstd", "probe"}``; ``current`` is False for a hook file
+            of another shardkit version, ``probe["error"]`` says why zstd is not read.
+
+    Raises:
+        ShardkitError: the hook file exists but cannot be read (naming it).
+
+    Example:
+        ```python
+        if not shardkit.zstd_status()["reads_zstd"]:
+            shardkit.enable_zstd()
+        ```
+    """
     path = pth_path(target)
     text = _read_text(path)
     status = {"python": python_version(), "executable": sys.executable, "native": native_zstd(),

@@ -121,6 +121,7 @@ class ColumnCollector:
         return mapping[codes]
 
     def columns(self) -> UttColumns:
+        """The utterance columns collected so far, as one :class:`UttColumns` in index order."""
         self._flush()
         trainer = concat_blocks([b[3] for b in self.blocks], self.want_txt)
 

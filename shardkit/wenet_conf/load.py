@@ -173,9 +173,11 @@ class TrainerSpec:
 
     @property
     def warnings(self) -> list[str]:
+        """The warnings the conf's reading raised (options shardkit cannot simulate, and why)."""
         return list(self.conf.warnings)
 
     def header(self) -> dict:
+        """What the report names as its inputs: the conf path and how the tokens were counted."""
         return {"conf": self.conf_path, "tokens": self.tokenizer_note}
 
 

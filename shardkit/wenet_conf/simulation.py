@@ -68,6 +68,9 @@ class EpochBatches:
     rank_seconds: np.ndarray  # [world_size]
 
     def summary(self) -> dict:
+        """The simulated epoch for the report: steps per rank, batches per worker, their spread, and what
+        ``equal_steps`` would leave out (batches and seconds per rank, and their share of the epoch).
+        """
         steps = self.rank_steps
         return {"epoch": self.epoch, "steps_per_rank": steps.tolist(),
                 "batches_per_worker": self.worker_batches.tolist(),

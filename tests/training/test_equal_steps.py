@@ -31,7 +31,8 @@ pytestmark = pytest.mark.torch
 import torch.distributed as dist  # noqa: E402
 import wenet_chain  # noqa: E402
 
-from shardkit.dataset import EqualSteps, batch_seconds, equal_steps  # noqa: E402
+from shardkit import EqualSteps, equal_steps  # noqa: E402
+from shardkit.training.steps import batch_seconds  # noqa: E402
 
 WORLD, WORKERS = 2, 2
 PG_TIMEOUT_S = 20
@@ -259,7 +260,7 @@ def _webdataset_phase(urls):
 def _edge_cases_rank(rank, lines):
     """A 0-worker ShardDataset loader (seconds from collate_padded's lengths), a rank with no batch at
     all, and a loader that raises on rank 1: each ends on both ranks at the same step."""
-    from shardkit.dataset import ShardDataset, collate_padded
+    from shardkit import ShardDataset, collate_padded
 
     ds = ShardDataset(lines[:7], shuffle=True, seed=3)  # 7 shards: 4 for rank 0, 3 for rank 1
     loader = torch.utils.data.DataLoader(ds, batch_size=7, collate_fn=collate_padded, num_workers=0)
@@ -392,7 +393,7 @@ def test_the_trainer_side_imports_without_torch_pyarrow_or_planning_conf():
     import sys
 
     code = ("import sys; import shardkit.training.steps as s; assert 'torch' not in sys.modules, 'torch';"
-            "import shardkit.dataset as d; assert d.equal_steps is s.equal_steps;"
+            "import shardkit; assert shardkit.equal_steps is s.equal_steps;"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('pyarrow', 'yaml')"
             " or m.startswith(('shardkit.commands', 'shardkit.run'))];"
             "assert not bad, bad")

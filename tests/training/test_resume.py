@@ -51,12 +51,11 @@ def _loader(dataset, workers):
 
 
 # The restoring side, in a new process: a fresh dataset and loader, the checkpoint loaded with
-# torch.load(weights_only=True) (the state is plain values), restore(), then every key to the end.
+# torch.load(weights_only=True) (the state is plain values), restore_loader_state(), then every key to the end.
 RESTORE = r"""
 import json, sys, torch
 from torchdata.stateful_dataloader import StatefulDataLoader
-from shardkit.training.dataset import ShardDataset, collate_padded
-from shardkit.training.state import restore
+from shardkit import ShardDataset, collate_padded, restore_loader_state
 args = json.loads(sys.argv[1])
 out = {}
 for name, path in args["states"].items():
@@ -65,7 +64,7 @@ for name, path in args["states"].items():
                                 collate_fn=collate_padded)
     checkpoint = torch.load(path, weights_only=True)
     dataset.set_epoch(checkpoint["epoch"])
-    mode = restore(loader, dataset, checkpoint["loader"])
+    mode = restore_loader_state(loader, dataset, checkpoint["loader"])
     out[name] = {"mode": mode, "keys": [batch["key"] for batch in loader]}
 print(json.dumps(out))
 """
@@ -83,7 +82,7 @@ def test_restore_in_a_new_process_continues_exactly(shard_sets, tmp_path, codec,
         full.append(batch["key"])
         if step in stops:
             path = str(tmp_path / f"step{step}.pt")
-            torch.save({"epoch": 0, "step": step, "loader": resume_state.gather(loader)}, path)
+            torch.save({"epoch": 0, "step": step, "loader": resume_state.gather_loader_state(loader)}, path)
             saved[str(step)] = path
     assert sorted(k for b in full for k in b) == shard_sets["keys"]
     args = {"shards": shards, "seed": SEED, "batch": BATCH, "workers": workers, "states": saved}
@@ -145,7 +144,7 @@ def _run_ranks(shards, world, workers, stop, restore_from=None):
         dataset = ShardDataset(shards, seed=SEED, rank=rank, world_size=world)
         loader = StatefulDataLoader(dataset, batch_size=2, num_workers=workers, collate_fn=collate_padded)
         if restore_from is not None:
-            modes.append(resume_state.restore(loader, dataset, restore_from))
+            modes.append(resume_state.restore_loader_state(loader, dataset, restore_from))
         it = iter(loader)
         for step, batch in enumerate(it):
             read.extend(batch["key"])
@@ -361,24 +360,23 @@ def test_exact_restore_needs_only_this_ranks_state(shard_sets):
     saved = loader.state_dict()
     dataset = ShardDataset(shards, seed=SEED, rank=1, world_size=2)
     resumed = _loader(dataset, 0)
-    assert resume_state.restore(resumed, dataset, [saved]) == "exact"
+    assert resume_state.restore_loader_state(resumed, dataset, [saved]) == "exact"
     assert before + [k for b in resumed for k in b["key"]] == full
 
 
-# Two real ranks (torch.distributed, gloo): each reads two batches, gather() collects both loader
+# Two real ranks (torch.distributed, gloo): each reads two batches, gather_loader_state() collects both loader
 # states with all_gather_object, rank 0 saves them.
 DISTRIBUTED = r"""
 import json, os, sys, torch, torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader
-from shardkit.training.dataset import ShardDataset, collate_padded
-from shardkit.training.state import gather
+from shardkit import ShardDataset, collate_padded, gather_loader_state
 args = json.loads(sys.argv[1])
 dist.init_process_group("gloo")
 dataset = ShardDataset(args["shards"], seed=args["seed"])  # rank and world size from the process group
 loader = StatefulDataLoader(dataset, batch_size=2, num_workers=1, collate_fn=collate_padded)
 it = iter(loader)
 keys = [k for _ in range(2) for k in next(it)["key"]]
-states = gather(loader)
+states = gather_loader_state(loader)
 if dist.get_rank() == 0:
     torch.save({"epoch": 0, "loader": states}, args["out"])
 print(json.dumps(keys))
@@ -408,7 +406,7 @@ def test_gather_under_torch_distributed_then_restore_on_one_rank(shard_sets, tmp
     assert len(checkpoint["loader"]) == 2
     dataset = ShardDataset(shards, seed=SEED, rank=0, world_size=1)
     loader = _loader(dataset, 0)
-    assert resume_state.restore(loader, dataset, checkpoint["loader"]) == "elastic"
+    assert resume_state.restore_loader_state(loader, dataset, checkpoint["loader"]) == "elastic"
     _assert_exactly_once(read + [k for b in loader for k in b["key"]], shard_sets["keys"])
 
 
@@ -450,6 +448,6 @@ def test_plain_dataloader_in_process_restores_exactly_from_the_dataset_state(sha
     rest = [b["key"] for b in it]
     fresh = ShardDataset(shards, seed=SEED, rank=0, world_size=1)
     loader = DataLoader(fresh, batch_size=BATCH, collate_fn=collate_padded)
-    assert resume_state.restore(loader, fresh, [saved]) == "exact"
+    assert resume_state.restore_loader_state(loader, fresh, [saved]) == "exact"
     assert [b["key"] for b in loader] == rest
     assert len(before) == 4

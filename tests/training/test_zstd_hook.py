@@ -371,11 +371,3 @@ def test_cli_on_python_314_does_nothing_and_says_so(tmp_path, monkeypatch):
     assert (result.exit_code, result.stderr) == (
         0, "Python 3.14.0 reads .tar.zst natively (tarfile mode r:*); nothing to install.\n")
     assert os.listdir(tmp_path) == []
-
-
-def test_the_old_module_path_is_the_zstd_hook_module():
-    """``shardkit.training.wenet`` (the hook's old name) is the same module object as ``training.zstd_hook``."""
-    import importlib
-
-    assert importlib.import_module("shardkit.training.wenet") is zstd_hook
-    assert zstd_hook.HOOK_MODULE == "shardkit.io.zstd_tarfile"

@@ -155,6 +155,7 @@ class BalanceSettings:
     dropped_keys: str | None = None
 
     def plan_settings(self) -> PlanSettings:
+        """The planner's part of these settings (topology, shard size, remainder, seed, plan version)."""
         return PlanSettings(world_size=self.world_size, num_workers=self.num_workers,
                             shard_duration=self.shard_duration, num_shards=self.num_shards, remainder=self.remainder,
                             seed=self.seed, version=self.plan_version)

@@ -47,6 +47,9 @@ class CorpusColumns:
 
 @dataclass
 class MixColumns:
+    """A mix's indexes loaded as arrays: the corpora's names and columns, their shards and index files,
+    and the key hashes and repeat-marked keys that the uniqueness checks need.
+    """
     names: list[str]
     corpora: list[CorpusColumns]
     shards: list[str]

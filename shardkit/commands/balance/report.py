@@ -92,6 +92,9 @@ class BalanceReport:
         return slice_path(path, self.slice["index"], self.slice["count"]) if self.slice else path
 
     def summary(self) -> dict:
+        """The ``--json`` document: where the outputs are, the plan's figures, what was written this run,
+        failures, repeated copies, the ``--wenet-conf`` view when asked, and the elapsed time.
+        """
         counts = {s: sum(1 for e in self.shards if e.get("status_this_run") == s) for s in ("ok", "skipped", "failed")}
         return {"command": "balance", "dry_run": self.dry_run, "out_dir": self.out_dir,
                 "data_list": self.data_list_path or self._named("data.list"), "manifest": self._named(MANIFEST),
@@ -105,6 +108,7 @@ class BalanceReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when a shard failed or the plan is not balanced within tolerance, else 0 (the CLI's exit status)."""
         return 1 if self.failures or not self.plan.balanced else 0
 
 

@@ -53,6 +53,9 @@ def _spool_task(args) -> tuple[str, str | None]:
 
 
 def spool_path(spool_dir: str, src: str) -> str:
+    """Where a remote or compressed source ``src`` is spooled as plain tar in ``spool_dir``: named by a
+    hash of its path, size and mtime, so a changed source is spooled anew and a rerun reuses an unchanged one.
+    """
     try:
         st = os.stat(src)
         stamp = f"{src}\0{st.st_size}\0{st.st_mtime_ns}"
@@ -145,7 +148,7 @@ def _init_worker(index_files: list[str], read_paths: dict[str, str]) -> None:
 
 
 def _read_index_line(fds: dict, path: str, offset: int) -> dict:
-    from shardkit.commands.index import parse_index_line
+    from shardkit.io.indexfile import parse_index_line
 
     f = fds.get(path)
     if f is None:

@@ -55,7 +55,8 @@ from shardkit.commands.bench.settings import (
 from shardkit.commands.bench.timing import rates, timed
 from shardkit.commands.bench.webdataset import WDS_LOADERS, measure_webdataset, webdataset_read
 from shardkit.errors import UsageError
-from shardkit.planning.bench import LOADER_DTYPE, recommend, webdataset_recommendation, workers_needed
+from shardkit.planning.advice import workers_needed
+from shardkit.planning.bench import LOADER_DTYPE, recommend, webdataset_recommendation
 from shardkit.run.options import RunOptions
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
 
 
 def machine_info() -> dict:
+    """The machine a bench ran on (CPU, cores, memory, Python and library versions), for bench.md and bench.json."""
     import numpy
     import soundfile
     import zstandard
@@ -142,6 +144,7 @@ class BenchReport:
     outputs: dict | None = None  # {json, md, png}: the files run_bench wrote (png None without matplotlib)
 
     def to_json(self) -> dict:
+        """bench.json: the machine, settings, corpus, every table's rows, the recommendation and the time taken."""
         return {"tool": "shardkit", "version": __version__, "command": "bench", "machine": self.machine,
                 "settings": self.settings, "corpus": self.corpus, "formats": self.formats, "loader": self.loader,
                 "webdataset": self.webdataset, "recommendation": self.recommendation,

@@ -43,12 +43,14 @@ def decompress_only(paths: list[str]) -> Counted:
 
 
 def read_group(paths: list[str]) -> Counted:
+    """Read and group every utterance of ``paths`` without decoding: ``(utterances, 0)`` for the read-only row."""
     from shardkit.training.reader import iter_samples
 
     return sum(1 for _ in iter_samples(paths, decode=False)), 0
 
 
 def read_decode(paths: list[str], decoder: str) -> Counted:
+    """Read and decode every utterance of ``paths`` with ``decoder``: ``(utterances, audio frames)``."""
     from shardkit.training.reader import iter_samples
 
     count = frames = 0

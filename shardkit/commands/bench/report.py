@@ -105,6 +105,8 @@ def _too_small(rows: list[dict], shards: int, most: int) -> list[str]:
 
 
 def recommendation_text(rec: dict) -> str:
+    """bench.md's recommendation as Markdown bullets (format, loader settings per GPU, and why), or the
+    reason there is none."""
     if not rec.get("format"):
         return rec.get("reason", "no recommendation")
     text = (f"- Format: **{rec['format']} with {rec['audio'].upper()} members**: {rec['why']}.\n"

@@ -58,6 +58,7 @@ class BenchSettings:
 
 
 def parse_list(text: str, what: str) -> tuple[str, ...]:
+    """The comma-separated values of option ``what``, stripped; UsageError when there is none."""
     items = tuple(x.strip() for x in text.split(",") if x.strip())
     if not items:
         raise UsageError(f"{what}: give at least one value")

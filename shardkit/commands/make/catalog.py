@@ -23,6 +23,7 @@ class StringColumn:
         self._ends = array("q")
 
     def append(self, text: str) -> None:
+        """Add one string at the end (stored as UTF-8, lone surrogates kept)."""
         self._data += text.encode("utf-8", "surrogatepass")
         self._ends.append(len(self._data))
 
@@ -34,6 +35,7 @@ class StringColumn:
         return self._data[start:self._ends[i]].decode("utf-8", "surrogatepass")
 
     def nbytes(self) -> int:
+        """Memory the column holds: its bytes plus 8 per string for the end offsets."""
         return len(self._data) + 8 * len(self._ends)
 
 
@@ -59,6 +61,7 @@ class Catalog:
         return len(self.keys)
 
     def add(self, e: Entry) -> None:
+        """Append one source entry's fields to the columns (a run of entries in one audio file stores its name once)."""
         self.keys.append(e.key)
         self.texts.append(e.text)
         if e.audio != self._last_audio:
@@ -84,9 +87,11 @@ class Catalog:
         self.channels.append(e.channels)
 
     def audio(self, i: int) -> str:
+        """The audio location (file, URL, command or member name) of entry ``i``."""
         return self.audio_names[self.audio_id[i]]
 
     def nbytes(self) -> int:
+        """Memory every column holds, for the report and the memory bound."""
         columns = (self.audio_id, self.container, self.pos, self.size, self.start, self.duration, self.total,
                    self.segment, self.channel, self.channels, self.rate)
         return (self.keys.nbytes() + self.texts.nbytes() + self.audio_names.nbytes()
@@ -130,6 +135,9 @@ class ShardBuilder:
         return max(0, len(self.cuts) - 1)
 
     def source(self, i: int) -> dict:
+        """How entry ``i``'s audio is found again, as make.json records it: a file, URL or command, a
+        member of a WebDataset tar (offset, size, the tar's size and mtime), or a Parquet cell (row group, row).
+        """
         cid = self.catalog.container[i]
         if cid < 0:
             return self._file_source(i)

@@ -26,11 +26,14 @@ _PROBE_CHUNK = 64
 
 
 def load_data_dir(wav_scp: str, text: str, segments: str | None) -> tuple[dict, dict, dict | None]:
+    """A Kaldi data directory's tables: ``(wav.scp entries, transcripts, segments or None)``; a UsageError
+    names a bad line."""
     return (parse_wav_scp(read_table(wav_scp), wav_scp), parse_text(read_table(text), text),
             parse_segments(read_table(segments), segments) if segments else None)
 
 
 def refuse_pipes(wav: dict[str, WavEntry], wav_scp: str) -> None:
+    """Refuse a wav.scp with command pipes (UsageError naming the first and how many more) unless --allow-pipes."""
     pipes = [e for e in wav.values() if e.is_pipe]
     if pipes:
         first = pipes[0]
@@ -109,6 +112,7 @@ class DataDir:
                          if not e.is_pipe and not is_url(e.location)]
 
     def recorded(self) -> dict:
+        """The directory's files as make.json records them (absolute paths; segments None when absent)."""
         return {"wav_scp": os.path.abspath(self.wav_scp), "text": os.path.abspath(self.text),
                 "segments": os.path.abspath(self.segments) if self.segments else None}
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shardkit.commands.make.catalog import Catalog, EntryPlan, FileFacts, ShardBuilder, StringColumn  # noqa: F401
+from shardkit.commands.make.catalog import Catalog, EntryPlan, FileFacts, ShardBuilder
 from shardkit.commands.make.report import MakeReport
 from shardkit.commands.make.settings import DEFAULT_SHARD_SECONDS, MakeSettings, check_settings, finding
 from shardkit.commands.make.sources import Entry, SourceOptions, iter_entries, member_key

@@ -14,6 +14,7 @@ SHARD_STATUSES = ("ok", "skipped", "failed", "empty")
 
 @dataclass
 class MakeReport:
+    """What ``make`` did: per-shard entries, the utterances it skipped with why, warnings, the list and manifest."""
     out_dir: str
     data_list: str
     manifest: str
@@ -27,9 +28,13 @@ class MakeReport:
 
     @property
     def skipped_utterances(self) -> list[dict]:
+        """Every utterance left out: the source-level findings, then those of each shard."""
         return self.findings + [s for e in self.shards for s in e.get("skipped", [])]
 
     def summary(self) -> dict:
+        """The ``--json`` document: shards by status, this run's counts, the listed shards' totals, the
+        skipped utterances by check, failures, timing and the index.
+        """
         skipped = self.skipped_utterances
         listed = [e for e in self.shards if e["status"] in ("ok", "skipped")]
         return {
@@ -58,6 +63,7 @@ class MakeReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when an utterance was skipped or a shard failed, else 0 (the CLI's exit status)."""
         return 1 if self.skipped_utterances or any(e["status"] == "failed" for e in self.shards) else 0
 
 

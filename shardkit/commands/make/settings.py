@@ -19,6 +19,10 @@ DEFAULT_SHARD_SECONDS = 3600.0
 
 @dataclass(frozen=True)
 class MakeSettings:
+    """What ``make`` writes: codec and level, the audio format (``keep`` copies source bytes), resampling,
+    the shard size (by duration or utterance count), whether pipes run, the shard name prefix, and read-back
+    verification.
+    """
     codec: str = "zst"
     level: int | None = 3
     audio_format: str = "keep"  # keep: source bytes untouched; wav/flac: decoded and re-encoded as 16-bit PCM
@@ -30,6 +34,9 @@ class MakeSettings:
     verify: bool = True  # read each shard back before it is named; the bytes written are the same either way
 
     def output_affecting(self) -> dict:
+        """The settings that change a shard's bytes: part of each shard's fingerprint, so a rerun with
+        other ones rewrites instead of resuming.
+        """
         return {"codec": self.codec, "level": self.level, "audio_format": self.audio_format,
                 "resample": self.resample}
 
@@ -39,10 +46,14 @@ HEADER_FINDINGS = (*HEADER_CHECKS, EMPTY_AUDIO)
 
 
 def finding(key: str, check: str, reason: str) -> dict:
+    """A skipped utterance as the report lists it: its key, the check and the reason."""
     return {"key": key, "check": check, "reason": reason}
 
 
 def check_settings(settings: MakeSettings, *, has_segments: bool) -> None:
+    """Refuse settings that cannot go together (UsageError saying which option to use): an unknown codec
+    or audio format, ``keep`` with segments or resampling, both or neither shard size.
+    """
     if settings.codec not in CODECS:
         raise UsageError(f"unknown codec {settings.codec!r}; choose from {', '.join(CODECS)}")
     if settings.audio_format not in AUDIO_FORMATS:

@@ -53,7 +53,8 @@ from shardkit import __version__
 from shardkit.commands.prep import resume
 from shardkit.commands.prep.read import SourceTask, apply_duplicates, check_source_path, read_source, reject_lines
 from shardkit.commands.prep.write import OutputShards, output_leftovers
-from shardkit.commands.validate import DuplicateKeys, ValidateOptions, check_options
+from shardkit.commands.validate.duplicates import DuplicateKeys
+from shardkit.commands.validate.options import ValidateOptions, check_options
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.mix import CorpusSource, check_corpora, output_paths, source_stamps
 from shardkit.planning.balance import repeat_key
@@ -89,6 +90,9 @@ class PrepSettings:
 
 @dataclass
 class PrepReport:
+    """What ``prep`` did: the output folder, its figures, the shards written, the sources read, the plan
+    before and after the correction step, and the findings (rejected utterances).
+    """
     out_dir: str
     summary_fields: dict
     shards: list[dict]
@@ -99,6 +103,9 @@ class PrepReport:
     this_run: str = "done"
 
     def summary(self) -> dict:
+        """The ``--json`` document: data.list, prep.json and rejects.jsonl paths, this run's outcome, the
+        figures, and the plan's balance before and after correction.
+        """
         return {"command": "prep", "out_dir": self.out_dir, "data_list": os.path.join(self.out_dir, "data.list"),
                 "manifest": os.path.join(self.out_dir, MANIFEST), "rejects": os.path.join(self.out_dir, REJECTS),
                 "this_run": self.this_run, **self.summary_fields,
@@ -106,6 +113,7 @@ class PrepReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when an utterance was rejected or the shards are not balanced, else 0 (the CLI's exit status)."""
         return 1 if self.summary_fields["findings"] or not self.summary_fields["balanced"] else 0
 
 
@@ -122,7 +130,7 @@ def index_totals(index_files: Sequence[str], shards: Sequence[str]) -> tuple[flo
     The one place that reads an index (JSONL as ``shardkit index`` writes it): another format only
     has to answer this question.
     """
-    from shardkit.commands.index import iter_index
+    from shardkit.io.indexfile import iter_index
 
     wanted = set(shards)
     seen: set[str] = set()
@@ -206,7 +214,7 @@ def _check_settings(settings: PrepSettings) -> None:
 def _source_shards(corpora: Sequence[CorpusSource]) -> list[tuple[str, int]]:
     """Every corpus' source shards, ``(path, corpus position)`` in list order; an index among the sources, a
     pipe or standard input, or a shard in two corpora is refused."""
-    from shardkit.commands.index import is_index_file
+    from shardkit.io.indexfile import is_index_file
     from shardkit.io.inputs import expand_shards
 
     sources: list[tuple[str, int]] = []

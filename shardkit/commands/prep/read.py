@@ -134,7 +134,7 @@ def apply_duplicates(result: dict, duplicates: v.DuplicateKeys) -> None:
 def check_source_path(path: str) -> None:
     """A pipe or standard input cannot be stamped for a rerun's check: refuse it (UsageError)."""
     from shardkit.errors import UsageError
-    from shardkit.io.inputs import STDIN
+    from shardkit.io.remote import STDIN
 
     if path == STDIN or path.startswith("pipe:"):
         raise UsageError("prep reads files: standard input and pipe: sources cannot be checked on a rerun", shard=path)

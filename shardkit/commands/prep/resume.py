@@ -40,6 +40,7 @@ def planner_state(planner) -> dict:
 
 
 def restore_planner(planner, state: dict) -> None:
+    """Put a saved planner state back into ``planner`` (the arrays and the sorted pool rebuilt from plain lists)."""
     for key, value in state.items():
         setattr(planner, key, value)
     planner.counts = np.array(state["counts"], np.int64)
@@ -88,6 +89,7 @@ def load(out_dir: str, spec: str) -> dict | None:
 
 
 def remove(out_dir: str) -> None:
+    """Delete the output folder's resume file (the run is complete); absent is fine."""
     try:
         os.unlink(os.path.join(out_dir, RESUME))
     except FileNotFoundError:

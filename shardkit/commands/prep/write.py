@@ -128,6 +128,7 @@ class OutputShards:
         return list(self._entries)
 
     def abort(self) -> None:
+        """Stop every writer thread and discard their temporary files: no shard appears under its final name."""
         for q in self._queues:
             q.put((_ABORT,))
         self._join()

@@ -77,4 +77,5 @@ CHECKS = (STREAM, TAR, TAR_CHECKSUM, TAR_NUMBER_FIELD, TAR_PAX, TAR_ZERO_BLOCK, 
 
 
 def finding(shard: str, key: str | None, member: str | None, check: str, message: str) -> dict:
+    """A finding as reports carry it: where (shard, key, member), which check, and the message."""
     return {"shard": shard, "key": key, "member": member, "check": check, "message": message}

@@ -16,6 +16,10 @@ BACKENDS = ("soundfile", "torchaudio")
 
 @dataclass(frozen=True)
 class ValidateOptions:
+    """What ``validate`` checks: the decoder backend, the expected sample rate and channels, the
+    duration bounds, the member size bound, decompressor threads, the longest member it decodes, and
+    whether a corpus mixing formats is a finding (``strict``).
+    """
     backend: str = "soundfile"
     sample_rate: int | None = None
     channels: int | None = None

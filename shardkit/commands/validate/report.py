@@ -13,6 +13,9 @@ from shardkit.errors import json_safe
 
 @dataclass
 class ValidateReport:
+    """What ``validate`` found: per-shard scans (findings, warnings, counts, the sample rates, channel
+    counts and audio formats seen), the quarantine it wrote, and the run's timing.
+    """
     options: ValidateOptions
     shards: list[dict] = field(default_factory=list)
     quarantine: dict | None = None
@@ -22,6 +25,7 @@ class ValidateReport:
 
     @property
     def findings(self) -> list[dict]:
+        """Every shard's findings, then (with ``strict``) the corpus-wide mixed-format ones."""
         return [f for s in self.shards for f in s["findings"]] + self.mix_findings()
 
     def mix(self) -> dict[str, dict[str, int]]:
@@ -58,12 +62,16 @@ class ValidateReport:
         return [w for s in self.shards for w in s.get("warnings", [])]
 
     def by_check(self) -> dict[str, int]:
+        """How many findings each check produced, by check name."""
         counts: dict[str, int] = {}
         for f in self.findings:
             counts[f["check"]] = counts.get(f["check"], 0) + 1
         return dict(sorted(counts.items()))
 
     def totals(self) -> dict:
+        """The figures over every shard: shards, utterances, members, audio seconds and hours, bytes,
+        findings by check, the format mix, and rates per second of the run.
+        """
         audio_seconds = sum(s["seconds"] for s in self.shards)
         utterances = sum(s["utterances"] for s in self.shards)
         return {"shards": len(self.shards),
@@ -83,6 +91,9 @@ class ValidateReport:
                 "audio_hours_per_s": round(audio_seconds / 3600 / self.seconds, 4) if self.seconds > 0 else None}
 
     def to_json(self) -> dict:
+        """The JSON report (``validate.json``): options, totals, each shard's figures, the findings,
+        warnings and quarantine; a ``--split`` slice also keeps what merge-reports needs.
+        """
         public = ("shard", "bytes", "codec", "utterances", "members", "seconds", "sample_rates", "channel_counts",
                   "audio_formats", "elapsed_s")
         # a slice report also carries what merge-reports needs to redo the cross-shard checks
@@ -98,10 +109,12 @@ class ValidateReport:
 
     @property
     def exit_code(self) -> int:
+        """1 when any shard has a finding or (with strict) the corpus mixes formats, else 0 (the CLI's exit status)."""
         return 1 if any(s["findings"] for s in self.shards) or self.mix_findings() else 0
 
 
 def format_finding(f: dict) -> str:
+    """One line for a person: ``SHARD: key 'K': member 'M': CHECK: MESSAGE`` (absent parts left out)."""
     parts = [f["shard"]]
     if f["key"] is not None:
         parts.append(f"key {f['key']!r}")

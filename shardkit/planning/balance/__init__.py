@@ -113,27 +113,35 @@ class BalancePlan:
     version: int = PLAN_VERSION
 
     def shard_slice(self, shard: int) -> slice:
+        """The rows of shard ``shard`` in the plan's arrays (every shard holds ``utts_per_shard`` rows)."""
         return slice(shard * self.utts_per_shard, (shard + 1) * self.utts_per_shard)
 
     @property
     def shard_seconds(self) -> np.ndarray:
+        """Each shard's total audio seconds, in shard order."""
         return self.seconds.reshape(self.num_shards, self.utts_per_shard).sum(axis=1)
 
     @property
     def shard_corpus_counts(self) -> np.ndarray:
+        """A (shards x corpora) array: how many utterances of each corpus every shard holds."""
         rows = self.corpus.reshape(self.num_shards, self.utts_per_shard)
         return np.stack([(rows == c).sum(axis=1) for c in range(len(self.names))], axis=1)
 
     @property
     def max_deviation(self) -> float:
+        """The largest distance, in seconds, of any shard's total from the mean shard total."""
         secs = self.shard_seconds
         return float(np.abs(secs - secs.mean()).max())
 
     @property
     def balanced(self) -> bool:
+        """Whether every shard's total is within ``tolerance`` seconds of the mean."""
         return self.max_deviation <= self.tolerance + 1e-9
 
     def summary(self) -> dict:
+        """The plan's figures for the report: shard and utterance counts, topology, seed, remainder
+        policy, version, and the spread of shard seconds (plain values, JSON-ready).
+        """
         secs = self.shard_seconds
         return {"num_shards": self.num_shards, "utterances_per_shard": self.utts_per_shard,
                 "world_size": self.world_size, "num_workers": self.num_workers, "seed": self.seed,

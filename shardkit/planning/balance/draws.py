@@ -48,6 +48,9 @@ class Draws:
 
     def permutation(self, seed: int, purpose: int, c: int, length: int) -> np.ndarray:
         # a draw is submitted before any task that takes it, so a pool thread never waits on a queued one
+        """The permutation for ``(seed, purpose, c, length)``: the one computed ahead in the pool when it
+        was submitted, else computed now (same values either way: :func:`permutation` is pure).
+        """
         future = self._futures.pop((seed, purpose, c, length), None)
         return future.result() if future is not None else permutation(seed, purpose, c, length)
 

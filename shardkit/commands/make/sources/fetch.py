@@ -17,6 +17,9 @@ _row_group: dict = {}  # (parquet path, row group, column) -> list of audio cell
 
 
 def source_bytes(source: dict) -> bytes:
+    """The audio bytes of one entry's recorded source: a file, a URL, a member of a tar or a Parquet
+    cell; a URL whose size changed since planning raises AudioError naming it.
+    """
     if "url" in source:
         data = _url_bytes(source["url"])
         if "size" in source:

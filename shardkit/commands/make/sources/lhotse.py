@@ -138,6 +138,8 @@ def _manifests(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
 
 
 def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+    """Every utterance of the Lhotse manifests in ``paths`` (a CutSet's MonoCuts, or a RecordingSet with
+    its SupervisionSet), as ``Entry`` or ``Skip``; UsageError for any other manifest or an unpaired set."""
     cuts, recordings, supervisions = _manifests(paths)
     for path in cuts:
         yield from _cuts(path, options)

@@ -30,6 +30,10 @@ class _Fields(NamedTuple):
 
 
 def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+    """Every line of the NeMo manifests in ``paths``, in source order, as ``Entry`` (one utterance) or
+    ``Skip`` (key and reason). ``options`` may rename the audio and text fields (default audio_filepath,
+    text) and name a key field. Streams: one line at a time.
+    """
     fields = _Fields(options.audio_field or "audio_filepath", options.text_field or "text", options.key_field)
     for path in paths:
         yield from _read_manifest(path, fields)

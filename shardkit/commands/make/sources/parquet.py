@@ -30,6 +30,7 @@ def _pyarrow_parquet():
 
 
 def open_parquet(path: str):
+    """A pyarrow ParquetFile for ``path``; UsageError naming the file when it is missing or not Parquet."""
     pq = _pyarrow_parquet()
     try:
         return pq.ParquetFile(path)
@@ -56,6 +57,10 @@ class _File(NamedTuple):
 
 
 def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+    """Every row of the Parquet files in ``paths``, in source order, as ``Entry`` (one utterance) or
+    ``Skip`` (key and reason). ``options`` may rename the audio, text and key columns (default audio,
+    text, id). Streams: one batch at a time.
+    """
     columns = _Columns(options.audio_field or "audio", options.text_field or "text", options.key_field or "id")
     for path in expand(paths, (".parquet",)):
         path = os.path.abspath(path)

@@ -77,6 +77,8 @@ def _text(sample: dict, field: str) -> str | None:
 
 
 def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+    """Every sample of the WebDataset tars in ``paths``, in tar order, as ``Entry`` (its audio member's
+    offset and size) or ``Skip``; the transcript from ``options.text_field`` (default text)."""
     field = options.text_field or "text"
     for path in expand(paths, TAR_SUFFIXES):
         yield from _read_tar(os.path.abspath(path), field)

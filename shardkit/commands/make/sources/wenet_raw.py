@@ -14,6 +14,10 @@ from shardkit.io.remote import is_url
 
 
 def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
+    """Every line of the WeNet raw lists in ``paths``, in source order, as ``Entry`` (one utterance) or
+    ``Skip`` (key and reason). ``options`` may rename the key, audio and text fields (default key, wav,
+    txt). Streams: one line at a time.
+    """
     fields = (options.key_field or "key", options.audio_field or "wav", options.text_field or "txt")
     for path in paths:
         yield from _read_list(path, *fields)
