@@ -29,6 +29,7 @@ class WriteSettings:
     codec: str = "zst"
     level: int | None = 3
     verify: bool = True
+    layout: str = "wenet"
 
 
 def _spool_task(args) -> tuple[str, str | None]:
@@ -157,6 +158,8 @@ def _read_index_line(fds: dict, path: str, offset: int) -> dict:
 def _shard_spec(records: list[tuple[dict, int]], settings: WriteSettings) -> str:
     """Digest of what an output shard is made of: sources (with size and mtime), members, copies, codec."""
     h = hashlib.sha256(repr((settings.codec, settings.level)).encode())
+    if settings.layout != "wenet":  # (WeNet's specs stay those of earlier runs, which a rerun then skips)
+        h.update(settings.layout.encode())
     stamps: dict[str, list] = {}
     for record, copy in records:
         shard = record["shard"]
@@ -186,9 +189,9 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
         records = [(_read_index_line(index_fds, index_files[file_id], offset), copy) for file_id, offset, copy in refs]
         entry["spec"] = spec = _shard_spec(records, settings)
         if previous and previous.get("spec") == spec and previous.get("status") == "ok" and \
-                output_unchanged(dst, previous["size"], previous["sha256"]):
+                output_unchanged(dst, previous["size"], previous["sha256"]) and _companions_present(dst, settings):
             return {**previous, "status": "skipped"}
-        _write_records(dst, records, settings, reader, entry)
+        (_write_records if settings.layout == "wenet" else _write_layout_records)(dst, records, settings, reader, entry)
     except ShardkitError as err:
         entry["error"] = str(err)
     except OSError as err:
@@ -224,6 +227,33 @@ def _write_records(dst: str, records: list[tuple[dict, int]], settings: WriteSet
         target.commit(verify_members(written, shard=dst) if settings.verify else None)
     entry.update(status="ok", size=hashing.size, sha256=hashing.sha256.hexdigest(), members=len(written),
                  members_digest=combine_digests(written))
+
+
+def _companions_present(dst: str, settings: WriteSettings) -> bool:
+    """Whether the files a layout writes beside each tar (Shar's cuts file) are there too."""
+    if settings.layout == "wenet":
+        return True
+    from shardkit.io.layouts import companion_paths
+
+    return all(os.path.exists(p) for p in companion_paths(settings.layout, dst))
+
+
+def _write_layout_records(dst: str, records: list[tuple[dict, int]], settings: WriteSettings,
+                          reader: _SourceReader, entry: dict) -> None:
+    """``_write_records`` for a trainer's layout (``shardkit.io.layouts``): the same utterances in the same
+    order, their audio copied byte for byte into the layout's tar, their text into its metadata."""
+    from shardkit.io.layouts import open_layout_shard
+    from shardkit.run.lifecycle import verify_members
+
+    with open_layout_shard(settings.layout, dst) as shard:
+        for record, copy in records:
+            key = record["key"]
+            new_key = repeat_key(key, copy)
+            members = [(new_key + name[len(key):], reader.member(record["shard"], name, offset, size))
+                       for name, offset, size in record["members"]]
+            shard.add(new_key, record, members)
+        entry.update(shard.commit((lambda written: verify_members(written, shard=dst)) if settings.verify else None))
+    entry["status"] = "ok"
 
 
 def _add_utterance(tar, reader: _SourceReader, record: dict, copy: int, written: list) -> None:
