@@ -177,7 +177,6 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     ``previous`` (a finished run's entry) has the same spec and the file still has its digest,
     nothing is written (``status: skipped``).
     """
-    from shardkit.io.files import output_unchanged
     from shardkit.io.files import os_reason
 
     started = time.perf_counter()
@@ -189,9 +188,9 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
         records = [(_read_index_line(index_fds, index_files[file_id], offset), copy) for file_id, offset, copy in refs]
         entry["spec"] = spec = _shard_spec(records, settings)
         if previous and previous.get("spec") == spec and previous.get("status") == "ok" and \
-                output_unchanged(dst, previous["size"], previous["sha256"]) and _companions_present(dst, settings):
+                _output_unchanged(dst, previous, settings):
             return {**previous, "status": "skipped"}
-        (_write_records if settings.layout == "wenet" else _write_layout_records)(dst, records, settings, reader, entry)
+        _write_records(dst, records, settings, reader, entry)
     except ShardkitError as err:
         entry["error"] = str(err)
     except OSError as err:
@@ -208,6 +207,8 @@ def _write_records(dst: str, records: list[tuple[dict, int]], settings: WriteSet
                    entry: dict) -> None:
     """The shard's utterances (records and copy numbers, in order) written to ``dst`` through a temporary
     file: fsynced, read back (unless settings.verify is off), renamed; what was written goes into ``entry``."""
+    if settings.layout != "wenet":
+        return _write_layout_records(dst, records, settings, reader, entry)
     from shardkit.io.codecs import open_writer
     from shardkit.io.files import HashingFile, combine_digests
     from shardkit.io.tar import TarWriter
@@ -229,8 +230,12 @@ def _write_records(dst: str, records: list[tuple[dict, int]], settings: WriteSet
                  members_digest=combine_digests(written))
 
 
-def _companions_present(dst: str, settings: WriteSettings) -> bool:
-    """Whether the files a layout writes beside each tar (Shar's cuts file) are there too."""
+def _output_unchanged(dst: str, previous: dict, settings: WriteSettings) -> bool:
+    """Whether a finished shard is still as recorded, with the files a layout writes beside its tar (Shar's cuts)."""
+    from shardkit.io.files import output_unchanged
+
+    if not output_unchanged(dst, previous["size"], previous["sha256"]):
+        return False
     if settings.layout == "wenet":
         return True
     from shardkit.io.layouts import companion_paths
