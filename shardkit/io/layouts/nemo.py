@@ -2,9 +2,10 @@
 
 NeMo's ``TarredAudioToCharDataset``/``TarredAudioToBPEDataset`` (``nemo/collections/asr/data/
 audio_to_text.py``) read the tars through WebDataset and find each member's manifest line by its
-file id, ``os.path.splitext(os.path.basename(member))[0]``: so a member name is flat (a key's
-``/`` becomes ``_``, and the key is kept in the line's ``key`` field) and file ids are unique
-across the dataset (checked when the manifest is assembled). ``audio_filepath`` is the member
+file id, ``os.path.splitext(os.path.basename(member))[0]``, after WebDataset has cut the member
+name at the first dot of its basename into ``__key__`` and extension: so a member name is flat and
+has one dot (a key's ``/`` and ``.`` become ``_``, and the key is kept in the line's ``key``
+field), and file ids are unique across the dataset (checked when the manifest is assembled). ``audio_filepath`` is the member
 name, ``duration`` the exact frames / sample rate, ``shard_id`` the tar's K, and the utterance's
 other text members are kept as fields named by their extension.
 
@@ -47,8 +48,8 @@ def companion_paths(dst: str) -> list[str]:
 
 
 def member_stem(key: str) -> str:
-    """The member name's stem: NeMo looks members up by basename, so the key is flattened."""
-    return key.replace("/", "_")
+    """The member name's stem: NeMo looks members up by basename and WebDataset cuts names at their first dot."""
+    return key.replace("/", "_").replace(".", "_")
 
 
 class NemoShard(LayoutShard):
@@ -64,8 +65,8 @@ class NemoShard(LayoutShard):
         audio_name = key + record["audio"][len(record["key"]):]
         texts = split_members(key, members, audio_name, shard=self.dst)
         member = member_stem(key) + audio_name[len(key):]
-        require("/" not in member and not member.startswith("."), "the member name would not be a flat file name",
-                shard=self.dst, member=member)
+        require(not member.startswith(".") and member.count(".") == 1,
+                "the member name would not be a flat file name with one extension", shard=self.dst, member=member)
         self.add_member(member, dict(members)[audio_name])
         line = {"audio_filepath": member, "duration": int(record["frames"]) / int(record["sample_rate"]),
                 "text": texts.pop("txt"), "shard_id": self._id}

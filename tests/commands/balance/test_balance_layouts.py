@@ -192,7 +192,25 @@ def test_nemo_tars_and_manifest_match_and_hold_every_utterance_with_its_bytes_an
     assert {originals.get(line["key"], line["key"]) for line in lines} == set(truth)
 
 
-def test_nemo_scatter_gives_every_rank_equal_seconds_and_drops_nothing(mix, nemo_out):
+def _nemo_rank(train_ds: dict, rank: int) -> list[tuple[str, bytes, int]]:
+    """What NeMo's tarred dataset gives ``rank``: its scatter of the tars, read by NeMo's WebDataset pipeline in a
+    real DataLoader with WORKERS workers; (file id, audio bytes, worker) per utterance."""
+    import torch
+
+    tars = nemo_split.expand_sharded_filepaths(train_ds["tarred_audio_filepaths"], train_ds["tarred_shard_strategy"],
+                                               WORLD, rank)
+
+    class Tarred(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            worker = torch.utils.data.get_worker_info().id
+            for audio, file_id in nemo_split.tar_samples(tars):
+                yield file_id, audio, worker
+
+    loader = torch.utils.data.DataLoader(Tarred(), batch_size=None, num_workers=WORKERS, multiprocessing_context="fork")
+    return list(loader)
+
+
+def test_nemo_scatter_gives_every_rank_equal_seconds_and_reads_every_line_once(mix, nemo_out):
     out, report = nemo_out
     config = (out / "nemo_config.yaml").read_text()
     assert report["layout"]["config_fragment"] == config
@@ -201,21 +219,24 @@ def test_nemo_scatter_gives_every_rank_equal_seconds_and_drops_nothing(mix, nemo
     train_ds = yaml.safe_load(config)["train_ds"]
     assert train_ds["is_tarred"] is True and train_ds["tarred_shard_strategy"] == "scatter"
     assert train_ds["manifest_filepath"] == str(out / "tarred_audio_manifest.json")
-    seconds_of = {line["audio_filepath"]: line["duration"]
-                  for line in map(json.loads, open(train_ds["manifest_filepath"], encoding="utf-8"))}
-    per_rank, read = [], []
+    lines = {nemo_split.file_id(line["audio_filepath"]): line
+             for line in map(json.loads, open(train_ds["manifest_filepath"], encoding="utf-8"))}
+    truth, originals = mix["truth"], _originals(out)
+    per_rank, per_worker, read = [], Counter(), []
     for rank in range(WORLD):
-        tars = nemo_split.expand_sharded_filepaths(train_ds["tarred_audio_filepaths"], "scatter", WORLD, rank)
-        rank_members = []
-        for worker in range(WORKERS):
-            for tar in nemo_split.split_by_workers(tars, worker, WORKERS):
-                rank_members += [name for name, _ in _tar_members(tar)]
-        per_rank.append(sum(seconds_of[m] for m in rank_members))
-        read += rank_members
-    assert sorted(read) == sorted(seconds_of)  # scatter drops nothing: every line read once
+        seconds = 0.0
+        for file_id, audio, worker in _nemo_rank(train_ds, rank):
+            line = lines[file_id]  # NeMo's lookup; a miss would be a KeyError in _build_sample
+            assert audio == truth[originals.get(line["key"], line["key"])]["audio"]
+            seconds += line["duration"]
+            per_worker[rank, worker] += 1
+            read.append(file_id)
+        per_rank.append(seconds)
+    assert sorted(read) == sorted(lines)  # scatter drops nothing: every line read once
+    assert len(per_worker) == WORLD * WORKERS and len(set(per_worker.values())) == 1  # equal steps everywhere
     per_rank = np.array(per_rank)
     shards_each = report["num_shards"] // WORLD
-    median = float(np.median(list(seconds_of.values())))
+    median = float(np.median([line["duration"] for line in lines.values()]))
     assert np.abs(per_rank - per_rank.mean()).max() <= shards_each * max(0.005 * per_rank.mean() / shards_each, median)
 
 
