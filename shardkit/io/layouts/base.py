@@ -109,3 +109,20 @@ class GzipLines:
 def require(condition: bool, reason: str, *, shard: str, member: str | None = None) -> None:
     if not condition:
         raise ShardkitError(reason, shard=shard, member=member)
+
+
+def split_members(key: str, members: list[tuple[str, bytes]], audio_name: str, *, shard: str) -> dict[str, str]:
+    """The utterance's text members as ``{extension: text}`` (``txt`` the transcript); the audio is the one
+    binary member a layout carries, any other member is refused rather than silently left out."""
+    texts = {}
+    for name, data in members:
+        if name == audio_name:
+            continue
+        ext = name[len(key) + 1:]
+        try:
+            texts[ext] = data.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            require(False, "a member other than the audio is not UTF-8 text (this layout keeps text fields only)",
+                    shard=shard, member=name)
+    require("txt" in texts, "no transcript (.txt member)", shard=shard, member=f"{key}.txt")
+    return texts

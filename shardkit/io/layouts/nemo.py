@@ -21,8 +21,7 @@ import json
 import os
 
 from shardkit.errors import ShardkitError
-from shardkit.io.layouts.base import GzipLines, LayoutShard, require
-from shardkit.io.layouts.shar import split_members
+from shardkit.io.layouts.base import GzipLines, LayoutShard, require, split_members
 
 MANIFEST = "tarred_audio_manifest.json"
 CONFIG = "nemo_config.yaml"
