@@ -7,7 +7,7 @@ line, one Parquet batch or one tar sample at a time. ``make.manifests`` turns th
 columnar catalog, plans shards and writes them with ``make.write``.
 
 Formats (the registry ``FORMATS``): ``kaldi`` (handled by ``make.from_kaldi.run_make``), ``wenet-raw``,
-``nemo``, ``lhotse``, ``parquet``, ``wds``. ``detect_format`` names the format of a source that
+``nemo``, ``lhotse``, ``parquet``, ``wds``, ``shar`` (a Lhotse Shar folder). ``detect_format`` names the format of a source that
 identifies itself.
 """
 
@@ -73,7 +73,7 @@ def member_key(key: str) -> str:
     return re.sub(r"[\x00-\x1f\x7f]", "_", mapped)
 
 
-FORMATS = ("kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds")
+FORMATS = ("kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds", "shar")
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
 
 
@@ -174,9 +174,13 @@ def detect_format(paths: list[str]) -> str:
 
 def _folder_format(folder: str) -> str:
     """A folder's format, from the files it holds: a Kaldi data directory, Parquet files or tars."""
+    from shardkit.commands.make.sources.shar import is_shar_folder
+
     names = os.listdir(folder)
     if "wav.scp" in names and "text" in names:
         return "kaldi"
+    if is_shar_folder(names):
+        return "shar"
     if any(n.endswith(".parquet") for n in names):
         return "parquet"
     if any(n.endswith(TAR_SUFFIXES) for n in names):
@@ -197,6 +201,8 @@ def iter_entries(fmt: str, paths: list[str], options: SourceOptions) -> Iterator
         from shardkit.commands.make.sources.parquet import read
     elif fmt == "wds":
         from shardkit.commands.make.sources.wds import read
+    elif fmt == "shar":
+        from shardkit.commands.make.sources.shar import read
     else:
         raise UsageError(f"unknown source format {fmt!r}; choose from {', '.join(FORMATS)}")
     return read(paths, options)
