@@ -13,30 +13,7 @@ import soundfile as sf
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.io.synth import CorpusSpec, corpus_utterances
-
-SPEC = CorpusSpec("nemo", 23, 0.5, 2.5, "en")
-
-
-def _nemo_by_count(folder, num_shards: int, *, shard_ids: bool = True, orphan: bool = False):
-    """A NeMo tarred dataset cut as NeMo's converter cuts it: utterances by count, the remainder discarded."""
-    utts = list(corpus_utterances(SPEC, seed=7))
-    per_shard = len(utts) // num_shards
-    lines = []
-    for k in range(num_shards):
-        with tarfile.open(folder / f"audio_{k}.tar", "w") as tar:
-            for key, text, audio, _ in utts[k * per_shard:(k + 1) * per_shard]:
-                name = key.replace("/", "_") + ".wav"
-                info = tarfile.TarInfo(name)
-                info.size = len(audio)
-                tar.addfile(info, io.BytesIO(audio))
-                line = {"audio_filepath": name, "duration": sf.info(io.BytesIO(audio)).duration, "text": text}
-                lines.append({**line, "shard_id": k} if shard_ids else line)
-    if orphan:  # a line whose audio no tar holds: NeMo counts it in the length and never reads it
-        lines.append({"audio_filepath": "gone.wav", "duration": 1.25, "text": "x"})
-    with open(folder / "tarred_audio_manifest.json", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(line) + "\n" for line in lines)
-    return folder / "tarred_audio_manifest.json"
+from support import nemo_by_count
 
 
 def _tar_seconds(path) -> float:
@@ -51,7 +28,7 @@ def _plan(*args):
 
 
 def test_plan_names_the_shards_and_seconds_nemo_scatter_drops(tmp_path):
-    manifest = _nemo_by_count(tmp_path, 5)
+    manifest = nemo_by_count(tmp_path, 5)
     report = _plan(manifest, "--layout", "nemo", "--world-size", "4", "--num-workers", "2", "--batch-size", "2")
     assert report["rule"] == "nemo-scatter" and not report["divides"] and report["shards"] == 5
     dropped = report["dropped"]
@@ -65,7 +42,7 @@ def test_plan_names_the_shards_and_seconds_nemo_scatter_drops(tmp_path):
 
 
 def test_a_manifest_without_shard_ids_is_placed_by_the_tars_members(tmp_path):
-    manifest = _nemo_by_count(tmp_path, 5, shard_ids=False, orphan=True)
+    manifest = nemo_by_count(tmp_path, 5, shard_ids=False, orphan=True)
     by_members = _plan(manifest, "--layout", "nemo", "--tars", tmp_path / "audio__OP_0..4_CL_.tar", "--world-size",
                        "4", "--num-workers", "1")
     assert by_members["dropped"]["shards"] == [str(tmp_path / "audio_4.tar")]

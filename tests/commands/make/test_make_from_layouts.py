@@ -1,4 +1,4 @@
-"""make from a Lhotse Shar folder: WeNet -> Shar (balance --layout shar) -> WeNet (make) loses nothing: every
+"""make from a Lhotse Shar folder or a NeMo tarred dataset: WeNet -> Shar or NeMo (balance --layout) -> WeNet (make)
 utterance comes back with its key, its transcript and its audio bytes; a damaged Shar shard is reported."""
 
 from __future__ import annotations
@@ -99,3 +99,43 @@ def test_a_shar_folder_written_by_lhotse_itself_becomes_its_supervisions(tmp_pat
     for i, (key, text, audio, _) in enumerate(corpus()[1:5], 1):
         assert back[f"rec{i}-all"][0] == text
         assert np.array_equal(back[f"rec{i}-all"][1], sf.read(io.BytesIO(audio), dtype="int16")[0])
+
+
+# --- NeMo tarred datasets ---------------------------------------------------------------------------
+
+
+def test_wenet_to_nemo_and_back_keeps_every_key_text_and_audio_byte(make_shards, tmp_path):
+    source = os.path.dirname(make_shards("bz2")[0])
+    made = CliRunner().invoke(main, ["balance", "--corpus", f"mix={source}", "--world-size", "2", "--num-workers", "1",
+                                     "--num-shards", "2", "--layout", "nemo", "-o", str(tmp_path / "nemo"), "-q",
+                                     "-j", "1"])
+    assert made.exit_code == 0, made.output
+    result, report = _make(tmp_path / "nemo" / "tarred_audio_manifest.json", "-o", tmp_path / "back")  # recognised
+    assert result.exit_code == 0, result.output
+    truth = {key: (text, audio) for key, text, audio, _ in corpus()}
+    originals = {new: old for old, new in balance.read_repeats(str(tmp_path / "nemo"))}
+    back = {}
+    for shard in open(tmp_path / "back" / "data.list").read().split():
+        for sample in group_samples(iter_shard_members(shard), shard=shard):
+            back[sample["__key__"]] = (sample["txt"].decode(), sample["wav"])
+    assert {originals.get(k, k) for k in back} == set(truth)  # the keys with '/' again, from the lines' key field
+    for key, value in back.items():
+        assert value == truth[originals.get(key, key)]
+
+
+def test_a_nemo_dataset_made_by_count_reports_the_line_no_tar_holds(tmp_path):
+    from support import NEMO_SPEC, nemo_by_count
+    from shardkit.io.synth import corpus_utterances
+
+    manifest = nemo_by_count(tmp_path, 5, orphan=True)
+    result, report = _make("--from", "nemo-tarred", manifest, "-o", tmp_path / "back")
+    assert result.exit_code == 1  # a skipped line makes it 1
+    assert report["utterances"] == 5 * (23 // 5) and report["skipped_utterances"] == 1
+    assert report["skipped_by_check"] == {"no_audio": 1}
+    (finding,) = json.load(open(tmp_path / "back" / "make.json"))["findings"]
+    assert finding["key"] == "gone" and "no tar holds member 'gone'" in finding["reason"]
+    kept = {key.replace("/", "_") for key, *_ in list(corpus_utterances(NEMO_SPEC, seed=7))[:20]}
+    back = set()
+    for shard in open(tmp_path / "back" / "data.list").read().split():
+        back |= {s["__key__"] for s in group_samples(iter_shard_members(shard), shard=shard)}
+    assert back == kept  # the 3 utterances NeMo's converter discarded are in no tar: not in the manifest either
