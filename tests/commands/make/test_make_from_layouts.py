@@ -1,5 +1,6 @@
-"""make from a Lhotse Shar folder or a NeMo tarred dataset: WeNet -> Shar or NeMo (balance --layout) -> WeNet (make)
-utterance comes back with its key, its transcript and its audio bytes; a damaged Shar shard is reported."""
+"""make from a Lhotse Shar folder or a NeMo tarred dataset: WeNet -> Shar or NeMo (balance --layout) -> WeNet
+(make) loses nothing: every utterance comes back with its key, its transcript and its audio bytes; a folder
+written by lhotse itself comes back sample-exactly; what cannot be read is reported with where it is."""
 
 from __future__ import annotations
 
