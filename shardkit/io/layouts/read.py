@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,7 +43,7 @@ def expand_tar_pattern(pattern: str) -> list[str]:
 
 def _manifest_lines(manifest: str):
     try:
-        f = open(manifest, encoding="utf-8")
+        f = open(manifest, "rb")
     except OSError as err:
         raise UsageError(f"{manifest}: cannot read the manifest ({err.strerror or err})") from None
     with f:
@@ -50,7 +51,7 @@ def _manifest_lines(manifest: str):
             if not line.strip():
                 continue
             try:
-                entry = json.loads(line)
+                entry = json.loads(line.decode("utf-8"))
                 yield entry, float(entry["duration"])
             except (ValueError, KeyError, TypeError) as err:
                 raise ShardkitError(f"line {number} is not a manifest entry with a duration ({err})",
@@ -128,6 +129,6 @@ def shar_sizes(folder: str) -> DatasetSizes:
                 for line in f:
                     utts[k] += 1
                     secs[k] += float(json.loads(line)["duration"])
-        except (OSError, EOFError, ValueError, KeyError, TypeError) as err:
+        except (OSError, EOFError, ValueError, KeyError, TypeError, zlib.error) as err:
             raise ShardkitError(f"cannot read its cuts ({err})", shard=path) from None
     return DatasetSizes("shar", cuts, utts, secs)

@@ -65,6 +65,10 @@ def _load(manifest: str, options: SourceOptions) -> tuple[dict[str, list[_Line]]
     return lines, count, skips
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
 def _shard_count(shard_id) -> int:
     """How many tars a line's ``shard_id`` implies (0 for none)."""
     return shard_id + 1 if isinstance(shard_id, int) and shard_id >= 0 else 0
@@ -94,17 +98,25 @@ def _read_tar(path: str, lines: dict[str, list[_Line]]) -> Iterator[Entry | Skip
 
 
 def _member_entries(path: str, name: str, data: bytes, offset: int, member_lines: list[_Line]):
+    """The entries of the lines one member holds (its audio probed once)."""
     facts = probe_bytes(data) if member_lines else None
     if isinstance(facts, str):
         yield from (Skip(line.key, check_of(facts), f"{path}: member {name!r}: {facts}") for line in member_lines)
         return
     for line in member_lines:
-        if not isinstance(line.text, str):
-            yield Skip(line.key, "no_transcript", f"{path}: member {name!r}: its line has no text")
-            continue
-        seconds, rate, channels = facts
-        segment = line.offset is not None
-        yield Entry(line.key, line.text, name, container=path, pos=offset, size=len(data),
-                    start=float(line.offset) if segment else 0.0,
-                    duration=float(line.duration) if segment else None, segment=segment, total=seconds, rate=rate,
-                    channels=channels)
+        yield _line_entry(line, path, name, offset, len(data), facts)
+
+
+def _line_entry(line: _Line, path: str, name: str, offset: int, size: int,
+                facts: tuple[float, int, int]) -> Entry | Skip:
+    """One line's utterance: the whole member, or with ``offset`` the segment it names; or why not."""
+    if not isinstance(line.text, str):
+        return Skip(line.key, "no_transcript", f"{path}: member {name!r}: its line has no text")
+    seconds, rate, channels = facts
+    segment = line.offset is not None
+    if segment and not (_number(line.offset) and _number(line.duration)):
+        return Skip(line.key, "bad_line", f"{path}: member {name!r}: a segment needs a numeric offset and duration "
+                                          f"(got {line.offset!r}, {line.duration!r})")
+    return Entry(line.key, line.text, name, container=path, pos=offset, size=size,
+                 start=float(line.offset) if segment else 0.0, duration=float(line.duration) if segment else None,
+                 segment=segment, total=seconds, rate=rate, channels=channels)

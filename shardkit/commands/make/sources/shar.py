@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from typing import Iterator
 
 from shardkit.commands.make.sources import Entry, Skip, SourceOptions
@@ -59,7 +60,7 @@ def _cuts(path: str) -> Iterator[dict]:
         with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as f:
             for line in f:
                 yield json.loads(line)
-    except (OSError, EOFError, ValueError) as err:
+    except (OSError, EOFError, ValueError, zlib.error) as err:
         raise ShardkitError(f"cannot read its cuts ({err})", shard=path) from None
 
 
