@@ -42,7 +42,9 @@ Examples:
   shardkit balance --corpus zh=zh.index.jsonl --corpus en=en.index.jsonl --world-size 8 --num-workers 4 \\
       --wenet-conf conf/train.yaml --dropped-keys dropped.txt -o balanced --dry-run
   for i in 1 2 3 4; do shardkit balance --corpus zh=zh.index.parquet --corpus en=en.index.parquet \
-      --world-size 64 --num-workers 4 --part $i/4 -o /shared/balanced/part-$i; done   # 1/4 of the memory""")
+      --world-size 64 --num-workers 4 --part $i/4 -o /shared/balanced/part-$i; done   # 1/4 of the memory
+  shardkit balance --corpus zh=zh/ --corpus en=en/ --world-size 4 --num-workers 2 --layout nemo -o nemo_ds
+  shardkit balance --corpus zh=zh/ --corpus en=en/ --world-size 4 --num-workers 2 --layout shar -o shar_ds""")
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
               help="A corpus: comma-separated shards, folders, data.list files or index files (.jsonl, .parquet); "
                    "WEIGHT 1 keeps each utterance once, 2 twice, 0.5 a seeded half. Repeat per corpus.")
@@ -58,6 +60,10 @@ Examples:
 @click.option("--dry-run", is_flag=True, help="Print the plan; write no shard.")
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
 @click.option("--overwrite", is_flag=True, help="Rewrite shards a previous run already finished.")
+@click.option("--layout", type=click.Choice(["wenet", "nemo", "shar"]), default="wenet", show_default=True,
+              help="The trainer's layout: WeNet tar shards; NeMo's tarred audio (audio_K.tar, one manifest, "
+                   "a config fragment); Lhotse Shar (OUT_DIR/shar/recording.NNNNNN.tar + cuts.NNNNNN.jsonl.gz). "
+                   "nemo and shar write plain tars.")
 @click.option("--part", "part", metavar="I/P", default=None,
               help="Plan and write only part I of P of every corpus (the utterances whose index row is I-1 "
                    "modulo P), at 1/P of the memory: P runs, each into its own OUT_DIR, balance a mix "
@@ -70,7 +76,7 @@ Examples:
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level, remainder,
-            seed, plan_version, epochs, dry_run, verify, overwrite, part, wenet_conf, tokenizer, dropped_keys, jobs,
+            seed, plan_version, epochs, dry_run, verify, overwrite, layout, part, wenet_conf, tokenizer, dropped_keys, jobs,
             executor, ray_address, split, as_json, quiet):
     """Rewrite a multi-corpus mix into shards that each carry the same seconds and utterance count.
 
@@ -83,6 +89,11 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     copied byte for byte; a repeated utterance's key gets the suffix -rep<N>. Compressed sources
     are decompressed once into OUT_DIR/.balance (free disk for their uncompressed size is needed).
     A rerun resumes, skipping shards already written.
+
+    --layout nemo writes OUT_DIR/audio_K.tar, one OUT_DIR/tarred_audio_manifest.json and
+    OUT_DIR/nemo_config.yaml (printed: is_tarred, tarred_audio_filepaths, manifest_filepath,
+    tarred_shard_strategy: scatter, shuffle_n); --layout shar writes the Shar folder OUT_DIR/shar
+    (CutSet.from_shar(in_dir=OUT_DIR/shar, split_for_dataloading=True)), reports beside it.
 
     With --split I/N every job computes the same plan (pass indexes from `shardkit index` so that
     the jobs do not each index the shards) and writes only its block of output shards, with
@@ -107,13 +118,13 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     part_of = _part(part)
     if shard_duration is not None and num_shards is not None:
         raise UsageError("give --shard-duration or --num-shards, not both")
-    codec_name, level = parse_codec_spec(codec, level)
+    codec_name, level = parse_codec_spec(codec, level) if layout == "wenet" else ("none", None)
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
     settings = BalanceSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                                num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,
                                plan_version=int(plan_version), epochs=epochs, verify=verify, dry_run=dry_run,
                                part=part_of, wenet=trainer_spec(wenet_conf, tokenizer, dropped_keys),
-                               dropped_keys=dropped_keys)
+                               dropped_keys=dropped_keys, layout=layout)
     report = _run(corpora, out_dir, settings, options, bars, as_json)
     _show(report, settings, corpora, quiet=quiet, as_json=as_json)
     sys.exit(report.exit_code)
@@ -167,6 +178,8 @@ def _show(report, settings, corpora, *, quiet: bool, as_json: bool) -> None:
         _show_wenet_conf(report.wenet_conf, settings.wenet.warnings, quiet)
     if not quiet:
         _print_outcome(summary, note, settings.dry_run, corpora)
+    if report.layout is not None and not as_json:  # the piece to paste into the trainer's config
+        click.echo(report.layout.get("config_fragment") or f"read it with: {report.layout['reader']}")
 
 
 def _show_wenet_conf(wenet_conf: dict, warnings: list[str], quiet: bool) -> None:

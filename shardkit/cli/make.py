@@ -8,7 +8,7 @@ from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
 from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
 from shardkit.cli._outcome import codec_option
 
-FROM_CHOICES = ["kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds"]
+FROM_CHOICES = ["kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds", "shar", "nemo-tarred"]
 
 
 def _allow_pipe_inputs(value: bool) -> bool:
@@ -34,7 +34,9 @@ Examples:
   shardkit make --from lhotse cuts_train.jsonl.gz -o out --channel 0
   shardkit make --from lhotse recordings.jsonl.gz supervisions.jsonl.gz -o out
   shardkit make --from parquet data/train/ -o out --text-field sentence
-  shardkit make --from wds 'shards/train-000000.tar' shards/train-000001.tar -o out --audio-format keep""")
+  shardkit make --from wds 'shards/train-000000.tar' shards/train-000001.tar -o out --audio-format keep
+  shardkit make shar_ds/shar -o out --audio-format keep               # a Lhotse Shar folder, recognised
+  shardkit make nemo_ds/tarred_audio_manifest.json -o out --audio-format keep   # NeMo tarred, audio_K.tar beside""")
 @click.argument("source", nargs=-1, type=click.Path())
 @click.option("--from", "source_format", type=click.Choice(FROM_CHOICES), default=None,
               help="Format of SOURCE [default: recognised from SOURCE: a folder with wav.scp and text, .parquet, "
@@ -83,7 +85,8 @@ def command(source, source_format, wav_scp, text, segments, key_field, text_fiel
             shard_duration, utts_per_shard, codec, audio_format, resample, verify, allow_pipes, jobs, executor, ray_address,
             split, overwrite, as_json, quiet):
     """Pack speech data into WeNet-style shards: a Kaldi data directory, a WeNet raw data.list, a NeMo
-    or Lhotse manifest, Parquet files or WebDataset tars (SOURCE, format by --from or recognised).
+    or Lhotse manifest, Parquet files, WebDataset tars, a Lhotse Shar folder or a NeMo tarred dataset's
+    manifest (SOURCE, format by --from or recognised).
 
     Each utterance becomes <key>.txt then <key>.<wav|flac|...>, adjacent, in source order.
     Shards hold about --shard-duration seconds each (durations from the manifest or the audio

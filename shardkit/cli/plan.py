@@ -18,7 +18,9 @@ Examples:
   shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.parquet --json
   shardkit plan data/data.list --world-size 8 --num-workers 4 --reader webdataset
   shardkit plan data/data.list --world-size 8 --num-workers 4 --index data/index.jsonl \\
-      --wenet-conf conf/train_conformer.yaml --tokenizer data/dict/lang_char.txt""")
+      --wenet-conf conf/train_conformer.yaml --tokenizer data/dict/lang_char.txt
+  shardkit plan nemo_ds/tarred_audio_manifest.json --layout nemo --world-size 8 --num-workers 4 --batch-size 32
+  shardkit plan shar_ds/shar --layout shar --world-size 8 --num-workers 4""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("--world-size", required=True, type=click.IntRange(min=1), help="Number of ranks (GPUs).")
 @click.option("--num-workers", required=True, type=click.IntRange(min=1), help="Loader workers per rank.")
@@ -33,13 +35,21 @@ Examples:
 @click.option("--draws", type=click.IntRange(min=1), default=None,
               help="--reader webdataset, resampled: shards each worker draws per epoch "
                    "[default: shards / (world_size x num_workers), rounded up].")
+@click.option("--layout", type=click.Choice(["wenet", "nemo", "shar"]), default="wenet", show_default=True,
+              help="An existing dataset of another trainer: nemo (SHARDS = its manifest; NeMo's scatter and "
+                   "replicate) or shar (SHARDS = the Shar folder; Lhotse's split_for_dataloading).")
+@click.option("--tars", default=None, metavar="PATTERN",
+              help="--layout nemo: its tarred_audio_filepaths (brace or _OP_.._CL_ syntax) [default: audio_K.tar "
+                   "beside the manifest, K by shard_id].")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="--layout nemo|shar: utterances per batch, for steps per rank.")
 @wenet_conf_options
 @jobs_option
 @io_options
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or table on stderr.")
-def command(shards, world_size, num_workers, epochs, seed, index_files, reader, draws, wenet_conf, tokenizer,
-            dropped_keys, jobs, as_json, quiet):
+def command(shards, world_size, num_workers, epochs, seed, index_files, reader, draws, layout, tars, batch_size,
+            wenet_conf, tokenizer, dropped_keys, jobs, as_json, quiet):
     """Show how WeNet would split the list SHARDS across ranks and workers, epoch by epoch.
 
     The list is shuffled with the same seed on every rank each epoch, then line i goes to
@@ -57,13 +67,19 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
     that survives it) and reports what it drops per corpus, then simulates the trainer's batching
     (batch_conf, shuffle and sort buffers) and reports steps per rank and worker and what
     equal_steps would leave out; JSON: "wenet_conf" and "warnings".
+
+    --layout nemo reads a NeMo tarred dataset's manifest (duration, shard_id) and shows NeMo's
+    scatter (rank r: shards [r*(N//W), (r+1)*(N//W)), the last N % W read by no rank: named with
+    their seconds) and replicate (every rank all N), workers [w::K]; --layout shar reads a Shar
+    folder's cuts files and shows Lhotse's split_for_dataloading (rank r: [r::W], worker w: [w::K]).
+    Per rank and worker: shards, utterances, seconds, steps (ceil(utterances / --batch-size) a worker).
     """
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.plan import PlanSettings, run_plan
 
     settings = PlanSettings(world_size=world_size, num_workers=num_workers, epochs=epochs, seed=seed, reader=reader,
                             draws=draws, index_files=tuple(index_files), wenet_conf=wenet_conf, tokenizer=tokenizer,
-                            dropped_keys=dropped_keys)
+                            dropped_keys=dropped_keys, layout=layout, tars=tars, batch_size=batch_size)
     with ProgressBars(quiet=quiet) as bars:
         result = run_plan(list(shards), settings, run_options(jobs=jobs, on_event=bars))
     if result.failures:
@@ -71,7 +87,8 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
     if as_json:
         emit_json(result.summary())
     if not quiet:
-        click.echo("\n\n".join(format_figures(f) for f in result.shown), err=True)
+        show = format_figures if layout == "wenet" else _format_trainer
+        click.echo("\n\n".join(show(f) for f in result.shown), err=True)
     if result.wenet_conf is not None:
         _print_wenet_conf(result, quiet)
 
@@ -92,3 +109,22 @@ def _print_wenet_conf(result, quiet: bool) -> None:
     warnings = result.warnings
     click.echo(format_report(result.wenet_conf, warnings) if not quiet else
                "\n".join(f"warning: {w}" for w in warnings), err=True, nl=bool(warnings) or not quiet)
+
+
+def _format_trainer(figures: dict) -> str:
+    """A trainer's dealing (``shardkit.planning.trainers``) as a table: per rank, then what no rank reads."""
+    lines = [f"{figures['rule']}: {figures['shards']} shards over {figures['world_size']} ranks x "
+             f"{figures['num_workers']} workers (divides: {'yes' if figures['divides'] else 'no'})",
+             f"{'rank':>6} {'shards':>7} {'utterances':>11} {'seconds':>12} {'steps':>7}"]
+    lines += [f"{r['rank']:>6} {r['shards']:>7} {r['utterances']:>11} {r['seconds']:>12.3f} {r['steps']:>7}"
+              for r in figures["ranks"]]
+    spread = figures["rank_spread"]
+    lines.append(f"rank spread {spread if spread is not None else 'inf'} (max/min seconds), steps differ by "
+                 f"{figures['step_spread']}")
+    dropped = figures["dropped"]
+    if dropped["shards"]:
+        lines.append(f"read by no rank: {len(dropped['shards'])} shards, {dropped['utterances']} utterances, "
+                     f"{dropped['seconds']:.3f} s: {', '.join(dropped['shards'])}")
+    if figures["reads_per_utterance"] > 1:
+        lines.append(f"every utterance is read {figures['reads_per_utterance']} times an epoch (one per rank)")
+    return "\n".join(lines)

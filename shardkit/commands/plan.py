@@ -35,6 +35,9 @@ class PlanSettings:
     wenet_conf: str | None = None
     tokenizer: str | None = None
     dropped_keys: str | None = None
+    layout: str = "wenet"
+    tars: str | None = None
+    batch_size: int = 1
 
 
 @dataclass
@@ -74,6 +77,8 @@ def run_plan(shard_args: list[str], settings: PlanSettings, options: RunOptions 
     from shardkit.wenet_conf.load import spec_of_options
 
     options = options or RunOptions()
+    if settings.layout != "wenet":
+        return _plan_layout(shard_args, settings)
     if settings.draws is not None and settings.reader != "webdataset":
         raise UsageError("--draws needs --reader webdataset")
     paths = expand_shards(list(shard_args))
@@ -90,6 +95,30 @@ def run_plan(shard_args: list[str], settings: PlanSettings, options: RunOptions 
 
             write_dropped_keys(settings.dropped_keys, view.dropped_keys)
     return result
+
+
+def _plan_layout(shard_args: list[str], settings: PlanSettings) -> PlanResult:
+    """An existing NeMo tarred dataset (``shard_args``: its manifest) or Shar folder, dealt by its trainer's rules
+    (``shardkit.planning.trainers``): NeMo's scatter and replicate, or Lhotse's split_for_dataloading."""
+    from shardkit.io.layouts.read import nemo_sizes, shar_sizes
+    from shardkit.planning.trainers import trainer_figures
+
+    if len(shard_args) != 1 or settings.wenet_conf or settings.index_files or settings.reader != "wenet":
+        raise UsageError(f"--layout {settings.layout} takes one dataset (NeMo: its manifest; Shar: its folder), "
+                         "without --index, --reader or --wenet-conf")
+    if settings.layout == "nemo":
+        sizes, rules = nemo_sizes(shard_args[0], settings.tars), ("nemo-scatter", "nemo-replicate")
+    elif settings.layout == "shar":
+        sizes, rules = shar_sizes(shard_args[0]), ("shar",)
+    else:
+        raise UsageError(f"--layout must be wenet, nemo or shar (got {settings.layout!r})")
+    shown = [trainer_figures(rule, sizes.names, sizes.utterances, sizes.seconds, world_size=settings.world_size,
+                             num_workers=settings.num_workers, batch_size=settings.batch_size) for rule in rules]
+    figures = {"layout": sizes.layout, "dataset": shard_args[0], **shown[0],
+               **({"replicate": shown[1]} if len(shown) > 1 else {})}
+    if sizes.layout == "nemo":
+        figures["unsharded"] = sizes.unsharded
+    return PlanResult(shards=len(sizes.names), figures=figures, shown=shown)
 
 
 def _sizes(paths: list[str], spec: TrainerSpec | None, settings: PlanSettings, options: RunOptions,

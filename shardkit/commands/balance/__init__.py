@@ -153,6 +153,7 @@ class BalanceSettings:
     part: tuple[int, int] | None = None
     wenet: object | None = None
     dropped_keys: str | None = None
+    layout: str = "wenet"
 
     def plan_settings(self) -> PlanSettings:
         """The planner's part of these settings (topology, shard size, remainder, seed, plan version)."""
@@ -165,7 +166,8 @@ class BalanceSettings:
         return {"world_size": self.world_size, "num_workers": self.num_workers, "shard_duration": self.shard_duration,
                 "num_shards": self.num_shards, "codec": self.codec, "level": self.level,
                 "remainder": self.remainder, "seed": self.seed, "plan_version": self.plan_version,
-                **({"part": {"index": self.part[0], "count": self.part[1]}} if self.part is not None else {})}
+                **({"part": {"index": self.part[0], "count": self.part[1]}} if self.part is not None else {}),
+                **({"layout": self.layout} if self.layout != "wenet" else {})}
 
 
 @dataclass
@@ -214,6 +216,8 @@ def run_balance(corpora: Sequence[CorpusSource], out_dir: str, settings: Balance
     started = time.perf_counter()
     options = options or RunOptions()
     _check_run_args(corpora, settings, options.split)
+    if settings.layout != "wenet":  # NeMo and Lhotse read plain tars
+        settings = dataclasses.replace(settings, codec="none", level=None)
     report = _run(corpora, out_dir, settings, options, started)
     if settings.wenet is not None and settings.dropped_keys:
         from shardkit.wenet_conf.report import write_dropped_keys
@@ -238,7 +242,7 @@ def _run(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSetting
                                  planned.repeats, True, planned.sources, elapsed=time.perf_counter() - started,
                                  **planned.facts)
         _check_balanced(planned.plan)
-        layout = _claim_outputs(corpora, planned, out_dir, work_dir, settings.codec, options.split)
+        layout = _claim_outputs(corpora, planned, out_dir, work_dir, settings.codec, options.split, settings.layout)
         return _write_and_report(planned, layout, settings, options, started)
 
 
@@ -286,8 +290,12 @@ def _write_and_report(planned: _Planned, layout: _Layout, settings: BalanceSetti
     import shutil
 
     journal, entries = _write(planned, layout, WriteSettings(codec=settings.codec, level=settings.level,
-                                                             verify=settings.verify), options)
+                                                             verify=settings.verify, layout=settings.layout), options)
     report = dataclasses.replace(_report(planned, layout, entries, started), **planned.facts)
+    if settings.layout != "wenet" and not report.failures and layout.split is None:
+        from shardkit.io.layouts import finish_layout
+
+        report.layout = finish_layout(settings.layout, layout.out_dir, layout.paths)
     _save_report(report, layout, settings.recorded())
     if not report.failures:
         _clean_up(layout, journal)
@@ -331,6 +339,11 @@ def _check_run_args(corpora: Sequence[CorpusSource], settings: BalanceSettings,
     if settings.plan_version not in PLAN_VERSIONS:
         raise UsageError(f"--plan-version must be one of {', '.join(map(str, PLAN_VERSIONS))} "
                          f"(got {settings.plan_version!r})")
+    from shardkit.io.layouts import check_layout
+
+    check_layout(settings.layout)
+    if split is not None and settings.layout != "wenet":
+        raise UsageError("--layout nemo|shar writes one manifest for the whole dataset: run it without --split")
     if split is not None and settings.dry_run:
         raise UsageError("--split writes a slice of the shards and --dry-run writes none; plan without --split")
 
@@ -429,14 +442,19 @@ def _check_balanced(plan: BalancePlan) -> None:
 
 
 def _claim_outputs(corpora: Sequence[CorpusSource], planned: _Planned, out_dir: str, work_dir: str, codec: str,
-                   split: tuple[int, int] | None) -> _Layout:
+                   split: tuple[int, int] | None, output_layout: str = "wenet") -> _Layout:
     """Name every output, refuse outputs that would replace an input, and pick this run's block."""
     from shardkit.run.lifecycle import claim_output
 
     plan, mix = planned.plan, planned.mix
     inputs = set(mix.shards) | set(mix.index_files) | {os.path.abspath(s) for c in corpora for s in c.sources
                                                          if os.path.isfile(s)}
-    paths = output_paths(out_dir, plan.num_shards, codec)
+    if output_layout == "wenet":
+        paths = output_paths(out_dir, plan.num_shards, codec)
+    else:
+        from shardkit.io.layouts import shard_paths
+
+        paths = shard_paths(output_layout, out_dir, plan.num_shards)
     claim_output(out_dir, sorted(inputs), paths, what="OUT_DIR")
     return _layout(out_dir, work_dir, paths, plan, split)
 

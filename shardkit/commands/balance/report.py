@@ -84,6 +84,7 @@ class BalanceReport:
     warnings: list[str] = field(default_factory=list)
     dropped_keys: list[str] = field(default_factory=list)
     data_list_path: str | None = None  # where the list went (data.partial.list after a failed shard)
+    layout: dict | None = None  # --layout nemo|shar: what was written for the whole dataset (manifest, config)
 
     def _named(self, name: str) -> str | None:
         if self.dry_run:
@@ -104,6 +105,7 @@ class BalanceReport:
                 "failures": self.failures,
                 "plan": self.figures, "repeated_copies": len(self.repeats),
                 **({"wenet_conf": self.wenet_conf, "warnings": self.warnings} if self.wenet_conf is not None else {}),
+                **({"layout": self.layout} if self.layout is not None else {}),
                 "elapsed_seconds": round(self.elapsed, 3)}
 
     @property

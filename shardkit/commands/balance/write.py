@@ -29,6 +29,7 @@ class WriteSettings:
     codec: str = "zst"
     level: int | None = 3
     verify: bool = True
+    layout: str = "wenet"
 
 
 def _spool_task(args) -> tuple[str, str | None]:
@@ -160,6 +161,8 @@ def _read_index_line(fds: dict, path: str, offset: int) -> dict:
 def _shard_spec(records: list[tuple[dict, int]], settings: WriteSettings) -> str:
     """Digest of what an output shard is made of: sources (with size and mtime), members, copies, codec."""
     h = hashlib.sha256(repr((settings.codec, settings.level)).encode())
+    if settings.layout != "wenet":  # (WeNet's specs stay those of earlier runs, which a rerun then skips)
+        h.update(settings.layout.encode())
     stamps: dict[str, list] = {}
     for record, copy in records:
         shard = record["shard"]
@@ -177,7 +180,6 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
     ``previous`` (a finished run's entry) has the same spec and the file still has its digest,
     nothing is written (``status: skipped``).
     """
-    from shardkit.io.files import output_unchanged
     from shardkit.io.files import os_reason
 
     started = time.perf_counter()
@@ -189,7 +191,7 @@ def write_output_shard(dst: str, refs: list[tuple[int, int, int]], settings: Wri
         records = [(_read_index_line(index_fds, index_files[file_id], offset), copy) for file_id, offset, copy in refs]
         entry["spec"] = spec = _shard_spec(records, settings)
         if previous and previous.get("spec") == spec and previous.get("status") == "ok" and \
-                output_unchanged(dst, previous["size"], previous["sha256"]):
+                _output_unchanged(dst, previous, settings):
             return {**previous, "status": "skipped"}
         _write_records(dst, records, settings, reader, entry)
     except ShardkitError as err:
@@ -208,6 +210,8 @@ def _write_records(dst: str, records: list[tuple[dict, int]], settings: WriteSet
                    entry: dict) -> None:
     """The shard's utterances (records and copy numbers, in order) written to ``dst`` through a temporary
     file: fsynced, read back (unless settings.verify is off), renamed; what was written goes into ``entry``."""
+    if settings.layout != "wenet":
+        return _write_layout_records(dst, records, settings, reader, entry)
     from shardkit.io.codecs import open_writer
     from shardkit.io.files import HashingFile, combine_digests
     from shardkit.io.tar import TarWriter
@@ -227,6 +231,37 @@ def _write_records(dst: str, records: list[tuple[dict, int]], settings: WriteSet
         target.commit(verify_members(written, shard=dst) if settings.verify else None)
     entry.update(status="ok", size=hashing.size, sha256=hashing.sha256.hexdigest(), members=len(written),
                  members_digest=combine_digests(written))
+
+
+def _output_unchanged(dst: str, previous: dict, settings: WriteSettings) -> bool:
+    """Whether a finished shard is still as recorded, with the files a layout writes beside its tar (Shar's cuts)."""
+    from shardkit.io.files import output_unchanged
+
+    if not output_unchanged(dst, previous["size"], previous["sha256"]):
+        return False
+    if settings.layout == "wenet":
+        return True
+    from shardkit.io.layouts import companion_paths
+
+    return all(os.path.exists(p) for p in companion_paths(settings.layout, dst))
+
+
+def _write_layout_records(dst: str, records: list[tuple[dict, int]], settings: WriteSettings,
+                          reader: _SourceReader, entry: dict) -> None:
+    """``_write_records`` for a trainer's layout (``shardkit.io.layouts``): the same utterances in the same
+    order, their audio copied byte for byte into the layout's tar, their text into its metadata."""
+    from shardkit.io.layouts import open_layout_shard
+    from shardkit.run.lifecycle import verify_members
+
+    with open_layout_shard(settings.layout, dst) as shard:
+        for record, copy in records:
+            key = record["key"]
+            new_key = repeat_key(key, copy)
+            members = [(new_key + name[len(key):], reader.member(record["shard"], name, offset, size))
+                       for name, offset, size in record["members"]]
+            shard.add(new_key, record, members)
+        entry.update(shard.commit((lambda written: verify_members(written, shard=dst)) if settings.verify else None))
+    entry["status"] = "ok"
 
 
 def _add_utterance(tar, reader: _SourceReader, record: dict, copy: int, written: list) -> None:

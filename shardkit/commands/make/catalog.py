@@ -145,7 +145,7 @@ class ShardBuilder:
         audio = c.audio(i)
         path = c.containers[cid]
         size, mtime = self.container_stat[cid]
-        if self.fmt == "wds":
+        if self.fmt in ("wds", "shar", "nemo-tarred"):  # audio members of tars
             return {"tar": path, "member": audio, "name": audio, "offset": c.pos[i], "size": c.size[i],
                     "tar_size": size, "tar_mtime_ns": mtime}
         return {"parquet": path, "row_group": c.pos[i], "row": c.size[i], "column": self.options.audio_field or "audio",

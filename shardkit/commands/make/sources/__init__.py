@@ -7,7 +7,8 @@ line, one Parquet batch or one tar sample at a time. ``make.manifests`` turns th
 columnar catalog, plans shards and writes them with ``make.write``.
 
 Formats (the registry ``FORMATS``): ``kaldi`` (handled by ``make.from_kaldi.run_make``), ``wenet-raw``,
-``nemo``, ``lhotse``, ``parquet``, ``wds``. ``detect_format`` names the format of a source that
+``nemo``, ``lhotse``, ``parquet``, ``wds``, ``shar`` (a Lhotse Shar folder), ``nemo-tarred`` (a NeMo
+tarred dataset's manifest, its ``audio_K.tar`` beside it). ``detect_format`` names the format of a source that
 identifies itself.
 """
 
@@ -73,7 +74,7 @@ def member_key(key: str) -> str:
     return re.sub(r"[\x00-\x1f\x7f]", "_", mapped)
 
 
-FORMATS = ("kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds")
+FORMATS = ("kaldi", "wenet-raw", "nemo", "lhotse", "parquet", "wds", "shar", "nemo-tarred")
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
 
 
@@ -169,14 +170,22 @@ def detect_format(paths: list[str]) -> str:
             raise UsageError("no such file", shard=first)
         raise UsageError("cannot tell the format of this file from its first line: name it with --from "
                          f"({', '.join(FORMATS)})", shard=first)
+    if kind == "nemo":
+        from shardkit.commands.make.sources.nemo_tarred import is_tarred_manifest
+
+        return "nemo-tarred" if is_tarred_manifest(first, _first_object(first)) else "nemo"
     return "lhotse" if kind.startswith("lhotse") else kind
 
 
 def _folder_format(folder: str) -> str:
     """A folder's format, from the files it holds: a Kaldi data directory, Parquet files or tars."""
+    from shardkit.commands.make.sources.shar import is_shar_folder
+
     names = os.listdir(folder)
     if "wav.scp" in names and "text" in names:
         return "kaldi"
+    if is_shar_folder(names):
+        return "shar"
     if any(n.endswith(".parquet") for n in names):
         return "parquet"
     if any(n.endswith(TAR_SUFFIXES) for n in names):
@@ -197,6 +206,10 @@ def iter_entries(fmt: str, paths: list[str], options: SourceOptions) -> Iterator
         from shardkit.commands.make.sources.parquet import read
     elif fmt == "wds":
         from shardkit.commands.make.sources.wds import read
+    elif fmt == "shar":
+        from shardkit.commands.make.sources.shar import read
+    elif fmt == "nemo-tarred":
+        from shardkit.commands.make.sources.nemo_tarred import read
     else:
         raise UsageError(f"unknown source format {fmt!r}; choose from {', '.join(FORMATS)}")
     return read(paths, options)

@@ -24,7 +24,7 @@ from shardkit.io.tar import AUDIO_EXTENSIONS, iter_tar_members, open_shard, shar
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext
 
 
-class _Counting:
+class CountingReader:
     """Counts the bytes read through it, so a member's data offset is known as it is yielded."""
 
     def __init__(self, f):
@@ -42,7 +42,7 @@ def _samples(path: str, problems: list) -> Iterator[tuple[str, dict]]:
     with open_shard(path) as f:
         reader = shard_reader(f, shard=path)
         plain = reader is f
-        counting = _Counting(reader)
+        counting = CountingReader(reader)
         key, sample = None, {}
         for name, data in iter_tar_members(counting, shard=path, on_error=problems.append):
             offset = counting.count - (-len(data) % 512) - len(data) if plain else -1
