@@ -84,3 +84,39 @@ def test_the_api_reference_documents_exactly_the_public_api(site):
     assert documented == public, f"the API page documents more than shardkit._PUBLIC: {sorted(documented - public)}"
     for name in ("tarfile_to_samples", "WebDataset", "decode_audio", "audio_handler"):
         assert f'id="shardkit.training.wds.{name}"' in page
+
+
+def manual_pages():
+    """README.md and every Markdown page of docs/, as (path relative to the repository, text)."""
+    paths = ["README.md"]
+    for folder, _, names in os.walk(os.path.join(REPO, "docs")):
+        paths += [os.path.relpath(os.path.join(folder, n), REPO) for n in names if n.endswith(".md")]
+    for path in sorted(paths):
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
+            yield path, f.read()
+
+
+def test_readme_is_a_front_door_of_at_most_300_lines():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines; move the detail to a page of docs/"
+    assert "mkdocs serve" in "\n".join(lines)
+
+
+# a repository path in a code span: `scripts/run.sh`, `benchmarks/results/`, `tests/io/test_x.py`
+REPO_PATH = re.compile(r"`((?:scripts|benchmarks|tests|shardkit|docs|\.ci)/[\w./-]*)`")
+GENERATED = {os.path.join("docs", "reference", "api.md")}  # made at build time by docs/hooks.py
+MARKDOWN_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_the_manual_names_only_files_the_repository_holds():
+    for page, text in manual_pages():
+        for gone in ("PERFORMANCE.md", "WENET_FORMAT.md", "../shared"):
+            assert gone not in text, f"{page} cites {gone}, which the repository does not hold"
+        for path in REPO_PATH.findall(text):
+            assert os.path.exists(os.path.join(REPO, path)), f"{page} names `{path}`, which the repository does not hold"
+        for link in MARKDOWN_LINK.findall(text):
+            if "://" in link or link.startswith("mailto:"):
+                continue
+            target = os.path.normpath(os.path.join(REPO, os.path.dirname(page), link))
+            assert os.path.exists(target) or os.path.relpath(target, REPO) in GENERATED, f"{page} links {link}, which the repository does not hold"
