@@ -120,3 +120,18 @@ def test_the_manual_names_only_files_the_repository_holds():
                 continue
             target = os.path.normpath(os.path.join(REPO, os.path.dirname(page), link))
             assert os.path.exists(target) or os.path.relpath(target, REPO) in GENERATED, f"{page} links {link}, which the repository does not hold"
+
+
+def test_troubleshooting_names_every_error_family():
+    """Each exception class of shardkit.errors appears on the troubleshooting page, by name or by its check."""
+    import inspect
+
+    from shardkit import errors
+
+    with open(os.path.join(REPO, "docs", "guides", "troubleshooting.md"), encoding="utf-8") as f:
+        page = f.read()
+    families = [c for _, c in inspect.getmembers(errors, inspect.isclass)
+                if issubclass(c, errors.ShardkitError) and c.__module__ == errors.__name__]
+    assert len(families) > 10
+    missing = [c.__name__ for c in families if f"`{c.__name__}`" not in page and f"`{c.check}`" not in page]
+    assert not missing, f"docs/guides/troubleshooting.md says nothing of {missing}"
