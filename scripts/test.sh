@@ -76,7 +76,7 @@ if [ -n "$torch_index" ] && ! "$venv/bin/python" -c 'import torch' 2>/dev/null; 
     say "the CPU index did not answer; the registry's default torch build comes with the extras below"
 fi
 [ ${#quiet[@]} -gt 0 ] || say "installing shardkit[all,test] and the test tools (a few minutes; pip's progress below)"
-pip install ${quiet[@]+"${quiet[@]}"} -c scripts/constraints.txt -e ".[all,test]"
+pip install ${quiet[@]+"${quiet[@]}"} -c scripts/constraints.txt -e ".[all,test,docs]"
 # The layer contract (.importlinter, ARCHITECTURE.md) and the complexity ceiling, before the tests.
 run "$venv/bin/lint-imports" --config .importlinter
 run "$venv/bin/python" scripts/check_complexity.py

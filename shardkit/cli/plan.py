@@ -59,7 +59,7 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
     WeNet's RNG: the exact split differs, the imbalance it shows is typical. No shard is rewritten.
 
     --reader webdataset shows WebDataset's split first: wds.split_by_node then wds.split_by_worker
-    give (rank, worker) lines[rank::world_size][worker::num_workers] of the unshuffled list, the
+    give (rank, worker) `lines[rank::world_size][worker::num_workers]` of the unshuffled list, the
     same every epoch; with resampled=True each worker draws shards with replacement. WeNet's
     figures follow. The JSON document holds WebDataset's figures, with "resampled" and "wenet".
 
