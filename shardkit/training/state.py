@@ -284,7 +284,7 @@ def restore_loader_state(loader, dataset, states) -> str:
     return "elastic"
 
 
-# the names the README taught before the public API (``shardkit.training.state.gather``/``.restore``)
+# the names the old README taught before the public API (``shardkit.training.state.gather``/``.restore``)
 gather = gather_loader_state
 restore = restore_loader_state
 

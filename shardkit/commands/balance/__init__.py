@@ -133,7 +133,7 @@ class BalanceSettings:
     the trainer's filter keeps, and report what it drops and how the output batches; ``dropped_keys``: with
     it, the file the dropped keys are written to. ``part=(I, P)``: plan (and write) only part I of P of every
     corpus, the utterances whose row in the corpus' indexes is I - 1 modulo P (:func:`load_columns`): P such
-    runs, each into its own OUT_DIR, plan a mix above one node's memory at 1/P of the peak (README, "Above
+    runs, each into its own OUT_DIR, plan a mix above one node's memory at 1/P of the peak (docs/guides/large-corpora.md, "Above
     one node's memory"). ``plan_version``: how the planner draws its seeded choices
     (``shardkit.planning.balance``); the same mix, seed and version give the same plan, byte for byte.
     """

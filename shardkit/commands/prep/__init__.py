@@ -76,7 +76,7 @@ class PrepSettings:
     num_workers: int
     shard_duration: float | None = None
     num_shards: int | None = None
-    codec: str = "none"  # plain tar: what every WeNet reads as installed (README, "Why plain tar")
+    codec: str = "none"  # plain tar: what every WeNet reads as installed (docs/guides/formats.md, "Why plain tar")
     level: int | None = 3
     remainder: str = "pad"
     seed: int = 0

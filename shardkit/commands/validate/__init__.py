@@ -153,7 +153,7 @@ def run_validate(shard_args: list[str], settings: ValidateOptions, options: RunO
 
 def _claim_report(report_path: str, shard_args: list[str], split: tuple[int, int] | None) -> str:
     """The report's path (its slice's with ``split``), refused if it is an input or a folder; its folder made,
-    as `index -o` makes its own: the README's job array writes into a fresh /shared/v."""
+    as `index -o` makes its own: the job array of docs/guides/large-corpora.md writes into a fresh /shared/v."""
     from shardkit.run.lifecycle import claim_output_file
     from shardkit.run.split import slice_path
 
