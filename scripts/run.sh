@@ -518,9 +518,9 @@ if run_stage 5; then
   [ "$gpus_guessed" = true ] || node_option+=(--gpus-per-node "$gpus_per_node")
   "$python" -m shardkit.commands.recipe_summary "$workdir" --codec "$codec" --audio "$audio" \
     --world-size "$world_size" --num-workers "$num_workers" ${node_option[@]+"${node_option[@]}"} \
-    --gpus-from "$gpus_from" --train-python "$train_python" \
-    --rerun-balance "$(rerun_with stage=2 num_workers=NUM_WORKERS)" \
-    --rerun-summary "$(rerun_with stage=5 stop_stage=5 train_cores=TRAIN_CORES gpus_per_node=GPUS_PER_NODE)" ||
+    --gpus-from="$gpus_from" --train-python="$train_python" \
+    --rerun-balance="$(rerun_with stage=2 num_workers=NUM_WORKERS)" \
+    --rerun-summary="$(rerun_with stage=5 stop_stage=5 train_cores=TRAIN_CORES gpus_per_node=GPUS_PER_NODE)" ||
     die "stage 5: the summary could not be written (exit $?)"
 fi
 if [ "$python" = "$root/.venv/bin/python" ] && ! command -v shardkit >/dev/null 2>&1; then
