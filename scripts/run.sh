@@ -37,7 +37,7 @@ bench_formats=none,bz2,zst:3  # bench: shard compressions to compare
 bench_audio=wav,flac  # bench: audio members to compare
 bench_workers=0,2     # bench: DataLoader num_workers values ('' skips the loader rows; needs torch)
 bench_seconds=0.3     # bench: minimum seconds per measurement
-with_torch=false      # true: the recipe's .venv gets torch + torchaudio (CUDA build, ~6 GB) for the torch checks
+with_torch=false      # true: the recipe's .venv gets torch + torchaudio (the registry's build: CUDA on Linux) for the torch checks
 train_python=         # the Python that runs WeNet's train.py [default: the recipe's]: the zstd hook is checked there
 seed=0                # shuffle and demo seed
 jobs=$(nproc 2>/dev/null || echo 2)  # parallel processes
@@ -216,7 +216,8 @@ skip_banner() { stage_banner "$1" "$2: done already with these options and input
 
 # ------------------------------------------------------------------ python with shardkit
 # A fresh machine gets its own venv; an installed shardkit (or the repo's .venv) is used as it is.
-# torch (the registry serves Linux torch only as the CUDA build, ~6 GB) comes only with --with_torch true.
+# torch (the registry serves Linux x86-64 torch as the CUDA build, several times the CPU one) comes only with
+# --with_torch true.
 extras=bench
 needs='import shardkit'
 if [ "$with_torch" = true ]; then extras=bench,torch; needs='import shardkit, torch'; fi
@@ -231,10 +232,9 @@ elif command -v python3 >/dev/null && has_needs python3; then
   python=python3
 else
   if [ "$with_torch" = true ]; then
-    echo "run.sh: setting up $root/.venv: shardkit[$extras] with torch (several GB, a few minutes)" >&2
+    echo "run.sh: setting up $root/.venv: shardkit[$extras] with torch (the registry's build: CUDA on Linux)" >&2
   else
-    echo "run.sh: setting up $root/.venv: shardkit[$extras], no torch (~250 MB, under a minute;" \
-         "--with_torch true adds torch)" >&2
+    echo "run.sh: setting up $root/.venv: shardkit[$extras], no torch (--with_torch true adds torch)" >&2
   fi
   [ -x "$root/.venv/bin/python" ] || python3 -m venv "$root/.venv"
   "$root/.venv/bin/python" -m pip install -q --disable-pip-version-check -U pip
