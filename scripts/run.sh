@@ -21,7 +21,7 @@ workdir=exp/demo      # where everything is written
 world_size=2          # W: ranks (GPUs, all nodes together) the list is balanced for
 num_workers=2         # K: DataLoader workers per rank (train.py --num_workers)
 gpus_per_node=        # the training node's GPUs, for the loader advice [default: the GPUs torch sees here, else 1]
-train_cores=          # the training node's cores (nproc there), for the loader advice [default: unknown, the summary says how to measure]
+train_cores=          # the training node's cores (nproc there), for the loader advice [default: unknown, said so]
 codec=none            # training shards: none (plain tar, any WeNet reads it) or zst (WeNet needs the zstd hook)
 audio=keep            # their audio members: keep (as the sources have them), flac (lossless, smaller), wav
 corpus=()             # NAME=PATH, repeatable: a Kaldi data dir (wav.scp, text[, segments]) or shards
@@ -37,15 +37,15 @@ bench_formats=none,bz2,zst:3  # bench: shard compressions to compare
 bench_audio=wav,flac  # bench: audio members to compare
 bench_workers=0,2     # bench: DataLoader num_workers values ('' skips the loader rows; needs torch)
 bench_seconds=0.3     # bench: minimum seconds per measurement
-with_torch=false      # true: the recipe's .venv gets torch + torchaudio (the registry's build: CUDA on Linux) for the torch checks
+with_torch=false      # true: the recipe's .venv gets torch + torchaudio (the registry's build) for the torch checks
 train_python=         # the Python that runs WeNet's train.py [default: the recipe's]: the zstd hook is checked there
 seed=0                # shuffle and demo seed
 jobs=$(nproc 2>/dev/null || echo 2)  # parallel processes
 redo=false            # true: run every stage again, even those a previous run finished with the same options and inputs
 
-options="stage stop_stage workdir world_size num_workers gpus_per_node train_cores codec audio allow_rejects demo_minutes
-         demo_faults source_codec utts_per_shard shard_duration sample_rate batch_size bench_formats bench_audio
-         bench_workers bench_seconds with_torch train_python seed jobs redo"
+options="stage stop_stage workdir world_size num_workers gpus_per_node train_cores codec audio allow_rejects
+         demo_minutes demo_faults source_codec utts_per_shard shard_duration sample_rate batch_size bench_formats
+         bench_audio bench_workers bench_seconds with_torch train_python seed jobs redo"
 for o in $options; do printf -v "default_$o" '%s' "${!o}"; done  # for --help, before any option changes them
 usage() {
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'

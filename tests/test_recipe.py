@@ -299,7 +299,8 @@ def test_summary_of_a_three_corpus_bz2_mix_states_what_was_written(tmp_path, mak
     from support import SMALL_CORPORA, corpus
 
     sources = {spec.name: make_shards("bz2", specs=(spec,), utts_per_shard=3, name=spec.name) for spec in SMALL_CORPORA}
-    given = [a for name, shards in sources.items() for a in ("--corpus", f"{name}={os.path.dirname(shards[0])}/data.list")]
+    given = [arg for name, shards in sources.items()
+             for arg in ("--corpus", f"{name}={os.path.dirname(shards[0])}/data.list")]
     work = tmp_path / "exp"
     args = [*given, *TINY, "--bench_formats", "none", "--bench_audio", "wav,flac"]
     result = recipe(work, *args)

@@ -449,9 +449,10 @@ def _format_lines(summary: dict) -> list[str]:
 def _advice_lines(advice: dict, summary: dict, settings: RecipeSettings) -> list[str]:
     if advice["unmeasured_audio"]:
         listed = summary["format"]["list"]
-        unmeasured = [f"  stage 3 measured no {listed['codec']} row with {'/'.join(advice['unmeasured_audio']).upper()} "
-                      f"members (this list's own): rerun stages 3-5 with --bench_audio {','.join(listed['audio'])} "
-                      "for its decode rate"]
+        kinds = ",".join(sorted(listed["audio"], reverse=True))  # wav,flac: bench's own order
+        missing = "/".join(advice["unmeasured_audio"]).upper()
+        unmeasured = [f"  stage 3 measured no {listed['codec']} row with {missing} "
+                      f"members (this list's own): rerun stages 3-5 with --bench_audio {kinds} for its decode rate"]
     else:
         unmeasured = []
     if advice["node_known"]:
