@@ -497,10 +497,10 @@ def write_summary(workdir: str, settings: RecipeSettings) -> tuple[dict, list[st
     """Read the work folder, write reports/summary.json and reports/summary.md; (summary, lines)."""
     from shardkit.io.files import atomic_write_bytes, atomic_write_json
 
+    reports = os.path.join(workdir, "reports")
+    os.makedirs(reports, exist_ok=True)  # before reading: the summary lands there, so the summary may name it
     summary = build_summary(read_recipe(workdir, settings), settings)
     lines = format_summary(summary, settings)
-    reports = os.path.join(workdir, "reports")
-    os.makedirs(reports, exist_ok=True)
     atomic_write_json(os.path.join(reports, "summary.json"), summary)
     atomic_write_bytes(os.path.join(reports, "summary.md"), ("\n".join(lines) + "\n").encode("utf-8"))
     return summary, lines

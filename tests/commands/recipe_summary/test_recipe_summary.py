@@ -3,6 +3,8 @@ for that format and the training node (pure). The summary end to end is in tests
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from shardkit.commands.recipe_summary import ListFormat, RecipeSettings, advise, evidence_lines, list_decode_rate, \
@@ -78,3 +80,17 @@ def test_advice_for_the_training_node_uses_its_cores_and_gpus():
                      this_machine_cores=2)
     assert starved["num_workers"] == 0 and "rerun" not in starved  # no list is balanced for 0 workers
     assert "fewer cores than GPUs: num_workers=0" in starved["text"]
+
+
+def test_a_summary_before_prep_ran_points_to_nothing_missing(tmp_path):
+    from shardkit.commands.recipe_summary import write_summary
+
+    (tmp_path / "corpora.txt").write_text("aishell=/data/aishell\nlibri=/data/libri\n")
+    summary, lines = write_summary(str(tmp_path), RecipeSettings(num_workers=2))
+    assert summary["bytes_source"] is None and summary["bytes_balanced"] is None and summary["hours"] == 0
+    assert summary["where"] == {"reports": str(tmp_path / "reports")}  # the one folder that exists: it wrote there
+    assert "- sizes on disk: 0 source shards - -> 0 training shards -" in lines
+    assert "- training list format: unknown (no readable shard in the training list)" in lines
+    printed = re.findall(rf"{re.escape(str(tmp_path))}[^\s,)`]*", "\n".join(lines))
+    assert printed == [str(tmp_path / "reports")]
+    assert (tmp_path / "reports" / "summary.md").read_text().splitlines() == lines
