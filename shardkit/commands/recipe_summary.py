@@ -456,8 +456,9 @@ def _advice_lines(advice: dict, summary: dict, settings: RecipeSettings) -> list
     else:
         unmeasured = []
     if advice["node_known"]:
+        gpus = advice["gpus_per_node"]
         head = (f"- loader advice for the training node ({advice['train_cores']} cores: --train_cores; "
-                f"{advice['gpus_per_node']} GPUs per node: {advice['gpus_per_node_from']}): {advice['text']}")
+                f"{gpus} GPU{'s' if gpus != 1 else ''} per node: {advice['gpus_per_node_from']}): {advice['text']}")
         lines = [head]
     else:
         lines = [f"- loader advice per GPU: {advice['text']}",

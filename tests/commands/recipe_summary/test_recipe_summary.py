@@ -94,3 +94,15 @@ def test_a_summary_before_prep_ran_points_to_nothing_missing(tmp_path):
     printed = re.findall(rf"{re.escape(str(tmp_path))}[^\s,)`]*", "\n".join(lines))
     assert printed == [str(tmp_path / "reports")]
     assert (tmp_path / "reports" / "summary.md").read_text().splitlines() == lines
+
+
+def test_the_advice_lines_say_where_each_figure_of_the_node_came_from():
+    from shardkit.commands.recipe_summary import _advice_lines
+
+    guessed = RecipeSettings(num_workers=2, train_cores=4, gpus_from="a guess: torch sees no GPU here")
+    advice = advise(ROWS, ListFormat("s.tar", "none", {"wav": 1.0}), guessed, this_machine_cores=2)
+    summary = {"format": {"list": {"codec": "none", "audio": {"wav": 1.0}}}, "where": {}, "world_size": 2}
+    lines = _advice_lines(advice, summary, guessed)
+    assert lines[0].startswith("- loader advice for the training node (4 cores: --train_cores; 1 GPU per node: a "
+                               "guess: torch sees no GPU here): 1 GPU per node, 4 cores (4 per GPU)")
+    assert not any("to balance for" in line for line in lines)  # 2 workers advised, 2 balanced for
