@@ -303,9 +303,9 @@ def torch_index(tmp_path):
 
 
 def test_test_sh_says_when_the_torch_index_does_not_answer_and_how_to_choose(tmp_path):
-    script = os.path.join(REPO, "scripts", "test.sh")
     import socket
 
+    script = os.path.join(REPO, "scripts", "test.sh")
     with socket.socket() as closed:  # a port nothing listens on: refused at once
         closed.bind(("127.0.0.1", 0))
         silent = f"http://127.0.0.1:{closed.getsockname()[1]}/whl/cpu"
