@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# shardkit recipe, in WeNet's style: Kaldi data dirs (or existing shards) -> converted, validated,
-# balanced shards and the data/train/data.list a WeNet recipe trains on.
+# shardkit recipe, in WeNet's style: Kaldi data dirs (or existing shards) -> validated, balanced training
+# shards and the data/train/data.list a WeNet recipe trains on.
 #
 #   bash scripts/run.sh                                   # the demo: 3 synthetic corpora, W=2 ranks x K=2 workers
 #   bash scripts/run.sh --stage 2 --stop_stage 2          # redo only the dataset preparation
-#   bash scripts/run.sh --workdir exp/mix --world_size 8 --num_workers 4 --gpus_per_node 8 \
+#   bash scripts/run.sh --workdir exp/mix --world_size 8 --num_workers 4 --gpus_per_node 8 --train_cores 64 \
 #       --corpus aishell=/data/aishell/data.list --corpus libri=/data/kaldi/train_960
 #
-# Stages: 0 demo data (only without --corpus), 1 make shards from Kaldi dirs, 2 convert -> validate
-# -> balance -> plan, 3 bench on the training list, 4 loader check, 5 summary. Everything is written
-# under --workdir.
+# Stages: 0 demo data (only without --corpus); 1 make: Kaldi dirs -> source shards (shards/source/NAME);
+# 2 prep: validate + balance in one read -> data/train (data.list, prep.json, rejects.jsonl); 3 bench on
+# the training list; 4 loader check; 5 summary (reports/summary.md). Everything is written under --workdir.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,7 +20,8 @@ stop_stage=5          # last stage to run (0-5)
 workdir=exp/demo      # where everything is written
 world_size=2          # W: ranks (GPUs, all nodes together) the list is balanced for
 num_workers=2         # K: DataLoader workers per rank (train.py --num_workers)
-gpus_per_node=        # GPUs per node, for the loader advice [default: the GPUs torch sees, else 1]
+gpus_per_node=        # the training node's GPUs, for the loader advice [default: the GPUs torch sees here, else 1]
+train_cores=          # the training node's cores (nproc there), for the loader advice [default: unknown, said so]
 codec=none            # training shards: none (plain tar, any WeNet reads it) or zst (WeNet needs the zstd hook)
 audio=keep            # their audio members: keep (as the sources have them), flac (lossless, smaller), wav
 corpus=()             # NAME=PATH, repeatable: a Kaldi data dir (wav.scp, text[, segments]) or shards
@@ -36,15 +37,15 @@ bench_formats=none,bz2,zst:3  # bench: shard compressions to compare
 bench_audio=wav,flac  # bench: audio members to compare
 bench_workers=0,2     # bench: DataLoader num_workers values ('' skips the loader rows; needs torch)
 bench_seconds=0.3     # bench: minimum seconds per measurement
-with_torch=false      # true: the recipe's .venv gets torch + torchaudio (CUDA build, ~6 GB) for the torch checks
+with_torch=false      # true: the recipe's .venv gets torch + torchaudio (the registry's build) for the torch checks
 train_python=         # the Python that runs WeNet's train.py [default: the recipe's]: the zstd hook is checked there
 seed=0                # shuffle and demo seed
 jobs=$(nproc 2>/dev/null || echo 2)  # parallel processes
 redo=false            # true: run every stage again, even those a previous run finished with the same options and inputs
 
-options="stage stop_stage workdir world_size num_workers gpus_per_node codec audio allow_rejects demo_minutes
-         demo_faults source_codec utts_per_shard shard_duration sample_rate batch_size bench_formats bench_audio
-         bench_workers bench_seconds with_torch train_python seed jobs redo"
+options="stage stop_stage workdir world_size num_workers gpus_per_node train_cores codec audio allow_rejects
+         demo_minutes demo_faults source_codec utts_per_shard shard_duration sample_rate batch_size bench_formats
+         bench_audio bench_workers bench_seconds with_torch train_python seed jobs redo"
 for o in $options; do printf -v "default_$o" '%s' "${!o}"; done  # for --help, before any option changes them
 usage() {
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
@@ -101,10 +102,11 @@ for o in world_size batch_size jobs; do
 done
 is_int "$num_workers" || usage_error "--num_workers must be an integer >= 0 (got '$num_workers')"
 [[ $seed =~ ^-?[0-9]+$ ]] || usage_error "--seed must be an integer (got '$seed')"
-if [ -n "$gpus_per_node" ]; then
-  { is_int "$gpus_per_node" && [ "$gpus_per_node" -ge 1 ]; } ||
-    usage_error "--gpus_per_node must be an integer >= 1 (got '$gpus_per_node')"
-fi
+for o in gpus_per_node train_cores; do
+  if [ -n "${!o}" ]; then
+    { is_int "${!o}" && [ "${!o}" -ge 1 ]; } || usage_error "--$o must be an integer >= 1 (got '${!o}')"
+  fi
+done
 case $codec in none|zst) ;; *) usage_error "--codec must be none or zst (got '$codec')" ;; esac
 case $audio in keep|wav|flac) ;; *) usage_error "--audio must be keep, wav or flac (got '$audio')" ;; esac
 for o in allow_rejects demo_faults with_torch redo; do
@@ -214,7 +216,8 @@ skip_banner() { stage_banner "$1" "$2: done already with these options and input
 
 # ------------------------------------------------------------------ python with shardkit
 # A fresh machine gets its own venv; an installed shardkit (or the repo's .venv) is used as it is.
-# torch (the registry serves Linux torch only as the CUDA build, ~6 GB) comes only with --with_torch true.
+# torch (the registry serves Linux x86-64 torch as the CUDA build, several times the CPU one) comes only with
+# --with_torch true.
 extras=bench
 needs='import shardkit'
 if [ "$with_torch" = true ]; then extras=bench,torch; needs='import shardkit, torch'; fi
@@ -229,10 +232,9 @@ elif command -v python3 >/dev/null && has_needs python3; then
   python=python3
 else
   if [ "$with_torch" = true ]; then
-    echo "run.sh: setting up $root/.venv: shardkit[$extras] with torch (several GB, a few minutes)" >&2
+    echo "run.sh: setting up $root/.venv: shardkit[$extras] with torch (the registry's build: CUDA on Linux)" >&2
   else
-    echo "run.sh: setting up $root/.venv: shardkit[$extras], no torch (~250 MB, under a minute;" \
-         "--with_torch true adds torch)" >&2
+    echo "run.sh: setting up $root/.venv: shardkit[$extras], no torch (--with_torch true adds torch)" >&2
   fi
   [ -x "$root/.venv/bin/python" ] || python3 -m venv "$root/.venv"
   "$root/.venv/bin/python" -m pip install -q --disable-pip-version-check -U pip
@@ -284,8 +286,6 @@ source_shards() {
   local path; path=$(corpus_path "$1")
   if is_kaldi_dir "$path"; then echo "$workdir/shards/source/$1/data.list"; else echo "$path"; fi
 }
-prepared_list() { echo "$workdir/quarantine/$1/data.list"; }
-format_dir=$codec; [ "$audio" = keep ] || format_dir=$codec-$audio  # shards/<format_dir>/NAME: convert's output
 show_findings() {  # the findings table of the validate reports of corpora "$@" (first ones, a count, the reports)
   "$python" - "$reports" "$@" <<'PY' >&2
 import json, os, sys
@@ -385,7 +385,7 @@ fi
 if run_stage 2 && stage_done 2; then
   skip_banner 2 "dataset prep (shardkit prep: validate and balance in one read)"
 elif run_stage 2; then
-  stage_banner 2 "dataset prep in one read (shardkit prep): validate (quarantine) and balance" \
+  stage_banner 2 "dataset prep in one read (shardkit prep): validate (rejects listed, never trained on) and balance" \
     "(W=$world_size ranks x K=$num_workers workers) -> $codec shards, audio $audio"
   prep_args=()
   for name in $(corpus_names); do
@@ -513,163 +513,15 @@ fi
 if run_stage 5; then
   require_corpora
   stage_banner 5 "summary"
-  "$python" - "$workdir" "$codec" "$audio" "$world_size" "$num_workers" "$gpus_per_node" "$gpus_from" \
-    "$train_python" "$(rerun_with stage=2 num_workers=NUM_WORKERS)" <<'EOF'
-# Gathers the stage reports into reports/summary.json and reports/summary.md (printed too).
-import json, os, subprocess, sys
-
-from shardkit.planning.advice import format_evidence, format_label, loader_advice, training_decode_rate
-
-workdir, codec, audio = sys.argv[1:4]
-world_size, num_workers, gpus_per_node = (int(x) for x in sys.argv[4:7])
-gpus_from, train_python, rerun_stage2 = sys.argv[7:10]
-reports = os.path.join(workdir, "reports")
-
-
-def load(path):
-    try:
-        with open(path if os.path.isabs(path) else os.path.join(reports, path), encoding="utf-8") as f:
-            return json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def read_list(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [line.strip() for line in f if line.strip()]
-    except OSError:
-        return []
-
-
-def list_bytes(path):
-    try:
-        return sum(os.path.getsize(p) for p in read_list(path)) if read_list(path) else None
-    except OSError:
-        return None
-
-
-def g(x):  # 2-3 significant digits
-    return "-" if x is None else f"{x:.3g}"
-
-
-def rank_seconds(plan):
-    return [r["seconds"] for r in plan["epochs"][0]["ranks"]] if plan else None
-
-
-def zstd_hook(python, shard):
-    """Whether WeNet's call, tarfile.open(fileobj=f, mode="r:*"), reads a .tar.zst shard in that Python."""
-    probe = ("import sys, tarfile\n"
-             "with open(sys.argv[1], 'rb') as f, tarfile.open(fileobj=f, mode='r:*') as t: t.next()")
-    try:
-        ok = subprocess.run([python, "-c", probe, shard], capture_output=True, timeout=120).returncode == 0
-        has_shardkit = subprocess.run([python, "-c", "import shardkit"], capture_output=True,
-                                      timeout=120).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return {"python": python, "reads_zstd": False, "command": None, "error": f"cannot run {python}"}
-    command = None if ok else ((f"{python} -m pip install shardkit && " if not has_shardkit else "")
-                               + f"{python} -m shardkit wenet enable-zstd")
-    return {"python": python, "reads_zstd": ok, "command": command}
-
-
-names = [line.split("=", 1)[0] for line in open(os.path.join(workdir, "corpora.txt"), encoding="utf-8") if "=" in line]
-train_list = os.path.join(workdir, "data", "train", "data.list")
-corpora = {}
-for name in names:
-    conv, val = load(f"convert_{name}.json") or {}, load(f"validate_{name}.json") or {}
-    if not conv and load(f"make_{name}.json"):  # stage 1 wrote the target codec: nothing converted
-        made = load(f"make_{name}.json")["bytes_out"]
-        conv = {"bytes_in": made, "bytes_out": made}
-    totals = val.get("totals", {})
-    corpora[name] = {"bytes_source": conv.get("bytes_in"), "bytes_converted": conv.get("bytes_out"),
-                     "utterances": totals.get("utterances"), "hours": totals.get("audio_hours"),
-                     "findings": totals.get("findings"), "findings_by_check": totals.get("by_check")}
-before, after = load("plan_before.json"), load("plan_after.json")
-bench, loader = load("bench.json"), load("loader_check.json")
-bench_rows = bench and [{"format": r["format"], "codec": r["codec"], "audio": r["audio"], "size_ratio": r["size_ratio"],
-                         "hours_per_s": r["decode"]["shardkit"]["hours_per_s"],
-                         "wenet_style_hours_per_s": (r.get("reference") or {}).get("hours_per_s")}
-                        for r in bench["formats"]]
-try:
-    cores = len(os.sched_getaffinity(0))
-except AttributeError:
-    cores = os.cpu_count() or 1
-decode_rate, measured_on = training_decode_rate(bench_rows or [], codec, audio)
-advice = loader_advice(cores=cores, gpus_per_node=gpus_per_node, decode_hours_per_s=decode_rate,
-                       num_workers_used=num_workers, measured_on=measured_on)
-if advice["num_workers"] and advice["num_workers"] != num_workers:  # the advice's rerun, as a command to paste
-    advice["rerun"] = rerun_stage2.replace("NUM_WORKERS", str(advice["num_workers"]))
-shards = read_list(train_list)
-hook = zstd_hook(train_python, shards[0]) if codec == "zst" and shards else None
-summary = {
-    "workdir": workdir,
-    "corpora": corpora,
-    "format": {"codec": codec, "audio": audio, "label": format_label(codec, audio),
-               "needs_zstd_hook": codec == "zst", "zstd_hook": hook},
-    "bytes_source": sum(c["bytes_source"] or 0 for c in corpora.values()),
-    "bytes_converted": sum(c["bytes_converted"] or 0 for c in corpora.values()),
-    "bytes_balanced": list_bytes(train_list),
-    "hours": round(sum(c["hours"] or 0 for c in corpora.values()), 4),
-    "findings": sum(c["findings"] or 0 for c in corpora.values()),
-    "world_size": world_size, "num_workers": num_workers,
-    "rank_seconds_before": rank_seconds(before),
-    "rank_seconds_after": rank_seconds(after),
-    "rank_spread_before": before and before["worst_rank_spread"],
-    "rank_spread_after": after and after["worst_rank_spread"],
-    "bench": bench_rows,
-    "loader_check": loader and {k: loader.get(k) for k in ("ok", "engine", "equal_utterances", "equal_batches",
-                                                           "ranks")},
-    "loader_advice": {**advice, "gpus_per_node_from": gpus_from},
-    "where": {"train_list": train_list, "reports": reports,
-              "balance_report": os.path.join(workdir, "data", "train", "balance.json"),
-              "quarantine": os.path.join(workdir, "quarantine"),
-              "bench_chart": os.path.join(workdir, "bench", "bench.png"),
-              "bench_table": os.path.join(workdir, "bench", "bench.md")},
-}
-mb = lambda n: "-" if n is None else f"{n / 1e6:.1f} MB"
-lines = ["# shardkit recipe summary", "",
-         f"- audio: {summary['hours']:.3f} h in {len(names)} corpora ({', '.join(names)})",
-         f"- sizes: source {mb(summary['bytes_source'])} -> converted {mb(summary['bytes_converted'])} -> "
-         f"balanced {mb(summary['bytes_balanced'])}",
-         f"- validation findings: {summary['findings']}"
-         + "".join(f"; {n}: {c['findings']}" for n, c in corpora.items() if c["findings"])]
-if before and after:
-    secs = lambda plan: "[" + ", ".join(f"{s:.0f}" for s in rank_seconds(plan)) + "]"
-    lines.append(f"- rank balance for W={world_size} ranks (GPUs) x K={num_workers} loader workers per rank: seconds "
-                 f"of audio per rank in epoch 0: {secs(before)} before balancing, {secs(after)} after; worst "
-                 f"max/min ratio over {len(after['epochs'])} shuffled epochs: {g(before['worst_rank_spread'])} "
-                 f"before, {g(after['worst_rank_spread'])} after (1 = every rank reads the same)")
-if loader:
-    lines.append(f"- loader check ({loader.get('engine', 'torch')} engine): "
-                 + ", ".join(f"rank {r['rank']} {r['utterances']} utts / {r['batches']} batches"
-                             for r in loader["ranks"]) + (" (all equal)" if loader["ok"] else " (UNEQUAL)"))
-lines.append(f"- training list format: {format_label(codec, audio)}: "
-             + ("WeNet reads it with no hook" if codec == "none" else
-                "WeNet on Python < 3.14 reads it only with shardkit's zstd hook"))
-if bench_rows:
-    lines.append("  measured on a sample of the training list (stage 3; size vs the plain WAV tar, read + decode "
-                 "h of audio/s on one core):")
-    lines += [f"  - {line}" for line in format_evidence(bench_rows, codec, audio)]
-if hook:
-    if hook["reads_zstd"]:
-        lines.append(f"- zstd hook: {hook['python']} reads these .tar.zst shards with WeNet's tarfile call")
-    else:
-        lines.append(f"- zstd hook: NOT active in {hook['python']} (the training environment; --train_python "
-                     f"picks another): WeNet would skip every shard. Run there: `{hook['command']}`")
-lines.append(f"- loader advice ({gpus_from}): {advice['text']}")
-if advice.get("prefetch_why"):
-    lines.append(f"  why {advice['prefetch_why']}")
-if advice.get("rerun"):
-    lines.append(f"  to balance for {advice['num_workers']} workers: {advice['rerun']}")
-lines += ["", f"- training list: {train_list}", f"- reports: {reports} (summary.json, validate_*.json, plan_*.json)",
-          f"- balance report: {summary['where']['balance_report']}", f"- quarantine: {summary['where']['quarantine']}",
-          f"- bench table and chart: {summary['where']['bench_table']}, {summary['where']['bench_chart']}"]
-with open(os.path.join(reports, "summary.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=2, sort_keys=True)
-with open(os.path.join(reports, "summary.md"), "w", encoding="utf-8") as f:
-    f.write("\n".join(lines) + "\n")
-print("\n".join(lines))
-EOF
+  node_option=()  # the training node's figures, when given: without them the summary says what it cannot know
+  [ -z "$train_cores" ] || node_option+=(--train-cores "$train_cores")
+  [ "$gpus_guessed" = true ] || node_option+=(--gpus-per-node "$gpus_per_node")
+  "$python" -m shardkit.commands.recipe_summary "$workdir" --codec "$codec" --audio "$audio" \
+    --world-size "$world_size" --num-workers "$num_workers" ${node_option[@]+"${node_option[@]}"} \
+    --gpus-from="$gpus_from" --train-python="$train_python" \
+    --rerun-balance="$(rerun_with stage=2 num_workers=NUM_WORKERS)" \
+    --rerun-summary="$(rerun_with stage=5 stop_stage=5 train_cores=TRAIN_CORES gpus_per_node=GPUS_PER_NODE)" ||
+    die "stage 5: the summary could not be written (exit $?)"
 fi
 if [ "$python" = "$root/.venv/bin/python" ] && ! command -v shardkit >/dev/null 2>&1; then
   echo "run.sh: shardkit is installed in $root/.venv; to run the README's \`shardkit ...\` commands, put it on" \

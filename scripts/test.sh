@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh machine and runs the test suite:
-#   a venv (.venv, or $SHARDKIT_VENV), shardkit with every extra and the test tools, Debian's ffmpeg
-#   (torchaudio decodes through torchcodec/FFmpeg) when missing and running as root; then the layer
-#   contract (lint-imports), the complexity check and pytest.
+#   a venv (.venv, or the path in $SHARDKIT_VENV), shardkit with every extra and the test tools, Debian's
+#   ffmpeg (torchaudio decodes through torchcodec/FFmpeg) when missing and running as root; then the
+#   layer contract (lint-imports), the complexity check and pytest.
 # Extra arguments go to pytest, e.g.  bash scripts/test.sh -k convert -x
 #
-# What it costs the first time: ~2.5 GB in the venv with the CPU build of torch (from
-# $SHARDKIT_TORCH_INDEX, PyTorch's CPU wheel index; set it empty for the registry's default build, the
-# CUDA one on Linux x86-64: ~6 GB more), a few minutes of downloads, then ~3 minutes of tests on 2 cores.
-# A second run installs nothing new. SHARDKIT_TEST_DRY_RUN=1 checks the machine and prints what it would do.
+# torch: the CPU build, from $SHARDKIT_TORCH_INDEX (default PyTorch's CPU wheel index): the tests need no
+# GPU, and the registry's default Linux x86-64 build bundles CUDA's libraries, several times the download.
+# The index is asked first (10 s); when it does not answer, the script says so and takes the default build.
+# SHARDKIT_TORCH_INDEX= (empty) takes the default build without asking. A second run installs nothing new.
+# SHARDKIT_TEST_DRY_RUN=1 checks the machine (and the index) and prints what it would do, changing nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${SHARDKIT_VENV:-.venv}
@@ -62,20 +63,41 @@ fi
 # --- the venv: CPU torch first (where its index answers), then shardkit[all,test] ------------------
 quiet=(-q)  # a venv made before: what follows is mostly "already satisfied", said quietly
 if [ ! -x "$venv/bin/python" ]; then
-  say "creating $venv"
+  say "creating the venv $venv (SHARDKIT_VENV=PATH puts it elsewhere)"
   run "$python" -m venv "$venv"
-  quiet=()  # the first install downloads for minutes: pip shows what it fetches
+  quiet=()  # the first install downloads the most: pip shows what it fetches
+else
+  say "using the venv $venv (SHARDKIT_VENV=PATH puts it elsewhere)"
 fi
 pip() { run "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
 pip install -q -U pip
-# torch 2.14.1 + torchaudio 2.11.0 is the CPU pair known to work together (see README and constraints.txt).
-if [ -n "$torch_index" ] && ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
-  say "installing torch and torchaudio, CPU build, from $torch_index (~1 GB download the first time)"
+index_answers() {  # the index serves torch's page within 10 s (pip alone would retry, then fail on resolution)
+  case $1 in http://*|https://*) ;; *) return 0 ;; esac  # a file: index or path: pip reads it, nothing to ask
+  "$python" - "$1" <<'PY' 2>/dev/null
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10).close()
+PY
+}
+default_build="the registry's default torch build comes with the extras below (on Linux x86-64 the CUDA build)"
+torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+# torch 2.14.1 + torchaudio 2.11.0 is the CPU pair known to work together (scripts/constraints.txt pins it).
+if [ -n "$torch_version" ]; then
+  say "torch $torch_version is in $venv already"
+elif [ -z "$torch_index" ]; then
+  say "SHARDKIT_TORCH_INDEX is empty: $default_build"
+elif ! index_answers "$torch_index"; then
+  say "the CPU torch index $torch_index did not answer within 10 s: $default_build. For the CPU build, set" \
+      "SHARDKIT_TORCH_INDEX to an index that serves it (a mirror or proxy of https://download.pytorch.org/whl/cpu);" \
+      "SHARDKIT_TORCH_INDEX= (empty) takes the default build without asking"
+else
+  say "installing torch and torchaudio, the CPU build, from $torch_index (SHARDKIT_TORCH_INDEX): the tests need" \
+      "no GPU, and the default Linux build bundles CUDA's libraries"
   pip install ${quiet[@]+"${quiet[@]}"} --retries 1 --timeout 20 -c scripts/constraints.txt --index-url "$torch_index" \
       torch torchaudio ||
-    say "the CPU index did not answer; the registry's default torch build comes with the extras below"
+    say "pip could not install torch from $torch_index (its message above): $default_build." \
+        "SHARDKIT_TORCH_INDEX chooses the index (empty: the default build)"
 fi
-[ ${#quiet[@]} -gt 0 ] || say "installing shardkit[all,test] and the test tools (a few minutes; pip's progress below)"
+[ ${#quiet[@]} -gt 0 ] || say "installing shardkit[all,test,docs] and the test tools (pip's progress below)"
 pip install ${quiet[@]+"${quiet[@]}"} -c scripts/constraints.txt -e ".[all,test,docs]"
 # The layer contract (.importlinter, ARCHITECTURE.md) and the complexity ceiling, before the tests.
 run "$venv/bin/lint-imports" --config .importlinter

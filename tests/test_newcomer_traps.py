@@ -9,6 +9,7 @@ skip, 10 the test command checks the machine first.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -264,19 +265,79 @@ def test_readme_says_how_to_put_shardkit_on_the_path_and_what_the_two_commands_c
     assert "source $root/.venv/bin/activate" in recipe
 
 
-def test_test_sh_checks_python_and_venv_first_and_its_dry_run_changes_nothing(tmp_path):
+def test_test_sh_checks_python_and_venv_first_and_its_dry_run_changes_nothing(tmp_path, torch_index):
     script = os.path.join(REPO, "scripts", "test.sh")
     assert subprocess.run(["bash", "-n", script]).returncode == 0
-    env = {**os.environ, "SHARDKIT_TEST_DRY_RUN": "1", "SHARDKIT_VENV": str(tmp_path / "venv")}
+    assert "SHARDKIT_TORCH_INDEX-https://download.pytorch.org/whl/cpu}" in open(script).read()  # the default index
+    # an index that answers (a local one: the dry run asks it, and this test needs no network)
+    env = {**os.environ, "SHARDKIT_TEST_DRY_RUN": "1", "SHARDKIT_VENV": str(tmp_path / "venv"),
+           "SHARDKIT_TORCH_INDEX": torch_index}
     dry = subprocess.run(["bash", script, "-q"], capture_output=True, text=True, env=env, timeout=120)
     assert dry.returncode == 0, dry.stderr
     assert not (tmp_path / "venv").exists()
+    assert f"test.sh: creating the venv {tmp_path / 'venv'} (SHARDKIT_VENV=PATH puts it elsewhere)" in dry.stderr
     assert f"would run: python3 -m venv {tmp_path / 'venv'}" in dry.stderr
-    assert "--index-url https://download.pytorch.org/whl/cpu torch torchaudio" in dry.stderr
+    assert f"installing torch and torchaudio, the CPU build, from {torch_index} (SHARDKIT_TORCH_INDEX)" in dry.stderr
+    assert f"--index-url {torch_index} torch torchaudio" in dry.stderr
     assert last_line(dry.stderr) == f"test.sh: would run: {tmp_path / 'venv'}/bin/python -m pytest -q"
     old = subprocess.run(["bash", script], capture_output=True, text=True, timeout=60,
                          env={**env, "PYTHON": str(tmp_path / "no-such-python")})
     assert old.returncode == 2 and "install Python 3.10 or newer" in old.stderr
+
+
+@pytest.fixture
+def torch_index(tmp_path):
+    """A local package index that serves a torch page, as PyTorch's CPU index does."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    (tmp_path / "index" / "whl" / "cpu" / "torch").mkdir(parents=True)
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "index"))
+    handler.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/whl/cpu"
+    server.shutdown()
+    server.server_close()
+
+
+def test_test_sh_says_when_the_torch_index_does_not_answer_and_how_to_choose(tmp_path):
+    import socket
+
+    script = os.path.join(REPO, "scripts", "test.sh")
+    with socket.socket() as closed:  # a port nothing listens on: refused at once
+        closed.bind(("127.0.0.1", 0))
+        silent = f"http://127.0.0.1:{closed.getsockname()[1]}/whl/cpu"
+    env = {**os.environ, "SHARDKIT_TEST_DRY_RUN": "1", "SHARDKIT_VENV": str(tmp_path / "venv"),
+           "SHARDKIT_TORCH_INDEX": silent}
+    dry = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    said = [line for line in dry.stderr.splitlines() if "did not answer" in line]
+    assert said == [f"test.sh: the CPU torch index {silent} did not answer within 10 s: the registry's default torch "
+                    "build comes with the extras below (on Linux x86-64 the CUDA build). For the CPU build, set "
+                    "SHARDKIT_TORCH_INDEX to an index that serves it (a mirror or proxy of "
+                    "https://download.pytorch.org/whl/cpu); SHARDKIT_TORCH_INDEX= (empty) takes the default build "
+                    "without asking"]
+    assert "--index-url" not in dry.stderr  # no pip run against it, so no ResolutionImpossible to read
+    # said before the extras' install, the step that brings the default build
+    assert dry.stderr.index("did not answer") < dry.stderr.index('-e .[all')
+    empty = subprocess.run(["bash", script], capture_output=True, text=True, timeout=120,
+                           env={**env, "SHARDKIT_TORCH_INDEX": ""})
+    assert "test.sh: SHARDKIT_TORCH_INDEX is empty: the registry's default torch build comes with the extras" \
+        in empty.stderr and "--index-url" not in empty.stderr
+    made = tmp_path / "made"  # a venv there already: said, with the path that chose it
+    made.mkdir()
+    (made / "bin").mkdir()
+    (made / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # this venv's Python
+    (made / "bin" / "python").chmod(0o755)
+    reused = subprocess.run(["bash", script], capture_output=True, text=True, timeout=120,
+                            env={**env, "SHARDKIT_VENV": str(made)})
+    assert f"test.sh: using the venv {made} (SHARDKIT_VENV=PATH puts it elsewhere)" in reused.stderr
+    if importlib.util.find_spec("torch"):
+        import torch
+
+        assert f"test.sh: torch {torch.__version__} is in {made} already" in reused.stderr
 
 
 # --- 8. advice for the machine that is there --------------------------------------------------------

@@ -85,13 +85,18 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
     assert summary["findings"] == 2
     assert summary["where"]["train_list"] == str(train)
     assert summary["hours"] > 0.01 and summary["bytes_source"] > 0 and summary["bytes_balanced"] > 0
-    assert summary["format"] == {"codec": "none", "audio": "keep", "label": "plain tar, members as the sources had them",
-                                 "needs_zstd_hook": False, "zstd_hook": None}
+    first = read_list(str(train))[0]
+    # the demo's librispeech is FLAC, the others WAV: every output shard mixes the three corpora
+    listed = summary["format"]["list"]
+    assert (listed["shard"], listed["codec"], sorted(listed["audio"])) == (first, "none", ["flac", "wav"])
+    assert summary["format"]["needs_zstd_hook"] is False and summary["format"]["zstd_hook"] is None
     advice = summary["loader_advice"]
-    assert advice["cores"] == len(os.sched_getaffinity(0)) and advice["num_workers_used"] == 1
+    assert advice["this_machine_cores"] == len(os.sched_getaffinity(0)) and advice["num_workers_used"] == 1
+    assert not advice["node_known"]  # no --train_cores: the summary does not take this box for the training node
     text = (work / "reports" / "summary.md").read_text()
     assert text.startswith("# shardkit recipe summary")
-    assert "- training list format: plain tar, members as the sources had them: WeNet reads it with no hook" in text
+    assert re.search(r"- training list format \(read from its first shard\): plain tar, WAV \d+%, FLAC \d+% members: "
+                     r"WeNet reads it with no hook", text)
     assert re.search(r"rank balance for W=2 ranks \(GPUs\) x K=1 loader workers per rank: seconds of audio per rank "
                      r"in epoch 0: \[\d+, \d+\] before balancing, \[\d+, \d+\] after; worst max/min ratio over "
                      r"3 shuffled epochs: \d\.\d+ before, \d\.\d+ after", text)
@@ -115,7 +120,12 @@ def test_demo_stops_on_findings_then_goes_on_with_allow_rejects(tmp_path):
         assert os.path.exists(summary["where"]["bench_chart"])
         if has_torch():
             assert sorted({r["workers"] for r in bench["loader"]}) == [0, 1]  # int16 rows, float32 rows beside them
-        assert "none WAV: size 1.00 of the WAV tar" in text and "<- this list" in text
+        assert re.search(r"none WAV: size 1\.00 of the WAV tar, .* <- this list", text)
+        assert "zst:3 WAV" in text and not re.search(r"zst:3 WAV: .*<- this list", text)
+        # FLAC members were not measured (--bench_audio wav): the advice says so rather than borrow WAV's rate
+        assert advice["unmeasured_audio"] == ["flac"] and advice["decode_hours_per_s"] is None
+        assert "stage 3 measured no none row with FLAC members (this list's own): rerun stages 3-5 with " \
+               "--bench_audio" in text
 
 
 @pytest.mark.slow
@@ -276,3 +286,86 @@ def has_torch():
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
+
+
+def printed_paths(text, root):
+    """Every path under ``root`` a summary prints (up to a space, a comma, a closing bracket or backquote)."""
+    return set(re.findall(rf"({re.escape(str(root))}[^\s,)`]*)", text))
+
+
+@pytest.mark.slow
+def test_summary_of_a_three_corpus_bz2_mix_states_what_was_written(tmp_path, make_shards):
+    """The issue's case: three corpora given as bz2 shards (no stage 1), so no make report has their sizes."""
+    from support import SMALL_CORPORA, corpus
+
+    sources = {spec.name: make_shards("bz2", specs=(spec,), utts_per_shard=3, name=spec.name) for spec in SMALL_CORPORA}
+    given = [arg for name, shards in sources.items()
+             for arg in ("--corpus", f"{name}={os.path.dirname(shards[0])}/data.list")]
+    work = tmp_path / "exp"
+    args = [*given, *TINY, "--bench_formats", "none", "--bench_audio", "wav,flac"]
+    result = recipe(work, *args)
+    assert result.returncode == 0, result.stderr
+    summary = load(work / "reports" / "summary.json")
+    text = (work / "reports" / "summary.md").read_text()
+    assert text in result.stdout  # what was printed is what was kept
+
+    # sizes: the files themselves, per corpus and in all
+    for name, shards in sources.items():
+        assert summary["corpora"][name]["bytes_source"] == sum(os.path.getsize(p) for p in shards)
+        assert summary["corpora"][name]["source_shards"] == len(shards)
+        assert not summary["corpora"][name]["made_by_stage_1"]
+    all_sources = [p for shards in sources.values() for p in shards]
+    assert summary["bytes_source"] == sum(os.path.getsize(p) for p in all_sources) > 0
+    train = read_list(str(work / "data" / "train" / "data.list"))
+    assert summary["bytes_balanced"] == sum(os.path.getsize(p) for p in train) > 0
+    assert f"{len(all_sources)} source shards {summary['bytes_source'] / 1e6:.1f} MB -> {len(train)} training " \
+           f"shards {summary['bytes_balanced'] / 1e6:.1f} MB" in text
+    # hours: every utterance the fixture wrote, accepted (none has a finding)
+    assert summary["hours"] == pytest.approx(sum(u[3] for u in corpus()) / 3600, abs=1e-4)
+    assert summary["findings"] == 0 and summary["rejects_lines"] == 0
+
+    # every path it prints exists, and it names prep's outputs, not convert's or balance's
+    paths = printed_paths(text, work)
+    assert paths >= {str(work / "data" / "train" / n) for n in ("data.list", "prep.json", "rejects.jsonl")}
+    assert all(os.path.exists(p) for p in paths), [p for p in paths if not os.path.exists(p)]
+    assert "balance.json" not in text and "quarantine" not in text and "converted" not in text
+
+    # the advice reads the row of the list's own format: plain tar, WAV members (not the FLAC row)
+    assert summary["format"]["list"]["label"] == "plain tar, WAV members"
+    assert re.search(r"- none WAV: .* <- this list\n", text) and re.search(r"- none FLAC: [^\n]*no hook\n", text)
+    advice = summary["loader_advice"]
+    assert advice["measured_on"] == "none WAV shards of the training list"
+    wav_rate = next(r["hours_per_s"] for r in summary["bench"] if r["audio"] == "wav")
+    assert advice["decode_hours_per_s"] == wav_rate
+    # no --train_cores: it cannot know the training node here, and says how to learn it there
+    assert not advice["node_known"]
+    assert "the training node's cores are not known here: this machine has" in text
+    assert f"`shardkit bench {work / 'data' / 'train' / 'data.list'} --gpus-per-node G`" in text
+    assert "`shardkit loader-check " in text
+    # balanced for 1 worker; one GPU needs more for WAV + fbank: the command that rebalances
+    assert advice["num_workers"] >= 2 and advice["rerun"].endswith(f"--stage 2 --num_workers {advice['num_workers']}")
+    assert f"  to balance for {advice['num_workers']} workers: {advice['rerun']}" in text
+
+    # told the training node (the command the summary gives, with its N and G filled in): the node's own advice
+    told = re.search(r"Give them to the summary: (.*) \(`nproc`", text).group(1)
+    told = told.replace("--train_cores N", "--train_cores 8").replace("--gpus_per_node G", "--gpus_per_node 4")
+    again = subprocess.run(["bash", "-c", told], cwd=REPO, env={**os.environ, "SHARDKIT_PYTHON": sys.executable},
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "==== stage 4" not in again.stderr and "==== stage 5: summary" in again.stderr
+    node = load(work / "reports" / "summary.json")["loader_advice"]
+    assert node["node_known"] and (node["cores"], node["gpus_per_node"], node["num_workers"]) == (8, 4, 2)
+    text = (work / "reports" / "summary.md").read_text()
+    assert "- loader advice for the training node (8 cores: --train_cores; 4 GPUs per node: --gpus_per_node): " \
+           "4 GPUs per node, 8 cores (2 per GPU)" in text
+    rerun = re.search(r"  to balance for 2 workers: (.*)\n", text).group(1)
+
+    # the rerun it prints, pasted as it is: the list is balanced for 2 workers, and the advice agrees
+    rebalanced = subprocess.run(["bash", "-c", rerun], cwd=REPO, env={**os.environ, "SHARDKIT_PYTHON": sys.executable},
+                                capture_output=True, text=True, timeout=300)
+    assert rebalanced.returncode == 0, rebalanced.stderr
+    prep = load(work / "data" / "train" / "prep.json")
+    assert prep["settings"]["num_workers"] == 2 and prep["summary"]["num_shards"] % (2 * 2) == 0
+    final = load(work / "reports" / "summary.json")["loader_advice"]
+    assert final["num_workers_used"] == 2 and "rerun" not in final and final["node_known"]
+    assert "(the --num_workers this list was balanced for)" in (work / "reports" / "summary.md").read_text()
