@@ -59,7 +59,7 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except UsageError as err:
-            self._fail(ctx, args, err, 2)
+            self._fail(ctx, args, err, getattr(err, "exit_code", 2))  # OutputError on a full disk: 1
         except ShardkitError as err:
             self._fail(ctx, args, err, getattr(err, "exit_code", 1))  # ClusterError: 3
         except click.UsageError as err:  # click's own (a bad option value): --json still gets its document
