@@ -249,6 +249,31 @@ class AtomicFile:
             self.discard()
 
 
+class NamedWrites:
+    """A binary output whose ``write``/``flush`` OSErrors (a full disk, a failing one) become ``OutputError``
+    naming ``path``, the final name being written: a codec or tar writer stacked on it fails with the file's
+    name, wherever in the stack the write happened. Everything else is the wrapped file's."""
+
+    def __init__(self, f, path: str):
+        self._f = f
+        self._path = path
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as err:
+            raise output_error(err, self._path) from None
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as err:
+            raise output_error(err, self._path) from None
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
 class _Fsync:
     """``os.fsync(fd)`` in a thread (it releases the GIL); ``wait()`` returns its OSError or None."""
 
