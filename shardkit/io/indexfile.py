@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -699,7 +700,28 @@ def index_beside(data_list: str, listed: list[str]) -> tuple[str | None, str | N
 
     if not is_local(data_list):
         return None, None  # the parts of shards written to a URL are not kept
+    _remove_other_index(data_list)
     try:
         return assemble_index(index_name_beside(data_list), listed)
     except (ShardkitError, OSError) as err:
         return None, f"index not written ({err})"
+
+
+def _remove_other_index(data_list: str) -> None:
+    """The index of the other list goes, as ``publish_list`` removes the other list: beside a complete
+    ``data.list``, an ``index.partial.parquet`` of an earlier failed run; beside ``data.partial.list``, an
+    ``index.parquet`` that may list shards this run failed."""
+    from shardkit.io.files import partial_list_path
+
+    folder, name = os.path.split(data_list)
+    stem, dot, ext = name.rpartition(".")
+    if stem.endswith(".partial"):
+        other = os.path.join(folder, f"{stem[:-len('.partial')]}.{ext}")
+    else:
+        other = partial_list_path(data_list)
+    try:
+        os.unlink(index_name_beside(other))
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        print(f"shardkit: note: could not remove the stale index {index_name_beside(other)}: {err}", file=sys.stderr)
