@@ -229,8 +229,8 @@ def _run(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSetting
 
     with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, settings.dry_run, options.split)
-        if not settings.dry_run and options.split is None:  # a failed run leaves no half-made OUT_DIR/.balance
-            stack.push(_work_dir_remover(work_dir))  # (Ctrl-C: a rerun resumes)
+        if not settings.dry_run:  # a failed or interrupted run leaves no half-made OUT_DIR/.balance (a rerun resumes
+            stack.push(_work_dir_remover(work_dir, options.split))  # from the journal); a slice, only its spool
         planned = _load_and_plan(stack, corpora, work_dir, settings, options)
         if settings.dry_run:
             return BalanceReport(None, planned.plan, planned.figures, shard_table(planned.plan, planned.mix, None),
@@ -304,15 +304,26 @@ def _drawing_ahead(stack: ExitStack) -> Draws:
     return Draws(pool)
 
 
-def _work_dir_remover(work_dir: str) -> Callable[..., bool]:
-    """An exit callback that removes OUT_DIR/.balance (indexes, spool) when the run raised."""
+def _work_dir_remover(work_dir: str, split: tuple[int, int] | None) -> Callable[..., bool]:
+    """An exit callback for a run that raised (a full disk, Ctrl-C, SIGTERM): it removes OUT_DIR/.balance
+    (indexes, spool), or for a ``--split`` slice its own spool folder (the indexes are the other slices' too),
+    and then OUT_DIR/.balance if that left it empty."""
     def remove(exc_type, exc, tb) -> bool:
         if exc_type is not None:
             import shutil
 
-            shutil.rmtree(work_dir, ignore_errors=True)
+            shutil.rmtree(work_dir if split is None else os.path.join(work_dir, spool_dir_name(split)),
+                          ignore_errors=True)
+            _remove_if_empty(work_dir)
         return False
     return remove
+
+
+def _remove_if_empty(folder: str) -> None:
+    try:
+        os.rmdir(folder)
+    except OSError:  # another slice's spool or the shared indexes are still in it
+        pass
 
 
 # --- the steps of run_balance, in order ------------------------------------------------------
@@ -524,11 +535,19 @@ def _spool_sources(planned: _Planned, layout: _Layout, options: RunOptions) -> d
         os.makedirs(layout.spool_dir, exist_ok=True)
         events = options.events
         events.stage("decompress", len(spool_tasks))
-        for _, (src, error) in options.run_tasks(_spool_task, spool_tasks,  # any task error: that source's failure
-                                                 on_error=lambda task, err: (task[0],
-                                                                             str(err.located(shard=task[0])))):
+        for _, (src, error) in options.run_tasks(_spool_task, spool_tasks, on_error=_spool_failed):
             events.done({"shard": src}, error=error)
     return read_paths
+
+
+def _spool_failed(task: tuple, err: ShardkitError) -> tuple[str, str]:
+    """A spool task that raised: that source's failure, unless the spool could not be written (a full disk),
+    which is the run's error, naming the spool file."""
+    from shardkit.io.files import OutputError
+
+    if isinstance(err, OutputError):
+        raise err
+    return task[0], str(err.located(shard=task[0]))
 
 
 def _previous_entries(layout: _Layout, journal: Journal) -> dict[str, dict]:
@@ -613,3 +632,4 @@ def _clean_up(layout: _Layout, journal: Journal) -> None:
 
     journal.close(remove=True)
     shutil.rmtree(layout.work_dir if layout.split is None else layout.spool_dir, ignore_errors=True)
+    _remove_if_empty(layout.work_dir)
