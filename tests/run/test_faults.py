@@ -28,19 +28,21 @@ import pytest
 from support import REPO, run_cli
 
 FAULT_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_site")
-TEMPORARY = (".partial", "spool", "shardkit-balance-", ".write-probe")
+TEMPORARY = ("spool", "shardkit-balance-", ".write-probe")
 
 
 # --- what every case checks ---------------------------------------------------------------------------
 
 
 def leftovers(folder) -> list[str]:
-    """Temporary files, spools, scratch folders and locks below ``folder`` (none may outlive a run)."""
+    """Temporary files (``.NAME.<hex>.partial``), spools, scratch folders and locks below ``folder`` (none may
+    outlive a run; ``data.partial.list`` and ``index.partial.parquet`` are a failed run's outputs, not these)."""
     found = []
     for path in glob.glob(os.path.join(glob.escape(str(folder)), "**"), recursive=True) + \
             glob.glob(os.path.join(glob.escape(str(folder)), "**", ".*"), recursive=True):
         name = os.path.basename(path)
-        if any(part in name for part in TEMPORARY) or name.endswith(".lock") or name == ".balance":
+        temporary = name.startswith(".") and name.endswith(".partial")
+        if temporary or any(part in name for part in TEMPORARY) or name.endswith(".lock") or name == ".balance":
             found.append(os.path.relpath(path, folder))
     return sorted(set(found))
 
