@@ -31,7 +31,7 @@ from shardkit.io.files import (  # noqa: F401
     remove_leftovers,
     remove_temporary_keys,
 )
-from shardkit.io.indexfile import ShardRecords, index_beside
+from shardkit.io.indexfile import ShardRecords, index_beside, with_side_parts
 from shardkit.io.inputs import STDIN, expand_shards, plan_output_paths
 from shardkit.io.tar import (
     DEFAULT_MAX_MEMBER_BYTES,
@@ -469,7 +469,7 @@ def _convert_claimed(shards: list[str], outputs: list[str], settings: ConvertSet
 
     journal = Journal(files.journal)
     previous = {} if options.overwrite else _previous_entries(files.reports, journal)
-    remove_leftovers(outputs)  # temporary files of a killed run (its lock died with it)
+    remove_leftovers(with_side_parts(outputs))  # temporary files of a killed run (its lock died with it)
     if is_url(files.out_dir):
         remove_temporary_keys(outputs)
 
@@ -481,7 +481,7 @@ def _convert_claimed(shards: list[str], outputs: list[str], settings: ConvertSet
     finally:
         journal.close(remove=False)
         # a task lost with its worker or node left its temporary file: none stays once the run ends
-        remove_leftovers(outputs)
+        remove_leftovers(with_side_parts(outputs))
 
     ordered = [results[i] for i in range(len(shards))]
     report = ConvertReport(out_dir=files.out_dir, data_list=files.data_list, manifest=files.manifest,

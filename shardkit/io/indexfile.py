@@ -622,6 +622,15 @@ def side_part(shard: str) -> str:
     return os.path.join(folder, SIDE_DIR, name + JSONL_SUFFIX)
 
 
+def with_side_parts(outputs) -> list[str]:
+    """``outputs`` and the index part of each local one: what ``remove_leftovers`` looks for, so that a
+    ``.index/.<shard>.jsonl.<hex>.partial`` a killed run left is removed with the shard's own temporary file."""
+    from shardkit.io.remote import is_local
+
+    outputs = list(outputs)
+    return outputs + [side_part(path) for path in outputs if is_local(path)]
+
+
 def write_side_part(shard: str, records: list[dict] | None) -> None:
     """Write (or, when the shard could not be indexed, remove) a shard's index part, atomically."""
     from shardkit.io.files import atomic_write_bytes

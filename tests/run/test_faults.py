@@ -386,3 +386,32 @@ def test_a_swallowed_interrupt_is_raised_again_at_the_next_checkpoint():
         assert caught.value.exit_code == 130 and caught.value.error == "interrupted"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.received() is None
     assert interrupts.Interrupted(signal.SIGTERM).exit_code == 143
+
+
+# --- what a killed run (SIGKILL: no cleanup at all) leaves, the next run removes ------------------------------
+
+
+def test_the_temporary_files_of_a_killed_run_go_with_the_rerun_index_parts_and_balance_scratch_included(
+        sources, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    assert run_cli(*command_args("convert", sources, str(out)), "-q").exit_code == 0
+    shard = sorted(glob.glob(str(out / "**" / "*.tar.gz"), recursive=True))[0]
+    folder, name = os.path.split(shard)
+    killed = [os.path.join(folder, f".{name}.0123456789ab.partial"),
+              os.path.join(folder, ".index", f".{name}.jsonl.0123456789ab.partial")]
+    for path in killed:
+        open(path, "wb").close()
+    assert run_cli(*command_args("convert", sources, str(out)), "-q").exit_code == 0
+    assert [p for p in killed if os.path.exists(p)] == []
+
+    scratch = tmp_path / "tmp"
+    os.makedirs(scratch)
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    from shardkit.commands.balance import _scratch_prefix
+
+    os.makedirs(scratch / f"{_scratch_prefix(dead.pid)}x1y2z3" / "index")
+    os.makedirs(scratch / f"{_scratch_prefix(os.getppid())}live")  # a live run's stays
+    assert run_cli(*command_args("balance", sources, str(tmp_path / "balanced")), "-q").exit_code == 0
+    assert [n for n in os.listdir(scratch) if n.startswith("shardkit-")] == [f"{_scratch_prefix(os.getppid())}live"]

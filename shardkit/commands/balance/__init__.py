@@ -227,7 +227,8 @@ def _run(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSetting
     then write this run's block and report it."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
+    _remove_dead_scratch(tempfile.gettempdir())
+    with tempfile.TemporaryDirectory(prefix=_scratch_prefix(os.getpid())) as scratch, ExitStack() as stack:
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, settings.dry_run, options.split)
         if not settings.dry_run:  # a failed or interrupted run leaves no half-made OUT_DIR/.balance (a rerun resumes
             stack.push(_work_dir_remover(work_dir, options.split))  # from the journal); a slice, only its spool
@@ -239,6 +240,33 @@ def _run(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSetting
         _check_balanced(planned.plan)
         layout = _claim_outputs(corpora, planned, out_dir, work_dir, settings.codec, options.split)
         return _write_and_report(planned, layout, settings, options, started)
+
+
+SCRATCH_PREFIX = "shardkit-balance-"
+
+
+def _scratch_prefix(pid: int) -> str:
+    import socket
+
+    return f"{SCRATCH_PREFIX}{pid}-{socket.gethostname()}-"
+
+
+def _remove_dead_scratch(tmp: str) -> None:
+    """Remove the scratch folders (``shardkit-balance-<pid>-<host>-<random>`` in ``TMPDIR``) of runs killed on
+    this host (SIGKILL: no ``finally`` ran); a live run's stays, and so does another host's (a shared TMPDIR)."""
+    import shutil
+
+    from shardkit.io.files import pid_alive
+
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(SCRATCH_PREFIX):].partition("-")[0]
+        if pid.isdigit() and name.startswith(_scratch_prefix(int(pid))) and int(pid) != os.getpid() \
+                and not pid_alive(int(pid)):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
 
 
 def _load_and_plan(stack: ExitStack, corpora: Sequence[CorpusSource], work_dir: str, settings: BalanceSettings,
