@@ -278,6 +278,12 @@ class IndexWriter:
         if self._parquet is not None:
             self._parquet.close()
 
+    def abandon(self) -> None:
+        """The file is being discarded: the Parquet writer is closed now, so that its ``__del__`` never writes
+        to the closed file later ("Exception ignored in ParquetWriter.__del__ ... write to closed file")."""
+        if self._parquet is not None:
+            self._parquet.abandon()
+
 
 def open_parquet_index(path: str):
     """A pyarrow ParquetFile with the required columns; a damaged or foreign file is an error naming it."""
@@ -518,9 +524,13 @@ def write_index_file(path: str, records: Iterable[list[dict]]) -> str:
     path = os.path.abspath(path)
     with AtomicFile(path, buffering=1 << 20) as out:
         writer = IndexWriter(path, out.file)
-        for batch in records:
-            writer.write(batch)
-        writer.close()
+        try:
+            for batch in records:
+                writer.write(batch)
+            writer.close()
+        except BaseException:
+            writer.abandon()
+            raise
         out.commit()
     return path
 
@@ -664,9 +674,13 @@ def assemble_index(out_path: str, shards: list[str]) -> tuple[str | None, str | 
 
     with AtomicFile(out_path, buffering=1 << 20) as out:
         writer = ParquetIndexWriter(out.file)
-        for shard in shards:
-            writer.write(list(iter_jsonl(side_part(shard))))
-        writer.close()
+        try:
+            for shard in shards:
+                writer.write(list(iter_jsonl(side_part(shard))))
+            writer.close()
+        except BaseException:
+            writer.abandon()
+            raise
         out.commit()
     return out_path, None
 
@@ -695,8 +709,13 @@ def concatenate_indexes(out_path: str, parts: list[str]) -> int:
                     writer.write_table(table.cast(writer.schema) if table.schema != writer.schema
                                        else table, row_group_size=ROW_GROUP_ROWS)
                     rows += table.num_rows
-        finally:
-            writer.close()
+        except BaseException:
+            try:  # the file is discarded: its footer's error (a full disk again) is not the one to report
+                writer.close()
+            except Exception:  # noqa: BLE001
+                pass
+            raise
+        writer.close()
         out.commit()
     return rows
 

@@ -415,3 +415,19 @@ def test_the_temporary_files_of_a_killed_run_go_with_the_rerun_index_parts_and_b
     os.makedirs(scratch / f"{_scratch_prefix(os.getppid())}live")  # a live run's stays
     assert run_cli(*command_args("balance", sources, str(tmp_path / "balanced")), "-q").exit_code == 0
     assert [n for n in os.listdir(scratch) if n.startswith("shardkit-")] == [f"{_scratch_prefix(os.getppid())}live"]
+
+
+def test_a_failed_parquet_index_leaves_no_temporary_file_and_no_writer_complaint(sources, tmp_path):
+    """A shard that fails while a Parquet index is written: the index is not written, and pyarrow's writer is
+    closed with its file (it used to print "Exception ignored in ParquetWriter.__del__ ... write to closed
+    file" when collected)."""
+    good = sorted(glob.glob(os.path.join(os.path.dirname(sources["aishell"]), "*.tar")))[0]
+    truncated = tmp_path / "truncated.tar"
+    truncated.write_bytes(open(good, "rb").read()[:3000])
+    out = tmp_path / "out" / "mix.index.parquet"
+    done = subprocess.run([sys.executable, "-m", "shardkit", "index", good, str(truncated), "-o", str(out), "-j",
+                           "1", "--json"], capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert one_document(done.stdout)["failed"] == 1
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not out.exists() and leftovers(tmp_path) == []
