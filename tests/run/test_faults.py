@@ -431,3 +431,25 @@ def test_a_failed_parquet_index_leaves_no_temporary_file_and_no_writer_complaint
     assert one_document(done.stdout)["failed"] == 1
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_two_runs_of_one_balance_slice_at_once_one_refused_leave_no_empty_work_folder(sources, tmp_path):
+    """The issue's case: two `balance --split 2/2` at once over indexed corpora (no shared indexes to keep):
+    the second is refused naming the holder, and OUT/.balance does not outlive the first."""
+    indexes = []
+    for name in ("aishell.gz", "librispeech.gz"):
+        path = tmp_path / f"{name}.index.parquet"
+        assert run_cli("index", sources[name], "-o", path, "-q").exit_code == 0
+        indexes += ["--corpus", f"{name.split('.')[0]}={path}"]
+    out = tmp_path / "out"
+    args = ["balance", *indexes, "--world-size", "1", "--num-workers", "2", "--num-shards", "2", "-o", str(out),
+            "--split", "2/2", "--json"]
+    runs = [subprocess.Popen([sys.executable, "-m", "shardkit", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=_env()) for _ in range(2)]
+    results = [(run.wait(timeout=300), *run.communicate()) for run in runs]
+    codes = sorted(code for code, _, _ in results)
+    refused = [stderr for code, _, stderr in results if code == 2]
+    # either both ran in turn (the second found the slice finished) or one was refused, naming the holder
+    assert codes in ([0, 0], [0, 2]), results
+    assert all("another shardkit balance run (slice 2 of 2)" in text for text in refused)
+    assert not os.path.exists(out / ".balance") and leftovers(out) == []
