@@ -54,8 +54,15 @@ def as_interrupted(err: KeyboardInterrupt) -> Interrupted:
     return Interrupted(_received[-1] if _received else signal.SIGINT)
 
 
+_idle: list = []  # a pool worker's "am I between tasks?" (install's exit_when_idle)
+
+
 def _handler(signum, frame) -> None:
     _received.append(signum)
+    if _idle and _idle[0]():  # a pool worker waiting for a task has nothing to clean up: it ends quietly
+        import os
+
+        os._exit(128 + signum)
     if len(_received) == 1:  # a second signal while the first one's cleanup runs would cut that cleanup short
         raise Interrupted(signum)
 
@@ -83,11 +90,15 @@ def _quiet_interrupts(unraisable) -> None:
 _hooks: list = []  # the unraisable hooks install() replaced
 
 
-def install() -> dict | None:
+def install(exit_when_idle=None) -> dict | None:
     """Route SIGINT and SIGTERM to :class:`Interrupted` in this process (main thread only; elsewhere nothing
-    is installed and None is returned); returns the handlers it replaced, for :func:`restore`."""
+    is installed and None is returned); returns the handlers it replaced, for :func:`restore`.
+
+    ``exit_when_idle()`` (a pool worker's): True when no task runs; a signal then ends the process at once
+    (a raise there would only print a traceback from the pool's own loop)."""
     import sys
 
+    _idle[:] = [exit_when_idle] if exit_when_idle is not None else []
     if threading.current_thread() is not threading.main_thread():
         return None
     previous = {}

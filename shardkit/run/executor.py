@@ -410,17 +410,22 @@ def _pool_worker_init(main_pid: int, initializer, initargs) -> None:
     if os.getppid() == 1 or not pid_alive(main_pid):
         os._exit(1)
     watch_parent(main_pid)
-    interrupts.install()
+    interrupts.install(exit_when_idle=lambda: not _running)
     if initializer is not None:
         initializer(*initargs)
+
+
+_running: list = []  # the task this pool worker runs now (empty between tasks)
 
 
 def _in_worker(fn, task):
     """``fn(task)`` in a pool worker; a worker that was signalled exits once the task's ``with`` blocks have
     removed its temporary files (the main process stops too: no worker is left waiting for tasks)."""
+    _running.append(task)
     try:
         return fn(task)
     finally:
+        _running.clear()
         if interrupts.received() is not None:
             os._exit(128 + interrupts.received())
 
