@@ -8,8 +8,14 @@ group); the group below discovers them, so adding a command touches no other fil
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
+
+if os.path.basename(sys.argv[0]) == "shardkit":  # the installed program (python -m shardkit: __main__.py)
+    from shardkit.io.interrupts import record_early
+
+    record_early()  # before click's imports: a signal now is answered like one during the run
 
 import click
 
@@ -57,7 +63,10 @@ class _Commands(click.Group):
             return self._invoke_reporting(ctx, args)
 
     def _invoke_reporting(self, ctx, args):
+        from shardkit.io.interrupts import check
+
         try:
+            check()  # a signal received while the program was still starting
             return super().invoke(ctx)
         except UsageError as err:
             self._fail(ctx, args, err, getattr(err, "exit_code", 2))  # OutputError on a full disk: 1
@@ -97,8 +106,6 @@ class _Commands(click.Group):
         ray = sys.modules.get("ray")
         if code == 3 and ray is not None and ray.is_initialized():
             # a lost cluster: Ray's exit handlers would wait for it, then end the process with status 1
-            import os
-
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)

@@ -119,16 +119,34 @@ def restore(previous: dict | None) -> None:
     if previous is None:
         return
     for signum, handler in previous.items():
+        if handler is _record:  # the program's early recorder: the program is ending, Python's own come back
+            handler = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
     if _hooks:
         sys.unraisablehook = _hooks.pop()
     _received.clear()
 
 
+def _record(signum, frame) -> None:
+    _received.append(signum)
+
+
+def record_early() -> None:
+    """From the first line of the ``shardkit`` program until :func:`handling_signals` takes over: a signal is
+    only recorded (the imports go on), and the CLI, once it can clean up and write its JSON document, stops
+    with it (its first :func:`check`). Without this, a SIGTERM in the first tenth of a second ended the
+    process with no word."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in HANDLED:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _record)
+
+
 @contextmanager
 def handling_signals():
-    """SIGINT and SIGTERM raise :class:`Interrupted` inside the block; the earlier handlers come back after it."""
-    _received.clear()
+    """SIGINT and SIGTERM raise :class:`Interrupted` inside the block; the earlier handlers come back after it.
+    A signal :func:`record_early` recorded stays recorded: the block's first :func:`check` raises it."""
     previous = install()
     try:
         yield

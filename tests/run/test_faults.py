@@ -453,3 +453,18 @@ def test_two_runs_of_one_balance_slice_at_once_one_refused_leave_no_empty_work_f
     assert codes in ([0, 0], [0, 2]), results
     assert all("another shardkit balance run (slice 2 of 2)" in text for text in refused)
     assert not os.path.exists(out / ".balance") and leftovers(out) == []
+
+
+def test_a_sigterm_while_the_program_is_still_importing_is_answered_once_it_can(sources, tmp_path):
+    """A scheduler may stop a job at once: a SIGTERM that arrives while shardkit is importing its modules is
+    recorded (interrupts.record_early) and answered as soon as the CLI can clean up: exit 143, one document."""
+    out = str(tmp_path / "out")
+    # the signal is sent by the process to itself as its first act, before any shardkit import
+    code = ("import os, signal, sys; from shardkit.io.interrupts import record_early; record_early(); "
+            "os.kill(os.getpid(), signal.SIGTERM); import runpy; sys.argv[0] = 'shardkit'; "
+            "runpy.run_module('shardkit', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code, *command_args("convert", sources, out), "--json"],
+                          capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 143, done.stderr
+    assert one_document(done.stdout) == {"command": "convert", "error": "terminated", "exit_code": 143}
+    assert not os.path.exists(out)
