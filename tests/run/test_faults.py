@@ -468,3 +468,62 @@ def test_a_sigterm_while_the_program_is_still_importing_is_answered_once_it_can(
     assert done.returncode == 143, done.stderr
     assert one_document(done.stdout) == {"command": "convert", "error": "terminated", "exit_code": 143}
     assert not os.path.exists(out)
+
+
+_SIGTERM_AFTER_RESUME_POINT = """
+import os, signal, sys
+import shardkit.commands.prep.resume as resume
+import shardkit.commands.prep.write as write
+from shardkit.cli import main
+
+resume.POOL_FACTOR = 0  # resume points as often as --checkpoint-mb allows: this small corpus has several
+saved, added = [], [0]
+save, add = resume.save, write.OutputShards.add
+
+def counting_save(out_dir, state):
+    save(out_dir, state)
+    saved.append(state["next_source"])
+
+def add_then_stop(self, *args):
+    add(self, *args)
+    if saved:
+        added[0] += 1
+        if added[0] == 7:  # preempted mid-writing: members past the resume point, some still queued
+            os.kill(os.getpid(), signal.SIGTERM)
+
+resume.save, write.OutputShards.add = counting_save, add_then_stop
+main(sys.argv[1:])
+"""
+
+
+def test_prep_stopped_by_sigterm_after_a_resume_point_keeps_it_and_the_rerun_continues(tmp_path):
+    """A scheduler's preemption of a long prep: exit 143 and one document, the temporary shards of the last
+    resume point kept (nothing else), and the rerun continues from it to the bytes of an uninterrupted run."""
+    from support import corpus
+
+    from shardkit.commands.prep import resume
+    from shardkit.io.synth import CorpusSpec, write_shards
+
+    source = str(tmp_path / "src" / "long")
+    write_shards(list(corpus((CorpusSpec("long", 60, 2.0, 4.0, "en"),))), source, utts_per_shard=4, codec="bz2")
+    reference, out = tmp_path / "reference", tmp_path / "out"
+
+    def args(folder):
+        return ["prep", "--world-size", "2", "--num-workers", "2", "--codec", "none", "--sample-rate", "16000",
+                "--channels", "1", "-o", str(folder), "-j", "1", "--pool-mb", "1", "--corpus", f"long={source}"]
+
+    subprocess.run([sys.executable, "-m", "shardkit", *args(reference), "-q"], env=_env(), check=True)
+    stopped = subprocess.run([sys.executable, "-c", _SIGTERM_AFTER_RESUME_POINT, *args(out), "--checkpoint-mb", "1",
+                              "--json"], env=_env(), capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 143, stopped.stderr
+    assert one_document(stopped.stdout) == {"command": "prep", "error": "terminated", "exit_code": 143}
+    state = resume._PlainUnpickler(open(out / resume.RESUME, "rb")).load()
+    kept = sorted(p.name for p in out.iterdir() if p.name.endswith(".partial"))
+    assert kept == sorted(os.path.basename(e["tmp"]) for e in state["shards"])  # those of the resume point only
+    rerun = subprocess.run([sys.executable, "-m", "shardkit", *args(out), "--json"], env=_env(), capture_output=True,
+                           text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["resumed_at_source"] == state["next_source"] > 0
+    listed = [open(os.path.join(folder, "data.list")).read().split() for folder in (reference, out)]
+    assert [open(p, "rb").read() for p in listed[1]] == [open(p, "rb").read() for p in listed[0]]
+    assert leftovers(out) == [] and not (out / resume.RESUME).exists()

@@ -127,12 +127,20 @@ class OutputShards:
         self._raise_error()
         return list(self._entries)
 
-    def abort(self) -> None:
+    def abort(self, keep_files: bool = False) -> None:
+        """Stop the writer threads and remove every temporary file; ``keep_files``: close them instead, for a
+        rerun to continue from the last resume point (the files named there)."""
         for q in self._queues:
             q.put((_ABORT,))
         self._join()
         for target in self._files:
-            target.discard()
+            if not keep_files:
+                target.discard()
+            elif target.file is not None and not target.file.closed:
+                try:
+                    target.file.close()
+                except OSError:  # a full disk: the rerun's prefix check finds the file short and starts again
+                    pass
 
     # the writer threads
     def _work(self, t: int) -> None:
