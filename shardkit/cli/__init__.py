@@ -8,8 +8,14 @@ group); the group below discovers them, so adding a command touches no other fil
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
+
+if os.path.basename(sys.argv[0]) == "shardkit":  # the installed program (python -m shardkit: __main__.py)
+    from shardkit.io.interrupts import record_early
+
+    record_early()  # before click's imports: a signal now is answered like one during the run
 
 import click
 
@@ -18,9 +24,11 @@ from shardkit.errors import ShardkitError, UsageError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 data problems or failed shards, 2 usage errors, 3 the Ray cluster was lost "
-                   "(rerun to resume). Ctrl-C: 130 (a rerun resumes).")
+EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 data problems, failed shards or a full disk, 2 usage errors or an unusable "
+                   "output path, 3 the Ray cluster was lost (rerun to resume). Ctrl-C: 130, SIGTERM: 143 (a rerun "
+                   "resumes).")
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 class _Commands(click.Group):
@@ -49,34 +57,46 @@ class _Commands(click.Group):
         from shardkit.cli._outcome import remember_arguments
 
         remember_arguments(args)  # for the "rerun" advice, pasted as it was run
+        from shardkit.io.interrupts import handling_signals
+
+        with handling_signals():  # SIGTERM (a scheduler's stop) takes Ctrl-C's path: clean up, one document, 143
+            return self._invoke_reporting(ctx, args)
+
+    def _invoke_reporting(self, ctx, args):
+        from shardkit.io.interrupts import check
+
         try:
+            check()  # a signal received while the program was still starting
             return super().invoke(ctx)
         except UsageError as err:
-            self._fail(ctx, args, err, 2)
+            self._fail(ctx, args, err, getattr(err, "exit_code", 2))  # OutputError on a full disk: 1
         except ShardkitError as err:
             self._fail(ctx, args, err, getattr(err, "exit_code", 1))  # ClusterError: 3
         except click.UsageError as err:  # click's own (a bad option value): --json still gets its document
             if "--json" in args and not _json_emitted:
                 emit_json({"command": args[0] if args else None, "error": err.format_message(), "exit_code": 2})
             raise
-        except KeyboardInterrupt:
-            self._interrupted(ctx, args)
+        except KeyboardInterrupt as err:
+            self._interrupted(ctx, args, err)
 
     @staticmethod
-    def _interrupted(ctx, args):
-        """Ctrl-C: exit 130 (128 + SIGINT, the shell's convention), one JSON document under --json. Outputs
-        are written under temporary names and renamed when complete, so none is left half-made, and the
-        journal of finished shards lets the same command resume."""
+    def _interrupted(ctx, args, err: KeyboardInterrupt):
+        """Ctrl-C or SIGTERM: exit 130 or 143 (128 + the signal, the shell's convention), one JSON document under
+        --json. Outputs are written under temporary names and renamed when complete, so none is left half-made,
+        and the journal of finished shards lets the same command resume."""
         from shardkit.cli._outcome import rerun_command
+        from shardkit.io.interrupts import as_interrupted
+
+        stop = as_interrupted(err)
 
         if "tqdm" in sys.modules:  # a bar left open would redraw itself below the last line
             for bar in list(getattr(sys.modules["tqdm"].tqdm, "_instances", ())):
                 bar.close()
         if "--json" in args and not _json_emitted:
-            emit_json({"command": args[0] if args else None, "error": "interrupted", "exit_code": EXIT_INTERRUPTED})
-        click.echo(f"\ninterrupted: finished shards are kept and no partial output is left; rerun "
+            emit_json({"command": args[0] if args else None, "error": stop.error, "exit_code": stop.exit_code})
+        click.echo(f"\n{stop.error}: finished shards are kept and no partial output is left; rerun "
                    f"`{rerun_command()}` to resume", err=True)
-        ctx.exit(EXIT_INTERRUPTED)
+        ctx.exit(stop.exit_code)
 
     @staticmethod
     def _fail(ctx, args, err, code):
@@ -86,8 +106,6 @@ class _Commands(click.Group):
         ray = sys.modules.get("ray")
         if code == 3 and ray is not None and ray.is_initialized():
             # a lost cluster: Ray's exit handlers would wait for it, then end the process with status 1
-            import os
-
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)

@@ -29,7 +29,7 @@ from shardkit.io.files import (
     remove_leftovers,
     remove_temporary_keys,
 )
-from shardkit.io.indexfile import ShardRecords, index_beside
+from shardkit.io.indexfile import ShardRecords, index_beside, with_side_parts
 from shardkit.io.inputs import expand_shards, plan_output_paths
 from shardkit.io.remote import STDIN
 from shardkit.io.tar import (
@@ -476,7 +476,7 @@ def _convert_claimed(shards: list[str], outputs: list[str], settings: ConvertSet
 
     journal = Journal(files.journal)
     previous = {} if options.overwrite else _previous_entries(files.reports, journal)
-    remove_leftovers(outputs)  # temporary files of a killed run (its lock died with it)
+    remove_leftovers(with_side_parts(outputs))  # temporary files of a killed run (its lock died with it)
     if is_url(files.out_dir):
         remove_temporary_keys(outputs)
 
@@ -488,7 +488,7 @@ def _convert_claimed(shards: list[str], outputs: list[str], settings: ConvertSet
     finally:
         journal.close(remove=False)
         # a task lost with its worker or node left its temporary file: none stays once the run ends
-        remove_leftovers(outputs)
+        remove_leftovers(with_side_parts(outputs))
 
     ordered = [results[i] for i in range(len(shards))]
     report = ConvertReport(out_dir=files.out_dir, data_list=files.data_list, manifest=files.manifest,

@@ -416,8 +416,14 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
                     writer.write(records)
                 report.count(shard, records, error)
         except OSError as err:
+            writer.abandon()
             raise output_error(err, out_path) from None
-        if not report.failures:  # else leaving the block removes the temporary file
+        except BaseException:  # a shard's error, Ctrl-C, SIGTERM: the file goes, and its writer with it
+            writer.abandon()
+            raise
+        if report.failures:  # leaving the block removes the temporary file
+            writer.abandon()
+        else:
             _commit(writer, out, out_path)
             report.path = out_path
     report.elapsed = time.perf_counter() - started
@@ -447,6 +453,7 @@ def _commit(writer: IndexWriter, out, out_path: str) -> None:
     try:
         writer.close()
     except OSError as err:
+        writer.abandon()
         raise output_error(err, out_path) from None
     out.commit()
 

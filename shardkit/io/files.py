@@ -25,10 +25,23 @@ os.umask(_UMASK)
 
 PARTIAL_SUFFIX = ".partial"
 
+# a disk that is full or failing: the path is right and a rerun resumes once there is room (exit 1); any
+# other OSError (read-only, no permission, a vanished folder) says the output path is unusable (exit 2)
+FULL_OR_FAILING = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
 class OutputError(UsageError):
-    """An output cannot be written: no space, no permission, read-only, its folder vanished (exit 2)."""
+    """An output cannot be written: no space, no permission, read-only, its folder vanished.
+
+    ``exit_code``: 1 for a full or failing disk (ENOSPC, EDQUOT, EFBIG, EIO: the same command resumes once
+    there is room), 2 for an unusable output path (EROFS, EACCES, a vanished folder)."""
 
     check = "output"
+    os_errno: int | None = None  # the OSError's errno (kept: a ``raise ... from None`` drops the cause)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.os_errno in FULL_OR_FAILING else 2
 
 
 def os_reason(err: OSError) -> str:
@@ -45,6 +58,7 @@ def output_error(err: OSError, path: str, doing: str = "cannot write") -> Output
         reason = "its folder vanished" if not os.path.isdir(os.path.dirname(os.path.abspath(path)) or ".") \
             else reason
     out = OutputError(f"{doing} ({reason})", shard=path)
+    out.os_errno = err.errno
     out.__cause__ = err
     return out
 
@@ -240,6 +254,31 @@ class AtomicFile:
     def __exit__(self, *exc) -> None:
         if not self.committed:
             self.discard()
+
+
+class NamedWrites:
+    """A binary output whose ``write``/``flush`` OSErrors (a full disk, a failing one) become ``OutputError``
+    naming ``path``, the final name being written: a codec or tar writer stacked on it fails with the file's
+    name, wherever in the stack the write happened. Everything else is the wrapped file's."""
+
+    def __init__(self, f, path: str):
+        self._f = f
+        self._path = path
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as err:
+            raise output_error(err, self._path) from None
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as err:
+            raise output_error(err, self._path) from None
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
 
 
 class _Fsync:

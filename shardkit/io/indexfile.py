@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -277,6 +278,12 @@ class IndexWriter:
         if self._parquet is not None:
             self._parquet.close()
 
+    def abandon(self) -> None:
+        """The file is being discarded: the Parquet writer is closed now, so that its ``__del__`` never writes
+        to the closed file later ("Exception ignored in ParquetWriter.__del__ ... write to closed file")."""
+        if self._parquet is not None:
+            self._parquet.abandon()
+
 
 def open_parquet_index(path: str):
     """A pyarrow ParquetFile with the required columns; a damaged or foreign file is an error naming it."""
@@ -517,9 +524,13 @@ def write_index_file(path: str, records: Iterable[list[dict]]) -> str:
     path = os.path.abspath(path)
     with AtomicFile(path, buffering=1 << 20) as out:
         writer = IndexWriter(path, out.file)
-        for batch in records:
-            writer.write(batch)
-        writer.close()
+        try:
+            for batch in records:
+                writer.write(batch)
+            writer.close()
+        except BaseException:
+            writer.abandon()
+            raise
         out.commit()
     return path
 
@@ -621,6 +632,15 @@ def side_part(shard: str) -> str:
     return os.path.join(folder, SIDE_DIR, name + JSONL_SUFFIX)
 
 
+def with_side_parts(outputs) -> list[str]:
+    """``outputs`` and the index part of each local one: what ``remove_leftovers`` looks for, so that a
+    ``.index/.<shard>.jsonl.<hex>.partial`` a killed run left is removed with the shard's own temporary file."""
+    from shardkit.io.remote import is_local
+
+    outputs = list(outputs)
+    return outputs + [side_part(path) for path in outputs if is_local(path)]
+
+
 def write_side_part(shard: str, records: list[dict] | None) -> None:
     """Write (or, when the shard could not be indexed, remove) a shard's index part, atomically."""
     from shardkit.io.files import atomic_write_bytes
@@ -654,9 +674,13 @@ def assemble_index(out_path: str, shards: list[str]) -> tuple[str | None, str | 
 
     with AtomicFile(out_path, buffering=1 << 20) as out:
         writer = ParquetIndexWriter(out.file)
-        for shard in shards:
-            writer.write(list(iter_jsonl(side_part(shard))))
-        writer.close()
+        try:
+            for shard in shards:
+                writer.write(list(iter_jsonl(side_part(shard))))
+            writer.close()
+        except BaseException:
+            writer.abandon()
+            raise
         out.commit()
     return out_path, None
 
@@ -685,8 +709,13 @@ def concatenate_indexes(out_path: str, parts: list[str]) -> int:
                     writer.write_table(table.cast(writer.schema) if table.schema != writer.schema
                                        else table, row_group_size=ROW_GROUP_ROWS)
                     rows += table.num_rows
-        finally:
-            writer.close()
+        except BaseException:
+            try:  # the file is discarded: its footer's error (a full disk again) is not the one to report
+                writer.close()
+            except Exception:  # noqa: BLE001
+                pass
+            raise
+        writer.close()
         out.commit()
     return rows
 
@@ -699,7 +728,28 @@ def index_beside(data_list: str, listed: list[str]) -> tuple[str | None, str | N
 
     if not is_local(data_list):
         return None, None  # the parts of shards written to a URL are not kept
+    _remove_other_index(data_list)
     try:
         return assemble_index(index_name_beside(data_list), listed)
     except (ShardkitError, OSError) as err:
         return None, f"index not written ({err})"
+
+
+def _remove_other_index(data_list: str) -> None:
+    """The index of the other list goes, as ``publish_list`` removes the other list: beside a complete
+    ``data.list``, an ``index.partial.parquet`` of an earlier failed run; beside ``data.partial.list``, an
+    ``index.parquet`` that may list shards this run failed."""
+    from shardkit.io.files import partial_list_path
+
+    folder, name = os.path.split(data_list)
+    stem, dot, ext = name.rpartition(".")
+    if stem.endswith(".partial"):
+        other = os.path.join(folder, f"{stem[:-len('.partial')]}.{ext}")
+    else:
+        other = partial_list_path(data_list)
+    try:
+        os.unlink(index_name_beside(other))
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        print(f"shardkit: note: could not remove the stale index {index_name_beside(other)}: {err}", file=sys.stderr)

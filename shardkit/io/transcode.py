@@ -16,6 +16,7 @@ import numpy as np
 import soundfile as sf
 
 from shardkit.errors import AudioError, VerificationError
+from shardkit.io import interrupts
 from shardkit.io.audio import (
     AUDIO_HEADER,
     DECODED_TOO_LONG,
@@ -265,16 +266,20 @@ def make_transform(settings):
 
     def transform(shard: str, name: str, data: bytes):
         try:
-            return transcode_member(name, data, settings.audio, settings.flac_level, settings.verify,
-                                    getattr(settings, "max_decoded_seconds", DEFAULT_MAX_DECODED_SECONDS))
+            result = transcode_member(name, data, settings.audio, settings.flac_level, settings.verify,
+                                      getattr(settings, "max_decoded_seconds", DEFAULT_MAX_DECODED_SECONDS))
         except VerificationError as err:
+            interrupts.check()  # libsndfile's callbacks swallow Ctrl-C: the failure may be the signal's
             raise err.located(shard=shard, member=name)
         except Exception as err:  # noqa: BLE001 - whatever it was, the member is kept and named
+            interrupts.check()
             key = split_key(name)[0]
             return name, data, {"key": key, "member": name, "action": "kept", "problem": True,
                                 "check": TRANSCODE_ERROR,
                                 "reason": f"{shard}: key {key!r}: transcoding raised {type(err).__name__}: "
                                           f"{stable_message(err)}"}
+        interrupts.check()
+        return result
 
     return transform
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from shardkit.errors import ClusterError, ShardkitError, UsageError
+from shardkit.io import interrupts
 from shardkit.io.files import pid_alive
 
 EXECUTORS = ("local", "ray")
@@ -211,6 +212,7 @@ def _hand_back(completions, window: _Window, total: int, ordered: bool, on_resul
     next_index = 0
     with closing(completions):  # an early stop shuts the pool down or cancels the Ray tasks
         for index, result in completions:
+            interrupts.check()  # a signal whose first raise a C callback swallowed stops the run here
             if ordered:
                 held[index] = result
                 ready = []
@@ -235,6 +237,7 @@ def _iter_inline(fn, tasks, window: _Window, initializer, initargs):
     if initializer is not None:
         initializer(*initargs)
     for index, task in enumerate(tasks):
+        interrupts.check()
         window.outstanding += 1
         try:
             result = fn(task)
@@ -254,8 +257,33 @@ def _iter_pool(fn, tasks, jobs: int, window: _Window, retries: int, initializer,
             broken = yield from run.collect(done)
             if broken:
                 yield from run.recover()
+    except KeyboardInterrupt:
+        stop_workers(run.pool)  # a signal to this process only (a scheduler's SIGTERM) must not wait for every task
+        raise
     finally:
         run.pool.shutdown(wait=True, cancel_futures=True)
+
+
+STOP_WORKERS_SECONDS = 10.0
+
+
+def stop_workers(pool, grace: float = STOP_WORKERS_SECONDS) -> None:
+    """SIGTERM every worker of ``pool``, which stops its task the way the main process stops (its ``with``
+    blocks remove their temporary files) and exits; SIGKILL for one still running after ``grace`` seconds."""
+    import signal
+
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        try:
+            os.kill(process.pid, signal.SIGTERM)
+        except (ProcessLookupError, TypeError):
+            pass
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(1.0)
 
 
 class _PoolRun:
@@ -287,9 +315,9 @@ class _PoolRun:
         """The next suspect alone, or new tasks while the window has room."""
         if self.suspects and not self.pending:
             self.alone = self.suspects.pop(0)
-            self.pending[self.pool.submit(self.fn, self.tasks[self.alone])] = self.alone
+            self.pending[self.pool.submit(_in_worker, self.fn, self.tasks[self.alone])] = self.alone
         while self.alone is None and self.next_index < len(self.tasks) and window.open:
-            self.pending[self.pool.submit(self.fn, self.tasks[self.next_index])] = self.next_index
+            self.pending[self.pool.submit(_in_worker, self.fn, self.tasks[self.next_index])] = self.next_index
             window.outstanding += 1
             self.next_index += 1
 
@@ -376,13 +404,30 @@ def watch_parent(pid: int, interval: float = WATCHDOG_SECONDS) -> None:
 
 def _pool_worker_init(main_pid: int, initializer, initargs) -> None:
     """First thing in every pool worker: die with the forkserver (PDEATHSIG) and with the main
-    process (watchdog: the worker's parent is the forkserver, not the main process)."""
+    process (watchdog: the worker's parent is the forkserver, not the main process), and stop on
+    SIGINT/SIGTERM as the main process does (``_in_worker`` then ends the worker)."""
     die_with_parent()
     if os.getppid() == 1 or not pid_alive(main_pid):
         os._exit(1)
     watch_parent(main_pid)
+    interrupts.install(exit_when_idle=lambda: not _running)
     if initializer is not None:
         initializer(*initargs)
+
+
+_running: list = []  # the task this pool worker runs now (empty between tasks)
+
+
+def _in_worker(fn, task):
+    """``fn(task)`` in a pool worker; a worker that was signalled exits once the task's ``with`` blocks have
+    removed its temporary files (the main process stops too: no worker is left waiting for tasks)."""
+    _running.append(task)
+    try:
+        return fn(task)
+    finally:
+        _running.clear()
+        if interrupts.received() is not None:
+            os._exit(128 + interrupts.received())
 
 
 def forkserver_context():

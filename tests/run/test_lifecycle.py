@@ -320,8 +320,9 @@ def read_only(tmp_path):
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
-def one_line_error(result, path, reason):
-    assert result.exit_code == 2, result.output
+def one_line_error(result, path, reason, exit_code=2):
+    """Exit 2 for an unusable output path (read-only, no permission); a full disk is exit 1 (a rerun resumes)."""
+    assert result.exit_code == exit_code, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and str(path) in lines[0] and reason in lines[0], \
         result.stderr
@@ -332,11 +333,11 @@ def test_full_disk_gives_one_line_errors_and_leaves_no_temporary_files(make_shar
     sources = make_shards("bz2")
     listing = os.path.join(os.path.dirname(sources[0]), "data.list")
     one_line_error(run_cli("validate", *sources, "--report", full_disk / "validate.json", "-q"),
-                   full_disk / "validate.json", "No space left on device")
+                   full_disk / "validate.json", "No space left on device", 1)
     one_line_error(run_cli("index", listing, "-o", full_disk / "index.jsonl", "-q"),
-                   full_disk / "index.jsonl", "No space left on device")
+                   full_disk / "index.jsonl", "No space left on device", 1)
     one_line_error(run_cli("list", "concat", listing, listing, "--allow-duplicates", "-o", full_disk / "all.list"),
-                   full_disk / "all.list", "No space left on device")
+                   full_disk / "all.list", "No space left on device", 1)
     result = run_cli("convert", *sources, "-o", full_disk / "zst", "-q", "-j", "1")
     assert result.exit_code in (1, 2), result.output
     assert "Traceback" not in result.output

@@ -232,10 +232,11 @@ def _run(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSetting
     then write this run's block and report it."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="shardkit-balance-") as scratch, ExitStack() as stack:
+    _remove_dead_scratch(tempfile.gettempdir())
+    with tempfile.TemporaryDirectory(prefix=_scratch_prefix(os.getpid())) as scratch, ExitStack() as stack:
         out_dir, work_dir = _claim_out_dir(stack, scratch, corpora, out_dir, settings.dry_run, options.split)
-        if not settings.dry_run and options.split is None:  # a failed run leaves no half-made OUT_DIR/.balance
-            stack.push(_work_dir_remover(work_dir))  # (Ctrl-C: a rerun resumes)
+        if not settings.dry_run:  # a failed or interrupted run leaves no half-made OUT_DIR/.balance (a rerun resumes
+            stack.push(_work_dir_remover(work_dir, options.split))  # from the journal); a slice, only its spool
         planned = _load_and_plan(stack, corpora, work_dir, settings, options)
         if settings.dry_run:
             return BalanceReport(None, planned.plan, planned.figures, shard_table(planned.plan, planned.mix, None),
@@ -244,6 +245,33 @@ def _run(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSetting
         _check_balanced(planned.plan)
         layout = _claim_outputs(corpora, planned, out_dir, work_dir, settings.codec, options.split, settings.layout)
         return _write_and_report(planned, layout, settings, options, started)
+
+
+SCRATCH_PREFIX = "shardkit-balance-"
+
+
+def _scratch_prefix(pid: int) -> str:
+    import socket
+
+    return f"{SCRATCH_PREFIX}{pid}-{socket.gethostname()}-"
+
+
+def _remove_dead_scratch(tmp: str) -> None:
+    """Remove the scratch folders (``shardkit-balance-<pid>-<host>-<random>`` in ``TMPDIR``) of runs killed on
+    this host (SIGKILL: no ``finally`` ran); a live run's stays, and so does another host's (a shared TMPDIR)."""
+    import shutil
+
+    from shardkit.io.files import pid_alive
+
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(SCRATCH_PREFIX):].partition("-")[0]
+        if pid.isdigit() and name.startswith(_scratch_prefix(int(pid))) and int(pid) != os.getpid() \
+                and not pid_alive(int(pid)):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
 
 
 def _load_and_plan(stack: ExitStack, corpora: Sequence[CorpusSource], work_dir: str, settings: BalanceSettings,
@@ -313,15 +341,26 @@ def _drawing_ahead(stack: ExitStack) -> Draws:
     return Draws(pool)
 
 
-def _work_dir_remover(work_dir: str) -> Callable[..., bool]:
-    """An exit callback that removes OUT_DIR/.balance (indexes, spool) when the run raised."""
+def _work_dir_remover(work_dir: str, split: tuple[int, int] | None) -> Callable[..., bool]:
+    """An exit callback for a run that raised (a full disk, Ctrl-C, SIGTERM): it removes OUT_DIR/.balance
+    (indexes, spool), or for a ``--split`` slice its own spool folder (the indexes are the other slices' too),
+    and then OUT_DIR/.balance if that left it empty."""
     def remove(exc_type, exc, tb) -> bool:
         if exc_type is not None:
             import shutil
 
-            shutil.rmtree(work_dir, ignore_errors=True)
+            shutil.rmtree(work_dir if split is None else os.path.join(work_dir, spool_dir_name(split)),
+                          ignore_errors=True)
+            _remove_if_empty(work_dir)
         return False
     return remove
+
+
+def _remove_if_empty(folder: str) -> None:
+    try:
+        os.rmdir(folder)
+    except OSError:  # another slice's spool or the shared indexes are still in it
+        pass
 
 
 # --- the steps of run_balance, in order ------------------------------------------------------
@@ -543,11 +582,19 @@ def _spool_sources(planned: _Planned, layout: _Layout, options: RunOptions) -> d
         os.makedirs(layout.spool_dir, exist_ok=True)
         events = options.events
         events.stage("decompress", len(spool_tasks))
-        for _, (src, error) in options.run_tasks(_spool_task, spool_tasks,  # any task error: that source's failure
-                                                 on_error=lambda task, err: (task[0],
-                                                                             str(err.located(shard=task[0])))):
+        for _, (src, error) in options.run_tasks(_spool_task, spool_tasks, on_error=_spool_failed):
             events.done({"shard": src}, error=error)
     return read_paths
+
+
+def _spool_failed(task: tuple, err: ShardkitError) -> tuple[str, str]:
+    """A spool task that raised: that source's failure, unless the spool could not be written (a full disk),
+    which is the run's error, naming the spool file."""
+    from shardkit.io.files import OutputError
+
+    if isinstance(err, OutputError):
+        raise err
+    return task[0], str(err.located(shard=task[0]))
 
 
 def _previous_entries(layout: _Layout, journal: Journal) -> dict[str, dict]:
@@ -632,3 +679,4 @@ def _clean_up(layout: _Layout, journal: Journal) -> None:
 
     journal.close(remove=True)
     shutil.rmtree(layout.work_dir if layout.split is None else layout.spool_dir, ignore_errors=True)
+    _remove_if_empty(layout.work_dir)

@@ -38,15 +38,18 @@ def _spool_task(args) -> tuple[str, str | None]:
     if os.path.exists(dst):
         return src, None
     from shardkit.io.codecs import iter_decompressed
+    from shardkit.io.files import AtomicFile, NamedWrites, OutputError
     from shardkit.io.tar import open_shard
-    from shardkit.io.files import AtomicFile
 
     try:
         with open_shard(src) as f, AtomicFile(dst) as out:
+            spool = NamedWrites(out.file, dst)  # a full disk names the spool file, not the source
             for chunk in iter_decompressed(f, shard=src):
-                out.write(chunk)
+                spool.write(chunk)
             out.commit()
         return src, None
+    except OutputError:  # the output folder's disk, not this source: the run's error (see _spool_failed)
+        raise
     except ShardkitError as err:
         return src, str(err.located(shard=src))
     except OSError as err:

@@ -19,7 +19,7 @@ from shardkit.commands.make.settings import JOURNAL, MANIFEST, MakeSettings, sha
 from shardkit.commands.make.shard import _shard_failed, _shard_task, _still_valid
 from shardkit.io.codecs import CODECS
 from shardkit.io.files import load_report, publish_list
-from shardkit.io.indexfile import index_beside
+from shardkit.io.indexfile import index_beside, with_side_parts
 from shardkit.io.remote import is_url
 from shardkit.run.events import Events
 from shardkit.io.files import atomic_write_json
@@ -104,7 +104,7 @@ def _previous_entries(plan: _ShardPlan, journal: Journal, overwrite: bool) -> di
 def _clear_leftovers(tasks: list[tuple], out_dir: str) -> None:
     """Remove the temporary files of a killed run (its lock died with it), and on a store its
     temporary keys, before any shard is written under the same names."""
-    remove_leftovers(t[0] for t in tasks)
+    remove_leftovers(with_side_parts(t[0] for t in tasks))
     if is_url(out_dir):
         from shardkit.io.files import remove_temporary_keys
 
@@ -145,6 +145,8 @@ def _write_todo(todo: list[tuple[int, tuple]], shard_utterances: Callable[[int],
             events.done(entry)
     finally:
         journal.close(remove=False)
+        # a task lost with its worker (killed, or stopped by a signal) left its temporary files: none stays
+        remove_leftovers(with_side_parts(task[0] for _, task in todo))
 
 
 def _write_records(plan: _ShardPlan, results: dict[int, dict], planned: PlannedShards, settings: MakeSettings,

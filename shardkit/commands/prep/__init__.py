@@ -325,9 +325,11 @@ class _Run:
             self._write_final(final)
             self.events.note(f"closing and verifying {len(self.outputs.paths)} shards...")
             entries = self.outputs.finish(self.settings.verify)
-        except BaseException:
+        except BaseException as err:
             if self.outputs is not None:
-                self.outputs.abort()
+                # Ctrl-C or SIGTERM (a scheduler's preemption) after a resume point: its temporary shards stay
+                # for the rerun to continue (it cuts them back to the point); anything else removes them
+                self.outputs.abort(keep_files=isinstance(err, KeyboardInterrupt) and self._resumable())
             raise
         report = self._report(final, entries, time.perf_counter() - started)
         self._save(report, spec, final)
@@ -357,6 +359,10 @@ class _Run:
             self._checkpoint(read)
 
     # resume points
+    def _resumable(self) -> bool:
+        """Whether a resume point of this run (or of the run it continues) is saved."""
+        return os.path.exists(os.path.join(self.out_dir, resume.RESUME))
+
     def _checkpoint_due(self) -> bool:
         """Plain tar output, writing begun, and enough written since the last resume point: at least
         ``checkpoint_bytes`` and POOL_FACTOR x the pool it saves (so saving costs a few % of the writes,

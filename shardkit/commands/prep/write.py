@@ -127,13 +127,20 @@ class OutputShards:
         self._raise_error()
         return list(self._entries)
 
-    def abort(self) -> None:
-        """Stop every writer thread and discard their temporary files: no shard appears under its final name."""
+    def abort(self, keep_files: bool = False) -> None:
+        """Stop the writer threads and remove every temporary file; ``keep_files``: close them instead, for a
+        rerun to continue from the last resume point (the files named there)."""
         for q in self._queues:
             q.put((_ABORT,))
         self._join()
         for target in self._files:
-            target.discard()
+            if not keep_files:
+                target.discard()
+            elif target.file is not None and not target.file.closed:
+                try:
+                    target.file.close()
+                except OSError:  # a full disk: the rerun's prefix check finds the file short and starts again
+                    pass
 
     # the writer threads
     def _work(self, t: int) -> None:
@@ -174,8 +181,13 @@ class OutputShards:
 
     def _flush(self, t: int, done) -> None:
         """Thread ``t``'s shards flushed to the kernel, then ``done`` set."""
+        from shardkit.io.files import output_error
+
         for s in range(t, len(self.paths), len(self._queues)):
-            self._files[s].file.flush()  # plain tar only: a compressor's flush would change its bytes
+            try:
+                self._files[s].file.flush()  # plain tar only: a compressor's flush would change its bytes
+            except OSError as err:  # a full disk: named, not a traceback from a thread
+                raise output_error(err, self.paths[s]) from None
         done.set()
 
     def _write_member(self, shard: int, name: str, data: bytes, digest: bytes) -> None:
@@ -195,9 +207,14 @@ class OutputShards:
         from shardkit.io.files import combine_digests
         from shardkit.run.lifecycle import verify_members
 
+        from shardkit.io.files import output_error
+
         path = self.paths[s]
-        tar_bytes = self._tars[s].close()
-        self._outs[s].close()
+        try:
+            tar_bytes = self._tars[s].close()
+            self._outs[s].close()
+        except OSError as err:  # the end-of-archive blocks or a compressor's last frame did not fit
+            raise output_error(err, path) from None
         self._files[s].commit(verify_members(self.written[s], shard=path) if verify else None,
                               sync_while_verifying=True)
         hashing = self._hashing[s]

@@ -19,7 +19,7 @@ from shardkit.errors import ShardkitError
 from shardkit.io.codecs import CODECS, detect_codec, open_writer
 from shardkit.io.inputs import plan_output_paths
 from shardkit.io.tar import TarWriter, iter_tar_members, open_shard, shard_reader, split_key
-from shardkit.io.files import AtomicFile
+from shardkit.io.files import AtomicFile, NamedWrites, OutputError, output_error
 from shardkit.io.files import atomic_write_lines, fsync_dir
 from shardkit.run.lifecycle import DigestingTar, verify_members
 from shardkit.run.split import slice_path
@@ -52,7 +52,8 @@ class _ShardOut:
         self.path = path
         self.raw_names = raw_names
         self._file = AtomicFile(path).__enter__()
-        self._out = open_writer(self._file.file, codec, CODECS[codec].default_level)
+        # a full disk names this file, and ends the run (see _quarantine_failed), never only this shard's quarantine
+        self._out = open_writer(NamedWrites(self._file.file, path), codec, CODECS[codec].default_level)
         self.tar = DigestingTar(TarWriter(self._out))
 
     def finish(self) -> str | None:
@@ -90,9 +91,8 @@ def quarantine_shard(src: str, out_dir: str, stem: str, rejected: list[list], re
         return job.run(out_dir, stem, codec, options, stamp)
     except BaseException as err:
         job.abort()
-        if isinstance(err, OSError):
-            raise ShardkitError(f"cannot write its quarantine outputs in {out_dir} ({err.strerror or err})",
-                                shard=src) from err
+        if isinstance(err, OSError):  # the output folder: the run's error (see _quarantine_failed)
+            raise output_error(err, os.path.join(out_dir, stem), f"cannot write the quarantine of {src}") from None
         if isinstance(err, ShardkitError) and err.reason.startswith("source changed"):
             return _nothing_quarantined(src, err.check, err.reason)
         raise
@@ -214,7 +214,10 @@ def _quarantine_task(args):
 
 
 def _quarantine_failed(task, error: ShardkitError) -> dict:
-    """The outcome of a shard whose quarantine task raised or whose worker died."""
+    """The outcome of a shard whose quarantine task raised or whose worker died. An output that cannot be written
+    (a full disk) is the run's error, not this shard's: data.list would silently lose the shard's good utterances."""
+    if isinstance(error, OutputError):
+        raise error
     return _nothing_quarantined(task[0], TASK, error.reason)
 
 
