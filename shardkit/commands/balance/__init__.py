@@ -105,7 +105,7 @@ from shardkit.planning.balance import (
 from shardkit.planning.balance.deal import TieOrder
 from shardkit.planning.balance.draws import Draws
 from shardkit.run.options import RunOptions
-from shardkit.run.split import inputs_digest, slice_path, slice_record
+from shardkit.run.split import inputs_digest, slice_path, slice_record, with_list
 
 if TYPE_CHECKING:
     from shardkit.run.lifecycle import Journal
@@ -590,13 +590,13 @@ def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None
 
     table = report.shards
     # a failed shard: data.partial.list, so that no list that looks finished lacks a shard
-    report.data_list_path = publish_list(layout.data_list, [r["path"] for r in table if r["status"] == "ok"],
-                                         complete=not report.failures)
+    listed = [r["path"] for r in table if r["status"] == "ok"]
+    report.data_list_path = publish_list(layout.data_list, listed, complete=not report.failures)
     removed = not report.failures and layout.split is None  # then OUT_DIR/.balance goes, with the indexes built there
     recorded_sources = {name: recorded_index_files(entry, layout.work_dir, removed)
                         for name, entry in report.sources.items()}
     atomic_write_json(layout.manifest_path, {
-        **({"slice": layout.slice_info} if layout.slice_info else {}),
+        **({"slice": with_list(layout.slice_info, listed)} if layout.slice_info else {}),
         "tool": "shardkit", "version": __version__, "command": "balance",
         "settings": settings,
         "summary": report.plan.summary(), "sources": recorded_sources, "shards": [
