@@ -139,46 +139,56 @@ def shard_sizes(shards: list[str], *, index_files: list[str] | None = None, opti
     for i, s in enumerate(shards):
         position.setdefault(s, []).append(i)
     if index_files:
-        _sizes_from_indexes(index_files, position, utts, secs)
+        _sizes_from_indexes(index_files, position, utts, secs, (options or RunOptions()).events)
         return utts, secs, []
     return utts, secs, _sizes_by_reading(position, utts, secs, options or RunOptions())
 
 
-def _sizes_from_indexes(index_files: list[str], position: dict[str, list[int]], utts, secs) -> None:
-    """Adds each listed shard's utterances and seconds from the index files; a shard in none is an error."""
+def _sizes_from_indexes(index_files: list[str], position: dict[str, list[int]], utts, secs, events) -> None:
+    """Adds each listed shard's utterances and seconds from the index files; a shard in none is an error, and
+    so is an index cut short or a listed shard changed since it was indexed (``shardkit.io.indexmarks``).
+    An index without marks is a note on ``events``: it cannot be checked."""
     from shardkit.io.indexfile import is_parquet
 
     seen: set[str] = set()
     for path in index_files:
-        seen |= (_parquet_sizes if is_parquet(path) else _jsonl_sizes)(path, position, utts, secs)
+        found, marks = (_parquet_sizes if is_parquet(path) else _jsonl_sizes)(path, position, utts, secs)
+        seen |= found
+        if marks.note():
+            events.note(f"note: {marks.note()}")
+        marks.check_sources(found)
     missing = [s for s in position if s not in seen]
     if missing:
         raise UsageError(f"{len(missing)} listed shards are in no index given with --index "
                          f"(first: {missing[0]})")
 
 
-def _parquet_sizes(path: str, position: dict[str, list[int]], utts, secs) -> set[str]:
-    """A Parquet index's sizes, vectorised (columns, not records); the listed shards it holds."""
+def _parquet_sizes(path: str, position: dict[str, list[int]], utts, secs) -> tuple:
+    """A Parquet index's sizes, vectorised (columns, not records); the listed shards it holds, its marks."""
     import numpy as np
 
-    from shardkit.io.indexfile import shard_sizes_of
+    from shardkit.io.indexfile import open_parquet_index, shard_sizes_of
+    from shardkit.io.indexmarks import parquet_marks
 
+    marks = parquet_marks(path, open_parquet_index(path))
     unique = list(position)
     u_utts, u_secs = np.zeros(len(unique), np.int64), np.zeros(len(unique), np.float64)
     seen = shard_sizes_of(path, {s: i for i, s in enumerate(unique)}, u_utts, u_secs)
     for i, s in enumerate(unique):
         utts[position[s]] += u_utts[i]
         secs[position[s]] += u_secs[i]
-    return seen
+    return seen, marks
 
 
-def _jsonl_sizes(path: str, position: dict[str, list[int]], utts, secs) -> set[str]:
-    """A JSON lines index's sizes, a record at a time; the listed shards it holds."""
+def _jsonl_sizes(path: str, position: dict[str, list[int]], utts, secs) -> tuple:
+    """A JSON lines index's sizes, a record at a time; the listed shards it holds, its marks."""
     counts: dict[str, int] = {}
     seconds: dict[str, float] = {}
     from shardkit.io.indexfile import iter_index
+    from shardkit.io.indexmarks import JsonlMarks
 
-    for record in iter_index(path):  # sums in plain dicts: a numpy scalar update per line costs 3x
+    marks = JsonlMarks(path)
+    for record in iter_index(path, marks):  # sums in plain dicts: a numpy scalar update per line costs 3x
         shard = record["shard"]
         counts[shard] = counts.get(shard, 0) + 1
         seconds[shard] = seconds.get(shard, 0.0) + record["duration"]
@@ -189,7 +199,7 @@ def _jsonl_sizes(path: str, position: dict[str, list[int]], utts, secs) -> set[s
             seen.add(shard)
             utts[where] += count
             secs[where] += seconds[shard]
-    return seen
+    return seen, marks.marks
 
 
 def _sizes_by_reading(position: dict[str, list[int]], utts, secs, options: RunOptions) -> list[dict]:

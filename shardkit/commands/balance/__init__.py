@@ -67,9 +67,11 @@ from shardkit.commands.balance.report import (
     write_repeats,
 )
 from shardkit.commands.balance.sources import (
+    check_index_marks,
     check_index_slices,
     check_unique_keys,
     iter_repeated_keys,
+    recorded_stamps,
     repeated_keys,
     resolve_index_files,
     take_keys,
@@ -363,6 +365,7 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, options: RunOption
     for name, corpus in zip(names, mix.corpora):
         if not len(corpus.durations):
             raise UsageError(f"corpus {name!r} is empty (no utterances in its sources)")
+    check_index_marks(mix, events)
     if check_keys:
         check_unique_keys(mix)
     return mix, index_files
@@ -405,7 +408,7 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
     figures = plan_figures(np.full(plan.num_shards, plan.utts_per_shard), plan.shard_seconds,
                            world_size=settings.world_size, num_workers=settings.num_workers, epochs=settings.epochs,
                            seed=settings.seed)
-    sources = {name: {"sources": list(c.sources), "index_files": files}
+    sources = {name: {"sources": list(c.sources), "index_files": files, **recorded_stamps(mix, files)}
                for name, c, files in zip(names, corpora, index_files)}
     return _Planned(mix, plan, repeats, figures, sources)
 
