@@ -125,7 +125,10 @@ def check_index_marks(mix, events: Events) -> None:
 
 def recorded_stamps(mix, index_files: Sequence[str]) -> dict:
     """What a report records of a corpus' index files: the stamps of the sources it used (as the indexes
-    recorded them, checked before use), and the index files that had none to check."""
+    recorded them, checked before use), and the index files that had none to check. Nothing for a mix
+    given as columns (not read from index files by ``load_columns``)."""
+    if not mix.index_marks:
+        return {}
     stamps: dict = {}
     unchecked = []
     for path in index_files:
