@@ -183,20 +183,27 @@ def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
                   for p in full_paths]
     if not _every_slice_listed(out_dir, count, list_paths):
         return None, None
+    lines = _checked_lines(slices, list_paths)
+    data_list = publish_list(os.path.join(out_dir, "data.list"), lines, complete=list_paths == full_paths)
+    return data_list, len(lines)
+
+
+def _checked_lines(slices: Slices, list_paths: list[str]) -> list[str]:
+    """The slices' list files joined, each checked against its report (:func:`check_slice_list`), and no
+    shard listed by two slices."""
     lines: list[str] = []
     first_slice: dict[str, int] = {}
     for i, path in enumerate(list_paths, start=1):
         with open(path, encoding="utf-8") as f:
             found = [line.rstrip("\n") for line in f if line.strip()]
-        check_slice_list(path, i, count, found, slices.docs[i - 1]["slice"].get("list"))
+        check_slice_list(path, i, slices.count, found, slices.docs[i - 1]["slice"].get("list"))
         for number, line in enumerate(found, 1):
             if line in first_slice:  # each slice's list agrees with its report, but two reports name one shard
-                raise ShardkitError(f"slice {i} of {count}: line {number} ({line!r}) is listed by slice "
+                raise ShardkitError(f"slice {i} of {slices.count}: line {number} ({line!r}) is listed by slice "
                                     f"{first_slice[line]} too; the merged list would hold it twice", shard=path)
             first_slice[line] = i
         lines.extend(found)
-    data_list = publish_list(os.path.join(out_dir, "data.list"), lines, complete=list_paths == full_paths)
-    return data_list, len(lines)
+    return lines
 
 
 def check_slice_list(path: str, index: int, count: int, found: list[str], recorded: dict | None) -> None:

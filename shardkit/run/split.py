@@ -91,6 +91,15 @@ def _size_of(path: str) -> int | None:
         return None
 
 
+def _misplaced(number: int, line: str, expected: str, where: dict, seen: dict, found: Sequence[str]) -> str:
+    """Why line ``number`` of a slice's list is ``line`` where its report lists ``expected``."""
+    if line not in where:
+        return f"line {number} is {line!r}, which its report does not list (it lists {expected!r} there)"
+    if expected in seen or expected in found[number:]:
+        return f"line {number} is {line!r}, which its report lists as line {where[line]} (the order changed)"
+    return f"line {number} should be {expected!r} (missing from the list)"
+
+
 def list_mismatch(found: Sequence[str], reported: Sequence[str]) -> str | None:
     """The first line of a slice's list file (``found``) that differs from what its report lists, said as a
     person would check it (line numbers count from 1), or None when the two agree."""
@@ -105,13 +114,8 @@ def list_mismatch(found: Sequence[str], reported: Sequence[str]) -> str | None:
         if number > len(reported):
             return (f"line {number} ({line!r}) is one more than the {len(reported)} its report lists"
                     if line not in where else f"line {number} ({line!r}) is line {where[line]} of its report")
-        if line == reported[number - 1]:
-            continue
-        if line not in where:
-            return f"line {number} is {line!r}, which its report does not list (it lists {reported[number - 1]!r} there)"
-        if reported[number - 1] in seen or reported[number - 1] in found[number:]:
-            return f"line {number} is {line!r}, which its report lists as line {where[line]} (the order changed)"
-        return f"line {number} should be {reported[number - 1]!r} (missing from the list)"
+        if line != reported[number - 1]:
+            return _misplaced(number, line, reported[number - 1], where, seen, found)
     if len(found) < len(reported):
         return f"line {len(found) + 1} should be {reported[len(found)]!r} (the list stops at {len(found)} lines)"
     return None

@@ -461,8 +461,7 @@ def _read_jsonl(path: str, state: _LoadState):
                 shard, key, duration = record["shard"], record["key"], float(record["duration"])
                 record["members"]
             except (ValueError, KeyError, TypeError):
-                if not marks.take(line, number):
-                    _refuse_unless_blank(line, path, number)
+                _refuse_unless_blank(line, path, number, marks)
                 offset += len(line)
                 continue
             follow(line)
@@ -494,11 +493,12 @@ def _read_jsonl(path: str, state: _LoadState):
     return _jsonl_columns(state, trainer, (durations, shard_col, hashes, offsets))
 
 
-def _refuse_unless_blank(line: bytes, path: str, number: int) -> None:
-    """A line that is not an index record: passed over if blank, else the precise error (ShardkitError)."""
+def _refuse_unless_blank(line: bytes, path: str, number: int, marks) -> None:
+    """A line that is not an index record: passed over if blank or a completeness mark (followed in ``marks``),
+    else the precise error (ShardkitError)."""
     from shardkit.io.indexfile import parse_index_line
 
-    if line.strip():
+    if line.strip() and not marks.take(line, number):
         parse_index_line(line, path=path, number=number)  # raises the precise error
         raise ShardkitError(f"line {number} is not an index record", shard=path) from None
 
