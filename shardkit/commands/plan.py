@@ -49,13 +49,16 @@ class PlanResult:
     wenet_conf: dict | None = None
     warnings: list[str] = field(default_factory=list)
     failures: list[dict] = field(default_factory=list)
+    # with --index: the stamps of the listed shards, as the indexes recorded them (checked before use), and
+    # the index files that carry none ({"source_stamps": ..., "unchecked_indexes": ...}); empty otherwise
+    stamps: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         """The ``--json`` document."""
         if self.failures:
             return {"command": "plan", "failures": self.failures}
         extra = {} if self.wenet_conf is None else {"wenet_conf": self.wenet_conf, "warnings": self.warnings}
-        return {"command": "plan", **self.figures, **extra}
+        return {"command": "plan", **self.figures, **extra, **self.stamps}
 
     @property
     def exit_code(self) -> int:
@@ -97,7 +100,8 @@ def _sizes(paths: list[str], spec: TrainerSpec | None, settings: PlanSettings, o
     a spec (its view holds the report); the shards that failed go into ``result``."""
     index_files = list(settings.index_files)
     if spec is None:
-        utts, secs, result.failures = shard_sizes(paths, index_files=index_files, options=options)
+        utts, secs, result.failures = shard_sizes(paths, index_files=index_files, options=options,
+                                                  stamps=result.stamps)
         return utts, secs, None
     from shardkit.commands.index import indexed_shards
     from shardkit.wenet_conf.list_view import plan_list
@@ -125,11 +129,14 @@ def _figures(utts, secs, settings: PlanSettings) -> tuple[dict, list[dict]]:
     return figures, [figures, resampled, wenet]
 
 
-def shard_sizes(shards: list[str], *, index_files: list[str] | None = None, options: RunOptions | None = None):
+def shard_sizes(shards: list[str], *, index_files: list[str] | None = None, options: RunOptions | None = None,
+                stamps: dict | None = None):
     """``(utterances, seconds, failures)`` per shard of the list: from indexes when given, else by reading
     (progress: a stage "read" of the distinct shards, a ``done`` per shard; ``options``' jobs).
 
-    With indexes, a listed shard that no index covers is a UsageError (the figures would be wrong).
+    With indexes, a listed shard that no index covers is a UsageError (the figures would be wrong), and so
+    is an index cut short or a listed shard changed since it was indexed; ``stamps`` (a dict) receives the
+    listed shards' stamps (``source_stamps``) and the index files without any (``unchecked_indexes``).
     """
     import numpy as np
 
@@ -139,24 +146,29 @@ def shard_sizes(shards: list[str], *, index_files: list[str] | None = None, opti
     for i, s in enumerate(shards):
         position.setdefault(s, []).append(i)
     if index_files:
-        _sizes_from_indexes(index_files, position, utts, secs, (options or RunOptions()).events)
+        _sizes_from_indexes(index_files, position, utts, secs, (options or RunOptions()).events,
+                            {} if stamps is None else stamps)
         return utts, secs, []
     return utts, secs, _sizes_by_reading(position, utts, secs, options or RunOptions())
 
 
-def _sizes_from_indexes(index_files: list[str], position: dict[str, list[int]], utts, secs, events) -> None:
+def _sizes_from_indexes(index_files: list[str], position: dict[str, list[int]], utts, secs, events,
+                        stamps: dict) -> None:
     """Adds each listed shard's utterances and seconds from the index files; a shard in none is an error, and
     so is an index cut short or a listed shard changed since it was indexed (``shardkit.io.indexmarks``).
     An index without marks is a note on ``events``: it cannot be checked."""
     from shardkit.io.indexfile import is_parquet
 
     seen: set[str] = set()
+    stamps["source_stamps"] = {}
     for path in index_files:
         found, marks = (_parquet_sizes if is_parquet(path) else _jsonl_sizes)(path, position, utts, secs)
         seen |= found
         if marks.note():
             events.note(f"note: {marks.note()}")
+            stamps.setdefault("unchecked_indexes", []).append(path)
         marks.check_sources(found)
+        stamps["source_stamps"].update((s, stamp) for s, stamp in (marks.sources or {}).items() if s in found)
     missing = [s for s in position if s not in seen]
     if missing:
         raise UsageError(f"{len(missing)} listed shards are in no index given with --index "

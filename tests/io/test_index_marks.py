@@ -163,6 +163,7 @@ def test_an_old_index_without_marks_still_loads_with_a_note(indexed):
     assert f"note: {old}: no completeness mark or source stamps" in result.stderr
     result = plan(shards, old)
     assert result.exit_code == 0 and "no completeness mark" in result.stderr
+    assert json.loads(result.stdout)["unchecked_indexes"] == [str(old)]
     # rewritten as Parquet it is still one that cannot be checked: no stamps are made up
     assert run_cli("index", old, "-o", tmp_path / "old.parquet", "-q").exit_code == 0
     assert index_marks(str(tmp_path / "old.parquet")).sources is None
@@ -197,3 +198,12 @@ def test_the_digest_reads_the_head_and_the_tail(tmp_path):
     assert stamp_change(str(big), stamp) is None
     _rewrite_same_size_and_mtime(str(big), 3 * STAMP_BYTES - 1)
     assert stamp_change(str(big), stamp).startswith("digest ")
+
+
+def test_plan_records_the_stamps_of_the_shards_it_listed(indexed):
+    shards, tmp_path = indexed
+    result = plan(shards[:3], tmp_path / "all.parquet")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["source_stamps"] == {s: stamp_file(s) for s in shards[:3]}
+    assert "unchecked_indexes" not in summary
