@@ -12,7 +12,9 @@ A line (keys sorted)::
 an uncompressed shard), so ``balance`` can copy members byte for byte without re-reading the
 whole shard. ``bytes`` is the sum of the member sizes; ``text_chars`` counts the transcript's
 characters. Building an index streams each shard once (tar is sequential) and keeps one shard's
-records in memory at a time.
+records in memory at a time. The records are framed by completeness marks that also stamp each
+source shard (size, mtime, a digest): a ``{"shardkit_index": ...}`` line first and last in JSON
+lines, the footer's metadata in Parquet (``shardkit.io.indexmarks``).
 """
 
 from __future__ import annotations

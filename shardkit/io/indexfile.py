@@ -20,7 +20,8 @@ key is stored whole behind a NUL (``"\\0other.wav"``, NUL never occurs in a tar 
 Optional fields are null when a record lacks them. Rows are written in row groups of
 ``ROW_GROUP_ROWS``, zstd-compressed: about 30-40 bytes an utterance on disk.
 
-**JSON lines** stay readable and writable (one sorted-keys object per line). Converting a JSON
+**JSON lines** stay readable and writable (one sorted-keys object per line, between the head and end
+lines of the completeness marks: ``shardkit.io.indexmarks``, which every reader here follows). Converting a JSON
 lines index to Parquet (:func:`convert_index`) streams ``BATCH_ROWS`` lines at a time and opens
 no shard; it accepts every line ``balance`` accepts: ``shard``, ``key``, ``duration`` and
 ``members`` required, ``member`` as another name for ``audio`` and ``text_len`` for
