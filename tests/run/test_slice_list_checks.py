@@ -6,6 +6,8 @@ import json
 import pytest
 
 from shardkit.io.files import load_json
+from shardkit.io.indexfile import index_marks
+from shardkit.io.indexmarks import stamp_file
 from shardkit.run.split import list_mismatch
 from support import run_cli
 
@@ -86,6 +88,10 @@ def test_intact_slices_merge_and_the_merged_report_carries_no_slice_list(sliced)
     assert "slice" not in merged
     joined = "".join((sliced / f"data.slice-{i}-of-3.list").read_text() for i in (1, 2, 3))
     assert (sliced / "data.list").read_text() == joined and len(joined.splitlines()) == 7
+    # the slices' by-product indexes joined: one index, whole, with every written shard's stamp
+    marks = index_marks(str(sliced / "index.parquet"))
+    assert marks.marked and marks.rows == 14
+    assert marks.sources == {shard: stamp_file(shard) for shard in joined.splitlines()}
 
 
 def test_old_slice_reports_without_a_list_still_merge(sliced):
