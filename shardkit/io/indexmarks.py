@@ -82,9 +82,12 @@ def stamp_files(paths: Iterable[str]) -> dict[str, dict]:
     return {path: stamp for path, stamp in zip(unique, stamps) if stamp is not None}
 
 
-def stamp_change(path: str, recorded: dict) -> str | None:
+def stamp_change(path: str, recorded: dict, *, digest: bool = True) -> str | None:
     """What changed in ``path`` since ``recorded`` was taken ("size 100 -> 120", "mtime ..., digest
-    ..."), or None when size, mtime and digest are as recorded."""
+    ..."), or None when size, mtime and digest are as recorded. ``digest=False``: a stat only (no byte
+    read), unless size or mtime differ (then the digest is reported too)."""
+    if not digest and _same_stat(path, recorded):
+        return None
     now = stamp_file(path)
     if now is None:
         return "it is gone or cannot be read"
@@ -95,13 +98,23 @@ def stamp_change(path: str, recorded: dict) -> str | None:
     return "; ".join(changes) or None
 
 
-def changed_sources(sources: dict[str, dict], only: Iterable[str] | None = None) -> list[tuple[str, str]]:
-    """``(shard, what changed)`` of every stamped source (of ``only``, when given) that is not as stamped."""
+def _same_stat(path: str, recorded: dict) -> bool:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return st.st_size == recorded.get("size") and st.st_mtime_ns == recorded.get("mtime_ns")
+
+
+def changed_sources(sources: dict[str, dict], only: Iterable[str] | None = None, *,
+                    digest: bool = True) -> list[tuple[str, str]]:
+    """``(shard, what changed)`` of every stamped source (of ``only``, when given) that is not as stamped
+    (``digest``: see :func:`stamp_change`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     wanted = [s for s in (sources if only is None else dict.fromkeys(only)) if s in sources]
     with ThreadPoolExecutor(max(1, min(8, len(wanted)))) as pool:
-        changes = list(pool.map(lambda s: stamp_change(s, sources[s]), wanted))
+        changes = list(pool.map(lambda s: stamp_change(s, sources[s], digest=digest), wanted))
     return [(shard, why) for shard, why in zip(wanted, changes) if why is not None]
 
 
@@ -119,10 +132,11 @@ class IndexMarks:
     sources: dict | None = None
     unmarked_rows: int = 0  # rows outside any marked segment (an old index, or an old one concatenated)
 
-    def check_sources(self, only: Iterable[str] | None = None) -> None:
+    def check_sources(self, only: Iterable[str] | None = None, *, digest: bool = True) -> None:
         """Refuse (ShardkitError naming the shard and what changed) when a source the index describes was
-        rewritten since it was indexed; ``only``: the shards the caller uses."""
-        changed = changed_sources(self.sources or {}, only)
+        rewritten since it was indexed; ``only``: the shards the caller uses. ``digest=False`` (a reader
+        that opens no shard, like plan): size and mtime by a stat, no byte read."""
+        changed = changed_sources(self.sources or {}, only, digest=digest)
         if changed:
             shard, why = changed[0]
             more = f" (and {len(changed) - 1} more shards)" if len(changed) > 1 else ""

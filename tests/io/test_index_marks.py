@@ -129,9 +129,19 @@ def test_a_shard_grown_is_named_with_its_sizes(indexed):
 
 def test_plan_checks_only_the_shards_it_lists(indexed):
     shards, tmp_path = indexed
-    _rewrite_same_size_and_mtime(shards[-1], 0)
+    before = os.stat(shards[-1])
+    os.utime(shards[-1], ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
     result = plan(shards[:-1], tmp_path / "all.jsonl")
     assert result.exit_code == 0, result.output
+    assert plan(shards, tmp_path / "all.jsonl").exit_code == 1
+
+
+def test_plan_reads_no_shard_to_check_it_balance_reads_its_digest(indexed):
+    """plan opens no shard: it compares size and mtime (a stat); a rewrite that keeps both is balance's to catch."""
+    shards, tmp_path = indexed
+    _rewrite_same_size_and_mtime(shards[0], os.path.getsize(shards[0]) - 600)
+    assert plan(shards, tmp_path / "all.jsonl").exit_code == 0
+    assert balance(tmp_path, tmp_path / "all.jsonl").exit_code == 1
 
 
 def test_balance_given_shards_indexes_a_changed_shard_again(indexed):
