@@ -95,6 +95,13 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     tarred_shard_strategy: scatter, shuffle_n); --layout shar writes the Shar folder OUT_DIR/shar
     (CutSet.from_shar(in_dir=OUT_DIR/shar, split_for_dataloading=True)), reports beside it.
 
+    An index given as a source must be whole and describe its shards as they are now: one cut short
+    (a copy that stopped early) or one whose shard changed since it was indexed (size, mtime or
+    digest; `shardkit index` records them) exits 1 naming the file or the shard and what changed,
+    before anything is written; index it again. Shards given as sources are indexed again when they
+    change. An index without these marks (an older shardkit's) is used, with a note that it cannot
+    be checked. balance.json records the stamps it used per corpus (source_stamps).
+
     With --split I/N every job computes the same plan (pass indexes from `shardkit index` so that
     the jobs do not each index the shards) and writes only its block of output shards, with
     OUT_DIR/balance.slice-I-of-N.json and data.slice-I-of-N.list; each job decompresses the

@@ -9,7 +9,8 @@ from shardkit.cli._options import json_option
 
 
 @click.command("merge-reports", context_settings=CONTEXT_SETTINGS, epilog=f"""{EXIT_CODES_HELP}
-Missing slices, or slices of different lists or settings, exit 1 and write nothing.
+Missing slices, slices of different lists or settings, or a slice list that no longer matches its
+report (a line dropped, repeated, moved or edited, a listed shard rewritten since) exit 1 and write nothing.
 
 \b
 Examples (a Slurm job array of 3, then the merge):
@@ -33,6 +34,9 @@ def command(out_dir, report, as_json, quiet):
     checks that all N slices are there and were cut from the same input list with the same
     settings, and writes OUT_DIR/COMMAND.json and OUT_DIR/data.list as one run over the whole
     list would have (atomically; the slice files are kept). Exit 1 if a merged entry failed.
+    Each slice's report records the lines of its list and the listed shards' sizes: a list file
+    that differs (the first differing line is named) or a shard whose size changed is refused, as
+    is a shard listed by two slices.
     convert and make: the slices' by-product indexes (index.slice-I-of-N.parquet) become
     OUT_DIR/index.parquet, row group by row group, the index one run writes.
     While it writes it holds the folder lock a run of COMMAND without --split takes (for validate,

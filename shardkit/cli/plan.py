@@ -58,6 +58,11 @@ def command(shards, world_size, num_workers, epochs, seed, index_files, reader, 
     (max/min seconds per rank), and whether the shard count divides. The shuffle is numpy's, not
     WeNet's RNG: the exact split differs, the imbalance it shows is typical. No shard is rewritten.
 
+    With --index, an index cut short or a listed shard changed since it was indexed (its size or mtime:
+    plan reads no shard, so a rewrite that keeps both is balance's to catch, by digest) exits 1 naming it
+    (an index without completeness marks, from an older shardkit, is used with a note); the JSON
+    document records the listed shards' stamps (source_stamps).
+
     --reader webdataset shows WebDataset's split first: wds.split_by_node then wds.split_by_worker
     give (rank, worker) `lines[rank::world_size][worker::num_workers]` of the unshuffled list, the
     same every epoch; with resampled=True each worker draws shards with replacement. WeNet's

@@ -50,7 +50,7 @@ from shardkit.run.lifecycle import (
     verify_members,
 )
 from shardkit.run.options import RunOptions
-from shardkit.run.split import slice_path, slice_record
+from shardkit.run.split import slice_path, slice_record, with_list
 
 MANIFEST = "convert.json"
 JOURNAL = ".convert.journal.jsonl"
@@ -496,7 +496,7 @@ def _convert_claimed(shards: list[str], outputs: list[str], settings: ConvertSet
     listed = [e["output"]["path"] for e in ordered if e["status"] in ("ok", "salvaged", "skipped")]
     report.data_list = _publish_data_list(report.data_list, ordered)
     report.index, report.index_note = index_beside(report.data_list, listed)
-    _write_manifest(files, settings, ordered)
+    _write_manifest(files, settings, ordered, listed)
     journal.close(remove=True)
     return report
 
@@ -543,8 +543,9 @@ def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options:
         events.done(entry, nbytes=entry.get("tar_bytes") or 0)
 
 
-def _write_manifest(files: _RunFiles, settings: ConvertSettings, ordered: list[dict]) -> None:
-    """convert.json (or the slice's): each entry with the status its run gave it (a skip names the earlier one)."""
+def _write_manifest(files: _RunFiles, settings: ConvertSettings, ordered: list[dict], listed: list[str]) -> None:
+    """convert.json (or the slice's): each entry with the status its run gave it (a skip names the earlier one);
+    a slice's record holds the lines of its list (``listed``), which merge-reports checks."""
     recorded = [{**e, "status": e.get("previous_status", e["status"])} if e["status"] == "skipped" else e
                 for e in ordered]
     for e in recorded:
@@ -557,7 +558,7 @@ def _write_manifest(files: _RunFiles, settings: ConvertSettings, ordered: list[d
     write_report_file(files.manifest, atomic_write_json, {
         "tool": "shardkit", "version": __version__, "command": "convert", "settings": {**asdict(settings)},
         "libraries": libraries, "shards": recorded,
-        **({"slice": files.slice_info} if files.slice_info else {})})
+        **({"slice": with_list(files.slice_info, listed)} if files.slice_info else {})})
 
 
 def _publish_data_list(path: str, ordered: list[dict]) -> str:

@@ -12,7 +12,9 @@ A line (keys sorted)::
 an uncompressed shard), so ``balance`` can copy members byte for byte without re-reading the
 whole shard. ``bytes`` is the sum of the member sizes; ``text_chars`` counts the transcript's
 characters. Building an index streams each shard once (tar is sequential) and keeps one shard's
-records in memory at a time.
+records in memory at a time. The records are framed by completeness marks that also stamp each
+source shard (size, mtime, a digest): a ``{"shardkit_index": ...}`` line first and last in JSON
+lines, the footer's metadata in Parquet (``shardkit.io.indexmarks``).
 """
 
 from __future__ import annotations
@@ -386,16 +388,19 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
 
     Lines stream to a temporary file beside ``out_path``; it is fsynced and renamed only when every
     shard was read. If any shard fails, no index is written (a partial index would make later
-    steps lose utterances without a word) and the report lists each failure. ``options.split=(I, N)``
-    indexes only slice I of N of ``shards`` into ``<out>.slice-I-of-N.jsonl``: the slices'
-    files, concatenated in slice order, are byte for byte the index of the whole list (and
-    ``balance`` takes them as they are, comma-separated, as one corpus). Progress: a stage "index"
+    steps lose utterances without a word) and the report lists each failure. The index carries its
+    completeness marks and each local shard's stamp (size, mtime, digest; ``shardkit.io.indexmarks``),
+    taken before the shard is read. ``options.split=(I, N)`` indexes only slice I of N of ``shards``
+    into ``<out>.slice-I-of-N.jsonl``, one marked segment: the slices' files, concatenated in slice
+    order, hold the records of the whole list's index in its order (and ``balance`` takes them as
+    they are, comma-separated, as one corpus). Progress: a stage "index"
     and a ``done`` per shard (its result ``{"shard", "utterances"}``, its error).
     """
     import time
 
     from shardkit.io.files import AtomicFile
     from shardkit.io.files import output_error
+    from shardkit.io.indexmarks import stamp_files
 
     started = time.perf_counter()
     options = options or RunOptions()
@@ -407,8 +412,10 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
     out_path = os.path.abspath(out_path)
     _ready_output(out_path, shards)
     report = IndexReport(path=None)
+    # stamped before they are read: a shard rewritten while (or after) it is indexed no longer matches
+    sources = stamp_files(shards)
     with AtomicFile(out_path, buffering=1 << 20) as out:
-        writer = IndexWriter(out_path, out.file)
+        writer = IndexWriter(out_path, out.file, sources)
         try:
             for shard, records, error in indexed_shards(shards, options, stage="index", corpus=corpus,
                                                         max_member_bytes=max_member_bytes):

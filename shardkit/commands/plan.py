@@ -52,13 +52,16 @@ class PlanResult:
     wenet_conf: dict | None = None
     warnings: list[str] = field(default_factory=list)
     failures: list[dict] = field(default_factory=list)
+    # with --index: the stamps of the listed shards, as the indexes recorded them (checked before use), and
+    # the index files that carry none ({"source_stamps": ..., "unchecked_indexes": ...}); empty otherwise
+    stamps: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         """The ``--json`` document."""
         if self.failures:
             return {"command": "plan", "failures": self.failures}
         extra = {} if self.wenet_conf is None else {"wenet_conf": self.wenet_conf, "warnings": self.warnings}
-        return {"command": "plan", **self.figures, **extra}
+        return {"command": "plan", **self.figures, **extra, **self.stamps}
 
     @property
     def exit_code(self) -> int:
@@ -127,7 +130,8 @@ def _sizes(paths: list[str], spec: TrainerSpec | None, settings: PlanSettings, o
     a spec (its view holds the report); the shards that failed go into ``result``."""
     index_files = list(settings.index_files)
     if spec is None:
-        utts, secs, result.failures = shard_sizes(paths, index_files=index_files, options=options)
+        utts, secs, result.failures = shard_sizes(paths, index_files=index_files, options=options,
+                                                  stamps=result.stamps)
         return utts, secs, None
     from shardkit.commands.index import indexed_shards
     from shardkit.wenet_conf.list_view import plan_list
@@ -155,11 +159,14 @@ def _figures(utts, secs, settings: PlanSettings) -> tuple[dict, list[dict]]:
     return figures, [figures, resampled, wenet]
 
 
-def shard_sizes(shards: list[str], *, index_files: list[str] | None = None, options: RunOptions | None = None):
+def shard_sizes(shards: list[str], *, index_files: list[str] | None = None, options: RunOptions | None = None,
+                stamps: dict | None = None):
     """``(utterances, seconds, failures)`` per shard of the list: from indexes when given, else by reading
     (progress: a stage "read" of the distinct shards, a ``done`` per shard; ``options``' jobs).
 
-    With indexes, a listed shard that no index covers is a UsageError (the figures would be wrong).
+    With indexes, a listed shard that no index covers is a UsageError (the figures would be wrong), and so
+    is an index cut short or a listed shard changed since it was indexed; ``stamps`` (a dict) receives the
+    listed shards' stamps (``source_stamps``) and the index files without any (``unchecked_indexes``).
     """
     import numpy as np
 
@@ -169,46 +176,61 @@ def shard_sizes(shards: list[str], *, index_files: list[str] | None = None, opti
     for i, s in enumerate(shards):
         position.setdefault(s, []).append(i)
     if index_files:
-        _sizes_from_indexes(index_files, position, utts, secs)
+        _sizes_from_indexes(index_files, position, utts, secs, (options or RunOptions()).events,
+                            {} if stamps is None else stamps)
         return utts, secs, []
     return utts, secs, _sizes_by_reading(position, utts, secs, options or RunOptions())
 
 
-def _sizes_from_indexes(index_files: list[str], position: dict[str, list[int]], utts, secs) -> None:
-    """Adds each listed shard's utterances and seconds from the index files; a shard in none is an error."""
+def _sizes_from_indexes(index_files: list[str], position: dict[str, list[int]], utts, secs, events,
+                        stamps: dict) -> None:
+    """Adds each listed shard's utterances and seconds from the index files; a shard in none is an error, and
+    so is an index cut short or a listed shard changed since it was indexed (``shardkit.io.indexmarks``).
+    An index without marks is a note on ``events``: it cannot be checked."""
     from shardkit.io.indexfile import is_parquet
 
     seen: set[str] = set()
+    stamps["source_stamps"] = {}
     for path in index_files:
-        seen |= (_parquet_sizes if is_parquet(path) else _jsonl_sizes)(path, position, utts, secs)
+        found, marks = (_parquet_sizes if is_parquet(path) else _jsonl_sizes)(path, position, utts, secs)
+        seen |= found
+        if marks.note():
+            events.note(f"note: {marks.note()}")
+            stamps.setdefault("unchecked_indexes", []).append(path)
+        marks.check_sources(found, digest=False)  # plan opens no shard: a stat each, not 128 KiB read each
+        stamps["source_stamps"].update((s, stamp) for s, stamp in (marks.sources or {}).items() if s in found)
     missing = [s for s in position if s not in seen]
     if missing:
         raise UsageError(f"{len(missing)} listed shards are in no index given with --index "
                          f"(first: {missing[0]})")
 
 
-def _parquet_sizes(path: str, position: dict[str, list[int]], utts, secs) -> set[str]:
-    """A Parquet index's sizes, vectorised (columns, not records); the listed shards it holds."""
+def _parquet_sizes(path: str, position: dict[str, list[int]], utts, secs) -> tuple:
+    """A Parquet index's sizes, vectorised (columns, not records); the listed shards it holds, its marks."""
     import numpy as np
 
-    from shardkit.io.indexfile import shard_sizes_of
+    from shardkit.io.indexfile import open_parquet_index, shard_sizes_of
+    from shardkit.io.indexmarks import parquet_marks
 
+    marks = parquet_marks(path, open_parquet_index(path))
     unique = list(position)
     u_utts, u_secs = np.zeros(len(unique), np.int64), np.zeros(len(unique), np.float64)
     seen = shard_sizes_of(path, {s: i for i, s in enumerate(unique)}, u_utts, u_secs)
     for i, s in enumerate(unique):
         utts[position[s]] += u_utts[i]
         secs[position[s]] += u_secs[i]
-    return seen
+    return seen, marks
 
 
-def _jsonl_sizes(path: str, position: dict[str, list[int]], utts, secs) -> set[str]:
-    """A JSON lines index's sizes, a record at a time; the listed shards it holds."""
+def _jsonl_sizes(path: str, position: dict[str, list[int]], utts, secs) -> tuple:
+    """A JSON lines index's sizes, a record at a time; the listed shards it holds, its marks."""
     counts: dict[str, int] = {}
     seconds: dict[str, float] = {}
     from shardkit.io.indexfile import iter_index
+    from shardkit.io.indexmarks import JsonlMarks
 
-    for record in iter_index(path):  # sums in plain dicts: a numpy scalar update per line costs 3x
+    marks = JsonlMarks(path)
+    for record in iter_index(path, marks):  # sums in plain dicts: a numpy scalar update per line costs 3x
         shard = record["shard"]
         counts[shard] = counts.get(shard, 0) + 1
         seconds[shard] = seconds.get(shard, 0.0) + record["duration"]
@@ -219,7 +241,7 @@ def _jsonl_sizes(path: str, position: dict[str, list[int]], utts, secs) -> set[s
             seen.add(shard)
             utts[where] += count
             secs[where] += seconds[shard]
-    return seen
+    return seen, marks.marks
 
 
 def _sizes_by_reading(position: dict[str, list[int]], utts, secs, options: RunOptions) -> list[dict]:

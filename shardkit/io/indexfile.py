@@ -20,7 +20,8 @@ key is stored whole behind a NUL (``"\\0other.wav"``, NUL never occurs in a tar 
 Optional fields are null when a record lacks them. Rows are written in row groups of
 ``ROW_GROUP_ROWS``, zstd-compressed: about 30-40 bytes an utterance on disk.
 
-**JSON lines** stay readable and writable (one sorted-keys object per line). Converting a JSON
+**JSON lines** stay readable and writable (one sorted-keys object per line, between the head and end
+lines of the completeness marks: ``shardkit.io.indexmarks``, which every reader here follows). Converting a JSON
 lines index to Parquet (:func:`convert_index`) streams ``BATCH_ROWS`` lines at a time and opens
 no shard; it accepts every line ``balance`` accepts: ``shard``, ``key``, ``duration`` and
 ``members`` required, ``member`` as another name for ``audio`` and ``text_len`` for
@@ -38,6 +39,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.io.indexmarks import IndexMarks, JsonlMarks, SegmentWriter, head_line, parquet_marks, parquet_metadata
 
 try:  # orjson parses index lines ~3x faster than json, which matters for millions of lines
     import orjson
@@ -171,12 +173,17 @@ def _count_problem(record: dict) -> tuple[str, str] | None:
     return None
 
 
-def iter_jsonl(path: str) -> Iterator[dict]:
-    """Records of a JSON lines index, in order; a damaged line is an error naming the file and line."""
+def iter_jsonl(path: str, marks: JsonlMarks | None = None) -> Iterator[dict]:
+    """Records of a JSON lines index, in order; a damaged line is an error naming the file and line, and
+    so is a file cut short (its completeness marks: ``shardkit.io.indexmarks``, followed in ``marks``)."""
+    marks = marks or JsonlMarks(path)
+    number = 0
     with open_index(path) as f:
         for number, line in enumerate(f, 1):
-            if line.strip():
+            if line.strip() and not marks.take(line, number):
+                marks.add(line)
                 yield parse_index_line(line, path=path, number=number)
+    marks.finish(number)
 
 
 # --- Parquet --------------------------------------------------------------------------------------
@@ -232,9 +239,12 @@ class ParquetIndexWriter:
     def __init__(self, file):
         self._writer = open_parquet_writer(file)
         self._pending: list[dict] = []
+        self.rows = 0
 
     def write(self, records: Iterable[dict]) -> None:
+        start = len(self._pending)
         self._pending.extend(records)
+        self.rows += len(self._pending) - start
         while len(self._pending) >= ROW_GROUP_ROWS:
             self._flush(self._pending[:ROW_GROUP_ROWS])
             del self._pending[:ROW_GROUP_ROWS]
@@ -246,9 +256,11 @@ class ParquetIndexWriter:
             batches = [records_to_batch(records[i:i + BATCH_ROWS]) for i in range(0, len(records), BATCH_ROWS)]
             self._writer.write_table(pa.Table.from_batches(batches), row_group_size=ROW_GROUP_ROWS)
 
-    def close(self) -> None:
+    def close(self, sources: dict | None = None) -> None:
+        """The last rows, and the footer with the completeness mark and ``sources``' stamps (None: unknown)."""
         self._flush(self._pending)
         self._pending = []
+        self._writer.add_key_value_metadata(parquet_metadata(self.rows, sources))
         self._writer.close()
 
     def abandon(self) -> None:
@@ -261,22 +273,30 @@ class ParquetIndexWriter:
 
 
 class IndexWriter:
-    """Records into an index file of either kind (the suffix chooses), over an open binary file."""
+    """Records into an index file of either kind (the suffix chooses), over an open binary file, with its
+    completeness marks and ``sources``' stamps (``shardkit.io.indexmarks``; None: not known)."""
 
-    def __init__(self, path: str, file):
+    def __init__(self, path: str, file, sources: dict | None = None):
         self.parquet = is_parquet(path)
         self._file = file
         self._parquet = ParquetIndexWriter(file) if self.parquet else None
+        self._segment = SegmentWriter(sources)
+        if self._parquet is None:
+            file.write(head_line())
 
     def write(self, records: list[dict]) -> None:
         if self._parquet is not None:
             self._parquet.write(records)
         else:
-            self._file.write(b"".join(dumps_line(r) for r in records))
+            data = b"".join(dumps_line(r) for r in records)
+            self._segment.add(data, len(records))
+            self._file.write(data)
 
     def close(self) -> None:
         if self._parquet is not None:
-            self._parquet.close()
+            self._parquet.close(self._segment.sources)
+        else:
+            self._file.write(self._segment.end_line())
 
     def abandon(self) -> None:
         """The file is being discarded: the Parquet writer is closed now, so that its ``__del__`` never writes
@@ -293,7 +313,8 @@ def open_parquet_index(path: str):
     except FileNotFoundError:
         raise UsageError("no such index file", shard=path) from None
     except Exception as err:  # pyarrow raises ArrowInvalid/OSError for a truncated or damaged file
-        raise ShardkitError(f"not a readable Parquet index ({err})", shard=path) from None
+        raise ShardkitError(f"not a readable Parquet index: cut short (a copy that stopped early?) or damaged "
+                            f"({err})", shard=path) from None
     names = pf.schema_arrow.names
     missing = [c for c in REQUIRED_FIELDS if c not in names]
     if missing:
@@ -375,9 +396,21 @@ def _record_of_row(row: dict) -> dict:
     return record
 
 
-def iter_index(path: str) -> Iterator[dict]:
-    """Records of an index file of either kind, in order."""
-    return iter_parquet_records(path) if is_parquet(path) else iter_jsonl(path)
+def iter_index(path: str, marks: JsonlMarks | None = None) -> Iterator[dict]:
+    """Records of an index file of either kind, in order (a JSON lines file's marks followed in ``marks``;
+    a Parquet file's: :func:`index_marks`)."""
+    return iter_parquet_records(path) if is_parquet(path) else iter_jsonl(path, marks)
+
+
+def index_marks(path: str) -> IndexMarks:
+    """The completeness marks and source stamps of an index file (a JSON lines file is read through;
+    a record that does not parse, a file cut short or a row count that differs is an error naming it)."""
+    if is_parquet(path):
+        return parquet_marks(path, open_parquet_index(path))
+    marks = JsonlMarks(path)
+    for _ in iter_jsonl(path, marks):
+        pass
+    return marks.marks
 
 
 def convert_index(src: str, file, *, on_rows=None) -> int:
@@ -395,12 +428,15 @@ def convert_index(src: str, file, *, on_rows=None) -> int:
 
 
 def _convert_lines(src: str, writer: "ParquetIndexWriter", on_rows) -> int:
+    """The lines of ``src`` into ``writer``, its source stamps carried over (a file cut short is refused)."""
     batch: list[dict] = []
-    rows = 0
+    rows = number = 0
+    marks = JsonlMarks(src)
     with open_index(src) as f:
         for number, line in enumerate(f, 1):
-            if not line.strip():
+            if not line.strip() or marks.take(line, number):
                 continue
+            marks.add(line)
             batch.append(check_record(parse_index_line(line, path=src, number=number), path=src, number=number))
             if len(batch) >= BATCH_ROWS:
                 writer.write(batch)
@@ -412,7 +448,8 @@ def _convert_lines(src: str, writer: "ParquetIndexWriter", on_rows) -> int:
     rows += len(batch)
     if on_rows and batch:
         on_rows(len(batch))
-    writer.close()
+    found = marks.finish(number)
+    writer.close(found.sources if found.marked and not found.unmarked_rows else None)
     return rows
 
 
@@ -672,12 +709,15 @@ def assemble_index(out_path: str, shards: list[str]) -> tuple[str | None, str | 
         return None, (f"no index part for {missing} (see its entry, or run `shardkit index` on data.list)")
     from shardkit.io.files import AtomicFile
 
+    from shardkit.io.indexmarks import stamp_files
+
+    sources = stamp_files(shards)  # the shards were written and renamed before: these are their bytes
     with AtomicFile(out_path, buffering=1 << 20) as out:
         writer = ParquetIndexWriter(out.file)
         try:
             for shard in shards:
                 writer.write(list(iter_jsonl(side_part(shard))))
-            writer.close()
+            writer.close(sources)
         except BaseException:
             writer.abandon()
             raise
@@ -698,17 +738,23 @@ def concatenate_indexes(out_path: str, parts: list[str]) -> int:
     rows written. Streams a row group at a time (what ``merge-reports`` does with the slices' indexes)."""
     from shardkit.io.files import AtomicFile
 
+    from shardkit.io.indexmarks import merged_sources
+
     rows = 0
+    found = []
     with AtomicFile(out_path, buffering=1 << 20) as out:
         writer = open_parquet_writer(out.file)
         try:
             for part in parts:
                 pf = open_parquet_index(part)
+                found.append(parquet_marks(part, pf))
                 for group in range(pf.num_row_groups):
                     table = read_row_group(pf, part, group, pf.schema_arrow.names)
                     writer.write_table(table.cast(writer.schema) if table.schema != writer.schema
                                        else table, row_group_size=ROW_GROUP_ROWS)
                     rows += table.num_rows
+            marked = all(m.marked for m in found)
+            writer.add_key_value_metadata(parquet_metadata(rows, merged_sources(found) if marked else None))
         except BaseException:
             try:  # the file is discarded: its footer's error (a full disk again) is not the one to report
                 writer.close()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.io.files import atomic_write_json
+from shardkit.io.files import atomic_write_json, os_reason
 from shardkit.run.lifecycle import OutputLock
 from shardkit.run.split import (
     ENTRIES_KEY,
@@ -23,6 +23,7 @@ from shardkit.run.split import (
     _found_slices,
     _load_slice,
     _without,
+    list_mismatch,
     slice_path,
 )
 
@@ -184,12 +185,56 @@ def _merged_list(slices: Slices) -> tuple[str | None, int | None]:
                   for p in full_paths]
     if not _every_slice_listed(out_dir, count, list_paths):
         return None, None
-    lines = []
-    for path in list_paths:
-        with open(path, encoding="utf-8") as f:
-            lines.extend(line.rstrip("\n") for line in f if line.strip())
+    lines = _checked_lines(slices, list_paths)
     data_list = publish_list(os.path.join(out_dir, "data.list"), lines, complete=list_paths == full_paths)
     return data_list, len(lines)
+
+
+def _checked_lines(slices: Slices, list_paths: list[str]) -> list[str]:
+    """The slices' list files joined, each checked against its report (:func:`check_slice_list`), and no
+    shard listed by two slices."""
+    lines: list[str] = []
+    first_slice: dict[str, int] = {}
+    for i, path in enumerate(list_paths, start=1):
+        with open(path, encoding="utf-8") as f:
+            found = [line.rstrip("\n") for line in f if line.strip()]
+        check_slice_list(path, i, slices.count, found, slices.docs[i - 1]["slice"].get("list"))
+        for number, line in enumerate(found, 1):
+            if line in first_slice:  # each slice's list agrees with its report, but two reports name one shard
+                raise ShardkitError(f"slice {i} of {slices.count}: line {number} ({line!r}) is listed by slice "
+                                    f"{first_slice[line]} too; the merged list would hold it twice", shard=path)
+            first_slice[line] = i
+        lines.extend(found)
+    return lines
+
+
+def check_slice_list(path: str, index: int, count: int, found: list[str], recorded: dict | None) -> None:
+    """A slice's list file (its lines ``found``) against the list its report recorded (``run.split.with_list``):
+    a line dropped, repeated, moved or edited, or a listed shard whose size changed since, is a
+    ShardkitError naming the slice, the list and the line. Reports of a version that recorded no list
+    are taken as they are."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("lines"), list):
+        return
+    why = list_mismatch(found, recorded["lines"])
+    if why is None:
+        why = _changed_size(found, recorded.get("sizes") or [])
+    if why is not None:
+        raise ShardkitError(f"slice {index} of {count}: its list does not match its report: {why}; rerun "
+                            f"slice {index} (or restore its list), then merge again", shard=path)
+
+
+def _changed_size(lines: list[str], sizes: list) -> str | None:
+    """The first listed shard whose size is not the one its slice recorded (None: a URL, not checked)."""
+    for number, (line, size) in enumerate(zip(lines, sizes), 1):
+        if size is None:
+            continue
+        try:
+            now = os.stat(line).st_size
+        except OSError as err:
+            return f"line {number}: {line} cannot be read ({os_reason(err)})"
+        if now != size:
+            return f"line {number}: {line} is {now} bytes, its slice wrote {size}"
+    return None
 
 
 def _every_slice_listed(out_dir: str, count: int, list_paths: list[str]) -> bool:

@@ -73,6 +73,54 @@ def slice_record(items: Sequence[str], index: int, count: int) -> dict:
             "inputs_sha256": inputs_digest(items)}
 
 
+def with_list(record: dict | None, lines: Sequence[str]) -> dict | None:
+    """A slice record (``slice_record``) with the list its slice published: ``list`` holds every line in
+    order and the shard's size in bytes when it is a local file (None for a URL or a file not there).
+    ``merge-reports`` checks the slice's list file against it line by line (``list_mismatch``) and the
+    sizes against the shards, so a list edited, cut or reordered after the slice ran is not merged.
+    None (a whole run) stays None."""
+    if record is None:
+        return None
+    return {**record, "list": {"lines": list(lines), "sizes": [_size_of(line) for line in lines]}}
+
+
+def _size_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except (OSError, ValueError):
+        return None
+
+
+def _misplaced(number: int, line: str, expected: str, where: dict, seen: dict, found: Sequence[str]) -> str:
+    """Why line ``number`` of a slice's list is ``line`` where its report lists ``expected``."""
+    if line not in where:
+        return f"line {number} is {line!r}, which its report does not list (it lists {expected!r} there)"
+    if expected in seen or expected in found[number:]:
+        return f"line {number} is {line!r}, which its report lists as line {where[line]} (the order changed)"
+    return f"line {number} should be {expected!r} (missing from the list)"
+
+
+def list_mismatch(found: Sequence[str], reported: Sequence[str]) -> str | None:
+    """The first line of a slice's list file (``found``) that differs from what its report lists, said as a
+    person would check it (line numbers count from 1), or None when the two agree."""
+    where = {}
+    for number, line in enumerate(reported, 1):
+        where.setdefault(line, number)
+    seen: dict[str, int] = {}
+    for number, line in enumerate(found, 1):
+        if line in seen:
+            return f"line {number} repeats line {seen[line]} ({line!r})"
+        seen[line] = number
+        if number > len(reported):
+            return (f"line {number} ({line!r}) is one more than the {len(reported)} its report lists"
+                    if line not in where else f"line {number} ({line!r}) is line {where[line]} of its report")
+        if line != reported[number - 1]:
+            return _misplaced(number, line, reported[number - 1], where, seen, found)
+    if len(found) < len(reported):
+        return f"line {len(found) + 1} should be {reported[len(found)]!r} (the list stops at {len(found)} lines)"
+    return None
+
+
 def slice_path(path: str, index: int, count: int) -> str:
     """``out/convert.json`` -> ``out/convert.slice-2-of-3.json``; ``data.list`` -> ``data.slice-2-of-3.list``."""
     folder, name = os.path.split(path)

@@ -157,23 +157,28 @@ def index_columns(index_files: Sequence[str], *, want_txt: bool, keep: set[str] 
     """Columns of every record of the index files (in file order), or only of shards in ``keep``.
 
     Parquet is read a row group at a time, column by column (no per-row dict); JSON lines a line at a time.
+    An index cut short, or one whose stamped shards (of ``keep``) changed since it was indexed, is a
+    ShardkitError naming it (``shardkit.io.indexmarks``).
     """
     from shardkit.io.indexfile import is_parquet
 
     cols = ColumnCollector(want_txt)
     for path in index_files:
         if is_parquet(path):
-            _add_parquet(cols, path, want_txt, keep)
+            marks = _add_parquet(cols, path, want_txt, keep)
         else:
-            _add_jsonl(cols, path, keep)
+            marks = _add_jsonl(cols, path, keep)
+        marks.check_sources(keep, digest=False)  # (plan's reader: it opens no shard; a stat each)
     return cols.columns()
 
 
-def _add_parquet(cols: ColumnCollector, path: str, want_txt: bool, keep: set[str] | None) -> None:
-    """The rows of a Parquet index, a record batch at a time (a row group's error names the group)."""
+def _add_parquet(cols: ColumnCollector, path: str, want_txt: bool, keep: set[str] | None):
+    """The rows of a Parquet index, a record batch at a time (a row group's error names the group); its marks."""
     from shardkit.io.indexfile import open_parquet_index, read_row_group
+    from shardkit.io.indexmarks import parquet_marks
 
     pf = open_parquet_index(path)
+    marks = parquet_marks(path, pf)
     wanted = ["shard", "key", "duration", "corpus", *TRAINER_FIELDS, *(["members"] if want_txt else [])]
     columns = [c for c in wanted if c in pf.schema_arrow.names]
     first = 0
@@ -185,17 +190,23 @@ def _add_parquet(cols: ColumnCollector, path: str, want_txt: bool, keep: set[str
                 first += batch.num_rows
         except (ValueError, TypeError) as err:
             raise ShardkitError(f"row group {group}: {err}", shard=path) from None
+    return marks
 
 
-def _add_jsonl(cols: ColumnCollector, path: str, keep: set[str] | None) -> None:
-    """The records of a JSON lines index, a line at a time; a line that is no record is an error naming it."""
+def _add_jsonl(cols: ColumnCollector, path: str, keep: set[str] | None):
+    """The records of a JSON lines index, a line at a time; a line that is no record is an error naming it,
+    and so is a file cut short. Its marks (``shardkit.io.indexmarks.IndexMarks``)."""
     from shardkit.io.indexfile import loads, open_index, parse_index_line
+    from shardkit.io.indexmarks import JsonlMarks
 
     add = cols.add
+    marks = JsonlMarks(path)
+    number = 0
     with open_index(path) as f:
         for number, line in enumerate(f, 1):
-            if not line.strip():
+            if not line.strip() or marks.take(line, number):
                 continue
+            marks.add(line)
             try:
                 record = loads(line)
                 shard = record["shard"]
@@ -204,3 +215,4 @@ def _add_jsonl(cols: ColumnCollector, path: str, keep: set[str] | None) -> None:
                 raise ShardkitError(f"line {number} is not an index record", shard=path) from None
             if keep is None or shard in keep:
                 add(record, path, number)
+    return marks.finish(number)

@@ -114,7 +114,8 @@ def test_a_truncated_parquet_index_is_named(generated, tmp_path):
     result = CliRunner().invoke(main, ["balance", "--corpus", f"en={broken}", "--world-size", "1", "--num-workers",
                                        "1", "-o", str(tmp_path / "o"), "--dry-run", "-q"])
     assert result.exit_code == 1
-    assert result.output.startswith(f"Error: {broken}: not a readable Parquet index (")
+    assert result.output.startswith(f"Error: {broken}: not a readable Parquet index: cut short (a copy that "
+                                    "stopped early?) or damaged (")
 
 
 def test_a_damaged_row_group_is_named_with_its_rows(tmp_path):

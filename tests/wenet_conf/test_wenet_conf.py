@@ -407,7 +407,9 @@ def test_plan_without_wenet_conf_is_unchanged(tmp_path):
         paths = f.read().split()
     utts = np.array([sum(1 for r in records if r["shard"] == p) for p in paths])
     secs = np.array([sum(r["duration"] for r in records if r["shard"] == p) for p in paths])
-    assert doc == {"command": "plan", **plan_figures(utts, secs, world_size=3, num_workers=2, epochs=3, seed=0)}
+    # the index is written as lines without completeness marks: it is used, and named as unchecked
+    assert doc == {"command": "plan", **plan_figures(utts, secs, world_size=3, num_workers=2, epochs=3, seed=0),
+                   "source_stamps": {}, "unchecked_indexes": [str(index)]}
 
 
 @pytest.mark.parametrize("codec", ["zst", "none"])

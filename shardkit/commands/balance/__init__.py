@@ -67,9 +67,11 @@ from shardkit.commands.balance.report import (
     write_repeats,
 )
 from shardkit.commands.balance.sources import (
+    check_index_marks,
     check_index_slices,
     check_unique_keys,
     iter_repeated_keys,
+    recorded_stamps,
     repeated_keys,
     resolve_index_files,
     take_keys,
@@ -105,7 +107,7 @@ from shardkit.planning.balance import (
 from shardkit.planning.balance.deal import TieOrder
 from shardkit.planning.balance.draws import Draws
 from shardkit.run.options import RunOptions
-from shardkit.run.split import inputs_digest, slice_path, slice_record
+from shardkit.run.split import inputs_digest, slice_path, slice_record, with_list
 
 if TYPE_CHECKING:
     from shardkit.run.lifecycle import Journal
@@ -416,6 +418,7 @@ def _load_mix(corpora: Sequence[CorpusSource], work_dir: str, options: RunOption
     for name, corpus in zip(names, mix.corpora):
         if not len(corpus.durations):
             raise UsageError(f"corpus {name!r} is empty (no utterances in its sources)")
+    check_index_marks(mix, events)
     if check_keys:
         check_unique_keys(mix)
     return mix, index_files
@@ -458,7 +461,7 @@ def _plan(corpora: Sequence[CorpusSource], mix: MixColumns, index_files: list[li
     figures = plan_figures(np.full(plan.num_shards, plan.utts_per_shard), plan.shard_seconds,
                            world_size=settings.world_size, num_workers=settings.num_workers, epochs=settings.epochs,
                            seed=settings.seed)
-    sources = {name: {"sources": list(c.sources), "index_files": files}
+    sources = {name: {"sources": list(c.sources), "index_files": files, **recorded_stamps(mix, files)}
                for name, c, files in zip(names, corpora, index_files)}
     return _Planned(mix, plan, repeats, figures, sources)
 
@@ -656,13 +659,13 @@ def _save_report(report: BalanceReport, layout: _Layout, settings: dict) -> None
 
     table = report.shards
     # a failed shard: data.partial.list, so that no list that looks finished lacks a shard
-    report.data_list_path = publish_list(layout.data_list, [r["path"] for r in table if r["status"] == "ok"],
-                                         complete=not report.failures)
+    listed = [r["path"] for r in table if r["status"] == "ok"]
+    report.data_list_path = publish_list(layout.data_list, listed, complete=not report.failures)
     removed = not report.failures and layout.split is None  # then OUT_DIR/.balance goes, with the indexes built there
     recorded_sources = {name: recorded_index_files(entry, layout.work_dir, removed)
                         for name, entry in report.sources.items()}
     atomic_write_json(layout.manifest_path, {
-        **({"slice": layout.slice_info} if layout.slice_info else {}),
+        **({"slice": with_list(layout.slice_info, listed)} if layout.slice_info else {}),
         "tool": "shardkit", "version": __version__, "command": "balance",
         "settings": settings,
         "summary": report.plan.summary(), "sources": recorded_sources, "shards": [

@@ -58,6 +58,8 @@ class MixColumns:
     # every key that contains REPEAT_MARK (load_columns collects them): the only keys a repeat's name can
     # equal, so the repeat-name check needs neither the 20 M hashes nor a second read (None: not collected)
     repeat_like: set[str] | None = None
+    # per index file, its completeness marks and source stamps (shardkit.io.indexmarks.IndexMarks)
+    index_marks: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -195,7 +197,8 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], par
             on_corpus_loaded(c, len(corpora[-1].durations))
     if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
         sys.modules["pyarrow"].default_memory_pool().release_unused()
-    return MixColumns(list(names), corpora, state.shards, state.files, repeat_like=state.repeat_like)
+    return MixColumns(list(names), corpora, state.shards, state.files, repeat_like=state.repeat_like,
+                      index_marks=state.marks)
 
 
 def _load_corpus(state: _LoadState, c: int, name: str, paths: Sequence[str], names: Sequence[str]) -> CorpusColumns:
@@ -254,6 +257,7 @@ class _LoadState:
         self.trainer = trainer  # collect the trainer's filter columns (load_columns' trainer_columns)
         self.want_txt = want_txt  # ... and the .txt members' places
         self.trainer_parts: list = []  # the corpus' TrainerBlocks so far, in row order
+        self.marks: dict = {}  # index file -> its IndexMarks (completeness, source stamps)
 
     def take_trainer_columns(self):
         """The corpus' trainer columns as one TrainerBlock (None unless asked); the next corpus starts afresh."""
@@ -313,8 +317,10 @@ def _read_parquet(path: str, state: _LoadState):
     from contextlib import ExitStack
 
     from shardkit.io.indexfile import open_parquet_index
+    from shardkit.io.indexmarks import parquet_marks
 
     pf = open_parquet_index(path)
+    state.marks[path] = parquet_marks(path, pf)
     plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
     plausibility = plausibility if len(plausibility) == 2 else []
     starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
@@ -443,10 +449,13 @@ def _read_jsonl(path: str, state: _LoadState):
     The loop is the per-utterance hot path of a JSON lines load: its body stays in one piece (a call per
     line would cost more than the checks it would hide)."""
     from shardkit.io.indexfile import BATCH_ROWS, hash_strings, loads, open_index
+    from shardkit.io.indexmarks import JsonlMarks
 
     durations, shard_col, offsets, keys, hashes = [], [], [], [], []
     shard_ids, shards = state.shard_ids, state.shards
-    offset = 0
+    offset = number = 0
+    marks = JsonlMarks(path)
+    follow = marks.add
     trainer = state.record_trainer()  # --wenet-conf: the filter's fields of each record parsed here (no second read)
     with open_index(path) as f:
         for number, line in enumerate(f, 1):
@@ -455,9 +464,10 @@ def _read_jsonl(path: str, state: _LoadState):
                 shard, key, duration = record["shard"], record["key"], float(record["duration"])
                 record["members"]
             except (ValueError, KeyError, TypeError):
-                _refuse_unless_blank(line, path, number)
+                _refuse_unless_blank(line, path, number, marks)
                 offset += len(line)
                 continue
+            follow(line)
             if (why := impossible_duration(duration, record.get("sample_rate"), record.get("bytes"))):
                 state.refuse_impossible(key, shard, why, path)
             if REPEAT_MARK in key:
@@ -482,14 +492,16 @@ def _read_jsonl(path: str, state: _LoadState):
                 hashes.append(hash_strings(keys))
                 keys = []
     hashes.append(hash_strings(keys))
+    state.marks[path] = marks.finish(number)
     return _jsonl_columns(state, trainer, (durations, shard_col, hashes, offsets))
 
 
-def _refuse_unless_blank(line: bytes, path: str, number: int) -> None:
-    """A line that is not an index record: passed over if blank, else the precise error (ShardkitError)."""
+def _refuse_unless_blank(line: bytes, path: str, number: int, marks) -> None:
+    """A line that is not an index record: passed over if blank or a completeness mark (followed in ``marks``),
+    else the precise error (ShardkitError)."""
     from shardkit.io.indexfile import parse_index_line
 
-    if line.strip():
+    if line.strip() and not marks.take(line, number):
         parse_index_line(line, path=path, number=number)  # raises the precise error
         raise ShardkitError(f"line {number} is not an index record", shard=path) from None
 

@@ -92,8 +92,11 @@ def _built_index(corpus: CorpusSource, built: str, shards: list[str], options: R
     from shardkit.io.files import atomic_write_json, load_json
 
     os.makedirs(os.path.dirname(built), exist_ok=True)
+    from shardkit.io.indexmarks import stamp_files
+
     stamp_path = built + ".sources.json"
-    stamp = {"corpus": corpus.name, "sources": source_stamps(shards)}
+    # with each shard's digest: a shard rewritten in place at the same size and mtime is indexed again too
+    stamp = {"corpus": corpus.name, "sources": source_stamps(shards), "stamps": stamp_files(shards)}
     if os.path.exists(built) and load_json(stamp_path) == stamp:
         return built
     stage = f"index {corpus.name}"
@@ -107,6 +110,33 @@ def _built_index(corpus: CorpusSource, built: str, shards: list[str], options: R
                             f"cannot be indexed; first: {first}")
     atomic_write_json(stamp_path, stamp)
     return built
+
+
+def check_index_marks(mix, events: Events) -> None:
+    """Every index read whole (a file cut short was refused while it was read) and every shard it stamped
+    as it was when indexed: a changed shard is a ShardkitError naming it and what changed (size, mtime,
+    digest). An index that carries no marks (an older shardkit's) is a note: it cannot be checked."""
+    for marks in mix.index_marks.values():
+        note = marks.note()
+        if note:
+            events.note(f"note: {note}")
+        marks.check_sources()
+
+
+def recorded_stamps(mix, index_files: Sequence[str]) -> dict:
+    """What a report records of a corpus' index files: the stamps of the sources it used (as the indexes
+    recorded them, checked before use), and the index files that had none to check. Nothing for a mix
+    given as columns (not read from index files by ``load_columns``)."""
+    if not mix.index_marks:
+        return {}
+    stamps: dict = {}
+    unchecked = []
+    for path in index_files:
+        marks = mix.index_marks.get(path)
+        if marks is None or marks.note():
+            unchecked.append(path)
+        stamps.update((marks.sources or {}) if marks is not None else {})
+    return {"source_stamps": stamps, **({"unchecked_indexes": unchecked} if unchecked else {})}
 
 
 def _built_suffix() -> str:

@@ -26,7 +26,7 @@ from shardkit.io.files import atomic_write_json
 from shardkit.io.files import remove_leftovers
 from shardkit.run.lifecycle import Journal, claim_output, claimed_output_dir, this_run
 from shardkit.run.options import RunOptions
-from shardkit.run.split import inputs_digest, slice_path, slice_record
+from shardkit.run.split import inputs_digest, slice_path, slice_record, with_list
 
 SHARD_STAGE = "make"  # the progress stage of the shard writes (the bar's name)
 
@@ -172,7 +172,7 @@ def _write_records(plan: _ShardPlan, results: dict[int, dict], planned: PlannedS
         "findings": report.skipped_utterances,
         "warnings": planned.warnings,
         "shards": recorded,
-        **({"slice": plan.slice_info} if plan.slice_info else {}),
+        **({"slice": with_list(plan.slice_info, listed)} if plan.slice_info else {}),
     })
     return report
 

@@ -249,8 +249,9 @@ def test_an_index_is_a_source_and_a_changed_shard_is_caught(mix, tmp_path):
     write_shards(utts[::-1], str(source), utts_per_shard=10)  # same names, other contents
     result = runner.invoke(main, [*args, "-o", str(tmp_path / "changed")])
     assert result.exit_code == 1
-    assert "member is not where the index says (the shard changed since it was indexed; index it again)" in \
-        result.output
+    # refused before any shard is written: the index's stamp of the shard no longer matches it
+    assert result.output.startswith(f"Error: {shards[0]}: changed since it was indexed into {tmp_path / 'a.jsonl'}: ")
+    assert not (tmp_path / "changed" / "data.list").exists()
 
 
 @pytest.mark.parametrize("corpora,extra,message", [

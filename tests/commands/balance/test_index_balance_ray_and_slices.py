@@ -8,6 +8,7 @@ import shutil
 import pytest
 from support import SMALL_CORPORA, folder_bytes, is_slice_file, read_bytes, run_cli
 
+from shardkit.io.indexfile import index_marks, iter_index
 from shardkit.io.synth import corpus_utterances, write_shards
 
 
@@ -39,8 +40,14 @@ def test_index_slices_concatenated_are_the_index_of_one_run(corpora, tmp_path):
         result = run_cli("index", sources, "-o", tmp_path / "all.jsonl", "-q", "--split", f"{i}/3", "--json")
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["index"] == str(tmp_path / f"all.slice-{i}-of-3.jsonl")
-    joined = b"".join(read_bytes(tmp_path / f"all.slice-{i}-of-3.jsonl") for i in (1, 2, 3))
-    assert joined == read_bytes(tmp_path / "all.jsonl") and joined.count(b"\n") == 6
+    # each slice is one marked segment (its own completeness marks and stamps): concatenated, the records
+    # are those of the whole list's index in its order, and the joined file checks whole
+    joined = tmp_path / "joined.jsonl"
+    joined.write_bytes(b"".join(read_bytes(tmp_path / f"all.slice-{i}-of-3.jsonl") for i in (1, 2, 3)))
+    whole = list(iter_index(str(tmp_path / "all.jsonl")))
+    assert list(iter_index(str(joined))) == whole and len(whole) == 6
+    marks, single = index_marks(str(joined)), index_marks(str(tmp_path / "all.jsonl"))
+    assert marks.record() == single.record() and marks.marked and len(marks.sources) == 3
 
 
 def test_balance_refuses_an_index_with_a_slice_missing(corpora, tmp_path):
