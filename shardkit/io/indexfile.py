@@ -708,7 +708,6 @@ def assemble_index(out_path: str, shards: list[str]) -> tuple[str | None, str | 
     if missing is not None:
         return None, (f"no index part for {missing} (see its entry, or run `shardkit index` on data.list)")
     from shardkit.io.files import AtomicFile
-
     from shardkit.io.indexmarks import stamp_files
 
     sources = stamp_files(shards)  # the shards were written and renamed before: these are their bytes
@@ -737,7 +736,6 @@ def concatenate_indexes(out_path: str, parts: list[str]) -> int:
     """Write the rows of the Parquet indexes ``parts``, in order, as one index ``out_path`` (atomically);
     rows written. Streams a row group at a time (what ``merge-reports`` does with the slices' indexes)."""
     from shardkit.io.files import AtomicFile
-
     from shardkit.io.indexmarks import merged_sources
 
     rows = 0

@@ -22,6 +22,7 @@ from faultserver import fault_server
 
 from shardkit.cli import main
 from shardkit.errors import ClusterError, ShardkitError
+from shardkit.io.indexfile import index_marks, iter_index
 from shardkit.io.remote import configure_io, io_settings
 from shardkit.io.tar import iter_shard_members
 
@@ -143,9 +144,12 @@ def test_index_of_a_pipe_input_matches_the_file(make_shards, tmp_path):
     result = runner.invoke(main, ["index", str(tmp_path / "one.list"), "-o", str(tmp_path / "pipe.jsonl"), "-q",
                                   "--allow-pipes"])
     assert result.exit_code == 0, result.output
-    file_lines = [json.loads(line) for line in open(tmp_path / "file.jsonl")]
-    pipe_lines = [json.loads(line) for line in open(tmp_path / "pipe.jsonl")]
-    assert [{**r, "shard": None} for r in pipe_lines] == [{**r, "shard": None} for r in file_lines]
+    file_records = list(iter_index(str(tmp_path / "file.jsonl")))
+    pipe_records = list(iter_index(str(tmp_path / "pipe.jsonl")))
+    assert len(file_records) == 5
+    assert [{**r, "shard": None} for r in pipe_records] == [{**r, "shard": None} for r in file_records]
+    # a pipe's source cannot be stamped (no file to stat): the file's index has a stamp, the pipe's none
+    assert index_marks(str(tmp_path / "file.jsonl")).sources and not index_marks(str(tmp_path / "pipe.jsonl")).sources
 
 
 # --- pipe: commands run only when asked ---------------------------------------------------------------

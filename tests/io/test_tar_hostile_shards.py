@@ -311,6 +311,12 @@ def test_quarantine_keeps_names_unchanged_and_survives_a_vanished_source(tmp_pat
     assert str(tmp_path / "q" / "gone.tar") not in open(tmp_path / "q" / "data.list").read()
 
 
+def without_marks(index, out):
+    """The index as an older shardkit wrote it: its records without the completeness-mark lines."""
+    with open(index, "rb") as f, open(out, "wb") as g:
+        g.writelines(line for line in f if not line.startswith(b'{"shardkit_index"'))
+
+
 def test_balance_refuses_a_source_whose_header_turned_hostile_after_indexing(tmp_path):
     """balance reads members by the index's offsets; the header before each must still parse (tario)."""
     src = tmp_path / "src"
@@ -330,6 +336,13 @@ def test_balance_refuses_a_source_whose_header_turned_hostile_after_indexing(tmp
     open(shards[1], "wb").write(bytes(blob))
     args = ["balance", "--corpus", f"a={tmp_path / 'a.jsonl'}", "--world-size", "1", "--num-workers", "1",
             "--num-shards", "1", "--codec", "none", "-q", "-j", "1", "-o", tmp_path / "out"]
+    result = run_without_traceback(*args)
+    assert result.exit_code == 1  # the index's stamp of s1.tar (its digest) no longer matches: refused up front
+    assert "changed since it was indexed" in result.output and "s1.tar" in result.output
+    assert not (tmp_path / "out").exists()
+    # an index of an older shardkit (no marks, nothing to compare): the parser's own check still refuses
+    without_marks(tmp_path / "a.jsonl", tmp_path / "old.jsonl")
+    args[2] = f"a={tmp_path / 'old.jsonl'}"
     result = run_without_traceback(*args)
     assert result.exit_code == 1
     assert "member is not where the index says" in result.output and "s1.tar" in result.output
@@ -366,8 +379,15 @@ def test_balance_fails_the_shards_of_a_source_that_vanished_after_indexing(tmp_p
         shards.append(write(src / f"s{i}{SUFFIX[codec]}", blob, codec))
     assert run_without_traceback("index", *shards, "-o", tmp_path / "a.jsonl", "-q", "-j", "1").exit_code == 0
     os.unlink(shards[1])
-    result = run_without_traceback("balance", "--corpus", f"a={tmp_path / 'a.jsonl'}", "--world-size", "1", "--num-workers", "1",
-                 "--num-shards", "1", "--codec", "none", "-q", "-j", "1", "-o", tmp_path / "out", "--json")
+    args = ["balance", "--corpus", f"a={tmp_path / 'a.jsonl'}", "--world-size", "1", "--num-workers", "1",
+            "--num-shards", "1", "--codec", "none", "-q", "-j", "1", "-o", tmp_path / "out", "--json"]
+    result = run_without_traceback(*args)
+    assert result.exit_code == 1  # the index's stamps are checked first: the missing source is named, nothing written
+    assert shards[1] in json.loads(result.stdout)["error"] and not (tmp_path / "out").exists()
+    # an index of an older shardkit (no marks): the shard that needs the source fails alone, naming it
+    without_marks(tmp_path / "a.jsonl", tmp_path / "old.jsonl")
+    args[2] = f"a={tmp_path / 'old.jsonl'}"
+    result = run_without_traceback(*args)
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert [f["shard"] for f in doc["failures"]] == [str(tmp_path / "out" / "shards_000000000.tar")]
