@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import tarfile
+
+# Some classes below also derive from a standard exception, so that code written against WebDataset
+# (or any tarfile/OS reader) catches shardkit's errors where it catches theirs: a missing input is a
+# FileNotFoundError, an unreadable one an OSError, a damaged stream or tar a tarfile.ReadError, a
+# duplicated member a ValueError. ShardkitError stays the first base: its message and location win.
+
 
 class ShardkitError(Exception):
     """Base of every error shardkit raises on purpose.
@@ -43,14 +50,14 @@ class UsageError(ShardkitError):
     check = "usage"
 
 
-class InputError(ShardkitError):
+class InputError(ShardkitError, OSError):
     """An input that could not be read: a URL (HTTP status, stalled, closed early, redirect loop), a
     ``pipe:`` command (exit status, stalled, refused without --allow-pipes). Fails that shard only."""
 
     check = "input"
 
 
-class InputMissingError(InputError):
+class InputMissingError(InputError, FileNotFoundError):
     """An input that is not there (HTTP 404, no such key or file)."""
 
     check = "missing_file"
@@ -63,16 +70,20 @@ class ClusterError(ShardkitError):
     exit_code = 3
 
 
-class CorruptStreamError(ShardkitError):
+class CorruptStreamError(ShardkitError, tarfile.ReadError):
     """The compressed stream is truncated or damaged."""
 
     check = "stream"
 
 
-class TarFormatError(ShardkitError):
+class TarFormatError(ShardkitError, tarfile.ReadError):
     """The tar container is malformed: bad header, checksum, truncated member, not a tar."""
 
     check = "tar"
+
+
+class EmptyTarError(TarFormatError):
+    """A tar archive with no member (its end-of-archive blocks only): WebDataset reads it as no samples."""
 
 
 class TarChecksumError(TarFormatError):
@@ -117,6 +128,21 @@ class UnsafeMemberError(ShardkitError):
     """A member that must never be extracted or trusted: traversal, absolute, link, device."""
 
     check = "unsafe_member"
+
+
+class NonRegularMemberError(UnsafeMemberError):
+    """A member that is not a regular file (directory, link, device, FIFO): never followed or extracted;
+    readers that take only files (WebDataset) skip it."""
+
+
+class UnsafeNameError(UnsafeMemberError):
+    """A member name that would leave the folder if extracted (absolute, '..', backslash) or is empty."""
+
+
+class DuplicateMemberError(ShardkitError, ValueError):
+    """Two members of one sample with the same extension (WebDataset raises a ValueError there)."""
+
+    check = "duplicate_member"
 
 
 class MemberTooLargeError(ShardkitError):

@@ -29,7 +29,10 @@ import zlib
 from typing import BinaryIO, Callable, Generator, Iterable, Iterator
 
 from shardkit.errors import (
+    EmptyTarError,
+    InputMissingError,
     MemberTooLargeError,
+    NonRegularMemberError,
     ShardkitError,
     TarChecksumError,
     TarFormatError,
@@ -38,7 +41,7 @@ from shardkit.errors import (
     TarNumberFieldError,
     TarPaxError,
     TarZeroBlockError,
-    UnsafeMemberError,
+    UnsafeNameError,
 )
 from shardkit.io.codecs import iter_decompressed
 
@@ -347,7 +350,7 @@ def iter_tar_members(
                 raise fail(TarNameChainError, "end-of-archive block right after a long-name or pax header, "
                                               "with no member", extension_at)
             if not headers:
-                raise TarFormatError("empty tar archive (no members)", shard=shard)
+                raise EmptyTarError("empty tar archive (no members)", shard=shard)
             _check_end(read, offset + BLOCK, shard)
             return True
         at = offset
@@ -412,14 +415,14 @@ def iter_tar_members(
             text = escape_name(name)
             problem = fail(TarNameEncodingError, why, member_at, text)
         elif directory:
-            problem = UnsafeMemberError("directory member refused (type '\\0' with a name ending in '/')",
-                                        shard=shard, member=text)
+            problem = NonRegularMemberError("directory member refused (type '\\0' with a name ending in '/')",
+                                            shard=shard, member=text)
         elif typeflag in _REFUSED_TYPES:
-            problem = UnsafeMemberError(f"{_REFUSED_TYPES[typeflag]} member refused", shard=shard, member=text)
+            problem = NonRegularMemberError(f"{_REFUSED_TYPES[typeflag]} member refused", shard=shard, member=text)
         elif typeflag not in _REGULAR:
-            problem = UnsafeMemberError(f"unsupported member type {typeflag!r}", shard=shard, member=text)
+            problem = NonRegularMemberError(f"unsupported member type {typeflag!r}", shard=shard, member=text)
         elif (why := _check_name(text)) is not None:
-            problem = UnsafeMemberError(why, shard=shard, member=text)
+            problem = UnsafeNameError(why, shard=shard, member=text)
         elif size > max_member_bytes:
             problem = MemberTooLargeError(f"member of {size} bytes exceeds the limit of {max_member_bytes} bytes",
                                           shard=shard, member=text)
@@ -532,7 +535,7 @@ def open_regular(path: str) -> int:
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise ShardkitError("no such file", shard=escape_name(path)) from None
+        raise InputMissingError("no such file", shard=escape_name(path)) from None
     except IsADirectoryError:
         raise ShardkitError("is a directory, not a shard", shard=escape_name(path)) from None
     except OSError as err:

@@ -401,6 +401,32 @@ def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
             pass
 
 
+def read_stream_members(stream, url: str, **read) -> Iterator[tuple[str, bytes]]:
+    """``read_members`` over a stream someone else opened (WebDataset's ``gopen``): any compression;
+    no resume offset past a seek, and no second pass to tell a zstd stream cut at a member boundary."""
+    f = stream if hasattr(stream, "peek") else io.BufferedReader(_RawStream(stream))
+    start = read.pop("start", 0)
+    source = _open_at(f, url, detect_codec(f.peek(16)[:16]), start, 1)
+    yield from iter_members_fast(source, shard=url, offset=start, **read)
+    if hasattr(source, "drain"):
+        source.drain()
+
+
+class _RawStream(io.RawIOBase):
+    """A file-like object with only ``read`` as a raw stream, so io.BufferedReader can give it ``peek``."""
+
+    def __init__(self, stream):
+        self._read = stream.read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
 # ---------------------------------------------------------------------------------------------
 # Stage 2: utterances
 
