@@ -295,6 +295,9 @@ def _check_pax_records(data: bytes, records: dict[bytes, bytes]) -> None:
         raise TarPaxError(f"pax size {escape_name(size)!r} is not a non-negative decimal number")
 
 
+# What an ``on_error`` policy may answer for an UnsafeNameError to have that member read after all, under
+# its name as it stands (a reader that never extracts, as WebDataset's, can take '..' or '/x' as a name).
+KEEP_MEMBER = "keep-member"
 EXTENSION_TYPES = (b"L", b"K", b"x", b"g")
 MAX_EXTENSION_BYTES = 1 << 20
 
@@ -317,8 +320,9 @@ def iter_tar_members(
     ``ShardkitError`` is raised: every header tarfile and shardkit (or GNU tar) could read
     differently is refused with its own check (see shardkit.errors). Unsafe, oversized or
     badly named members raise; with ``on_error`` they are passed to it and skipped instead (the
-    stream stays in step). Malformed headers and truncation always raise ``TarFormatError``
-    naming the byte offset. ``offset`` and ``members``: where a caller that parsed the stream's
+    stream stays in step), except a regular member whose only fault is its name (UnsafeNameError,
+    within the size limit) when ``on_error`` answers ``KEEP_MEMBER``: it is yielded under that name.
+    Malformed headers and truncation always raise ``TarFormatError`` naming the byte offset. ``offset`` and ``members``: where a caller that parsed the stream's
     start itself hands over. ``stream_over``: a member larger than this many bytes is yielded as
     a ``MemberStream`` (its data read in chunks, never held whole) instead of bytes. ``position``: an
     object whose ``end`` is set, before each member is yielded, to the stream offset just past the
@@ -431,10 +435,11 @@ def iter_tar_members(
             if on_error is None:
                 raise problem
             problem.member_size = size if typeflag in _REGULAR and size <= max_member_bytes else None
-            on_error(problem)
-            _skip(read, padded, shard, text, offset)
-            offset += padded
-            continue
+            waived = on_error(problem) is KEEP_MEMBER and isinstance(problem, UnsafeNameError)
+            if not (waived and problem.member_size is not None):
+                _skip(read, padded, shard, text, offset)
+                offset += padded
+                continue
         if stream_over is not None and size > stream_over:
             body = MemberStream(read, size, shard, text, offset)
             if position is not None:

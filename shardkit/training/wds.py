@@ -41,11 +41,20 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from shardkit.errors import DuplicateMemberError, EmptyTarError, NonRegularMemberError, ShardkitError, UsageError
+from shardkit.errors import (
+    DuplicateMemberError,
+    EmptyTarError,
+    NonRegularMemberError,
+    ShardkitError,
+    UnsafeNameError,
+    UsageError,
+)
 from shardkit.io.tar import AUDIO_EXTENSIONS
 from shardkit.training.reader import DTYPES, decode_fast
 
 OUTPUTS = ("numpy", "torch")
+# tarfile_to_samples' policies for member names that would leave the folder if extracted ('..', '/x').
+UNSAFE_NAME_POLICIES = ("refuse", "read")
 
 
 def _check(dtype: str, output: str) -> None:
@@ -194,9 +203,11 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
     - ``pipe:CMD`` URLs run their command only when allowed: ``allow_pipes=True``, or
       SHARDKIT_ALLOW_PIPES=1 in the environment (a shard list of untrusted origin can name any
       command); refused, the shard fails with an ``InputError`` (an ``OSError``) that says so.
-    - Member names that are absolute or hold ``..`` (names that would leave the folder if
-      extracted) are refused as a member error (``UnsafeNameError``): the handler decides, and
-      ``wds.warn_and_continue`` / ``ignore_and_continue`` skip only that member.
+    - ``unsafe_names``: member names that are absolute or hold ``..`` or a backslash (names
+      that would leave the folder if extracted) are, by default (``"refuse"``), a member error
+      (``UnsafeNameError``): the handler decides, and ``wds.warn_and_continue`` /
+      ``ignore_and_continue`` skip only that member. ``"read"`` reads them as names, as WebDataset
+      does (neither ever extracts; code after the reader that writes files by key must not trust them).
     - Other URLs (``http:``, ``gs:``, ``hf:``, ``ais:``, ...) are opened by WebDataset's own
       ``gopen`` (its ``GOPEN_REWRITE`` and handlers apply), so webdataset must be installed for them.
     - ``__local_path__`` is added only with ``local_path=True`` (:func:`WebDataset` sets it, as
@@ -212,13 +223,14 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
         max_member_bytes: members above this size are a member error (memory stays bounded).
         allow_pipes: run the commands of ``pipe:`` URLs (see above).
         local_path: add ``__local_path__`` to the samples of local shards.
+        unsafe_names: ``"refuse"`` or ``"read"`` (see above).
 
     Returns:
         A callable stage: ``stage(src)`` yields samples from an iterable of ``{"url": ...}`` dicts
         (or URL strings).
 
     Raises:
-        UsageError: a saved state that does not fit (see ``load_state_dict``).
+        UsageError: ``unsafe_names`` is not a policy.
 
     Stateful (torchdata's protocol): ``state_dict()`` says how many shards of its input it has
     finished in this pass, the shard it is in and the tar-stream offset past the last sample it
@@ -238,8 +250,13 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
     def __init__(self, handler: Callable[[Exception], bool] = _reraise,
                  select_files: Callable[[str], bool] | None = None,
                  rename_files: Callable[[str], str] | None = None, *, bytes_only: bool = False,
-                 max_member_bytes: int | None = None, allow_pipes: bool | None = None, local_path: bool = False):
+                 max_member_bytes: int | None = None, allow_pipes: bool | None = None, local_path: bool = False,
+                 unsafe_names: str = "refuse"):
         from shardkit.io.tar import DEFAULT_MAX_MEMBER_BYTES
+
+        if unsafe_names not in UNSAFE_NAME_POLICIES:
+            raise UsageError(f"unsafe_names={unsafe_names!r}; choose from {', '.join(UNSAFE_NAME_POLICIES)}")
+        self.unsafe_names = unsafe_names
 
         self.handler, self.bytes_only = handler, bytes_only
         self.select_files, self.rename_files = select_files, rename_files
@@ -329,12 +346,18 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
             return read_members(url, allow_pipes=self.allow_pipes, **common)
         return _gopen_members(url, **common)
 
-    def _member_problem(self, problem: ShardkitError) -> None:
-        """A member the reader will skip: non-regular ones silently (counted), others as the handler says."""
+    def _member_problem(self, problem: ShardkitError) -> str | None:
+        """A member the reader refuses: non-regular ones skipped (counted), unsafe names read under the "read"
+        policy, others as the handler says."""
         if isinstance(problem, NonRegularMemberError):
             self.skipped_members += 1
-            return
+            return None
+        if self.unsafe_names == "read" and isinstance(problem, UnsafeNameError):
+            from shardkit.io.tar import KEEP_MEMBER
+
+            return KEEP_MEMBER
         self._member_error(problem)
+        return None
 
     def _member_error(self, err: Exception) -> None:
         err._handled = True
@@ -404,7 +427,7 @@ def _resumed_start(resume: dict | None, url: str) -> int:
     return resume["offset"] if resume["url"] is not None else 0
 
 
-def WebDataset(urls, *, allow_pipes: bool | None = None, **kwargs):  # noqa: N802  (a drop-in for the class)
+def WebDataset(urls, *, allow_pipes: bool | None = None, unsafe_names: str = "refuse", **kwargs):  # noqa: N802  (a drop-in for the class)
     """``webdataset.WebDataset(urls, **kwargs)`` whose shards are read by shardkit's reader.
 
     The same object, arguments and pipeline (shard list, ``nodesplitter``, ``workersplitter``,
@@ -421,13 +444,14 @@ def WebDataset(urls, *, allow_pipes: bool | None = None, **kwargs):  # noqa: N80
     Args:
         urls: what ``wds.WebDataset`` takes (a brace pattern, a list, a shard list object).
         allow_pipes: run the commands of ``pipe:`` URLs (else refused unless SHARDKIT_ALLOW_PIPES=1).
+        unsafe_names: ``"refuse"`` (a member error) or ``"read"`` ('..'/absolute member names as names).
         **kwargs: every argument of ``wds.WebDataset``, passed on unchanged.
 
     Returns:
         The ``webdataset.WebDataset`` pipeline, its reading stages replaced.
 
     Raises:
-        UsageError: webdataset is not installed.
+        UsageError: webdataset is not installed, or ``unsafe_names`` is not a policy.
 
     Example:
         >>> from shardkit.training.wds import WebDataset, decode_audio
@@ -449,7 +473,7 @@ def WebDataset(urls, *, allow_pipes: bool | None = None, **kwargs):  # noqa: N80
     stages[at:at + 3] = [tarfile_to_samples(handler=kwargs.get("handler", _reraise),
                                             select_files=kwargs.get("select_files"),
                                             rename_files=kwargs.get("rename_files"), bytes_only=True,
-                                            allow_pipes=allow_pipes, local_path=True)]
+                                            allow_pipes=allow_pipes, local_path=True, unsafe_names=unsafe_names)]
     return dataset
 
 
@@ -460,4 +484,4 @@ def _locate(err: ShardkitError, sample: dict, field: str) -> ShardkitError:
                        member=f"{key}.{field}" if key is not None else field)
 
 
-__all__ = ["OUTPUTS", "WebDataset", "audio_handler", "decode_audio", "tarfile_to_samples", "webdataset_key"]
+__all__ = ["OUTPUTS", "UNSAFE_NAME_POLICIES", "WebDataset", "audio_handler", "decode_audio", "tarfile_to_samples", "webdataset_key"]
