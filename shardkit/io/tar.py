@@ -29,6 +29,7 @@ import zlib
 from typing import BinaryIO, Callable, Generator, Iterable, Iterator
 
 from shardkit.errors import (
+    CorruptStreamError,
     EmptyTarError,
     InputMissingError,
     MemberTooLargeError,
@@ -448,7 +449,10 @@ def iter_tar_members(
             body.finish()
             offset += padded
             continue
-        data = read(size)
+        try:
+            data = read(size)
+        except CorruptStreamError as err:  # the break lies in this member: say which
+            raise err.located(shard=shard, member=text)
         if len(data) < size:
             raise fail(TarFormatError, f"stream ends inside member data ({len(data)} of {size} bytes; truncated)",
                        offset, text)

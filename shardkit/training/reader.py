@@ -229,12 +229,15 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
             if (size <= max_member_bytes and name and name[0] != "/" and ".." not in name and "\\" not in name
                     and name[1:2] != ":" and name[-1] != "/"):
                 padded = size + (-size % BLOCK)
-                if read_member is not None:
-                    data, next_header, padded_whole = read_member(size)
-                else:
-                    data = read(size)
-                    next_header = None
-                    padded_whole = padded == size or len(data) < size or len(read(padded - size)) == padded - size
+                try:
+                    if read_member is not None:
+                        data, next_header, padded_whole = read_member(size)
+                    else:
+                        data = read(size)
+                        next_header = None
+                        padded_whole = padded == size or len(data) < size or len(read(padded - size)) == padded - size
+                except CorruptStreamError as err:  # the break lies in this member: say which
+                    raise err.located(shard=shard, member=name)
                 if len(data) < size:
                     raise TarFormatError(f"stream ends inside member data ({len(data)} of {size} bytes; "
                                          f"truncated) at byte {offset + BLOCK}", shard=shard, member=name)

@@ -192,8 +192,9 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
     followed; counted in ``skipped_members``); a member error (a duplicated extension, an
     oversized or badly named member) goes to ``handler`` and, when it answers True, only that
     member is dropped and the shard goes on; a stream error (truncated or damaged shard) first
-    hands on the sample completed before the break, then goes to ``handler`` (True: next shard,
-    False: the stream ends, the default raises); a tar holding only its end blocks gives no
+    hands on the last sample before the break when the break lies in a member of a later key
+    (never a sample that may miss members: WebDataset hands that one on too), then goes to
+    ``handler`` (True: next shard, False: the stream ends, the default raises); a tar holding only its end blocks gives no
     sample. Errors are ShardkitErrors naming shard and member, and also the standard types
     WebDataset's callers catch: a damaged stream or tar is a ``tarfile.ReadError``, a missing
     shard a ``FileNotFoundError`` (an ``OSError``), a duplicated extension a ``ValueError``.
@@ -324,9 +325,13 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
         return True
 
     def _broken_in(self, sample: dict, err: Exception | None) -> bool:
+        """Whether the break may lie inside ``sample``: yes unless the error names a member of another key (a
+        break between headers could hide one more member of it; WebDataset hands such a sample on)."""
+        if err is None:
+            return False
         member = getattr(err, "member", None)
         if not member:
-            return False
+            return True
         try:
             key, _ = webdataset_key(self.rename_files(member) if self.rename_files else member)
         except Exception:  # noqa: BLE001  (a rename that fails on this name: count the sample broken)
