@@ -28,8 +28,14 @@ which carries ``key`` and ``url``.
 WebDataset's own ``tarfile`` reader costs more than shardkit's whole reader on plain WAV, so the
 decoder alone reaches about half of shardkit's speed there; :class:`tarfile_to_samples` (a
 drop-in for ``wds.tarfile_to_samples()``) and :func:`WebDataset` (a ``wds.WebDataset`` with that
-stage in place of its reader) give the rest. Only :func:`WebDataset` imports webdataset; the
-stages and the handler are plain callables.
+stage in place of its reader) give the rest. "Drop-in" means: every argument of the replaced
+objects, the same samples, the same error policy (``handler``) and exception types callers catch
+(``tarfile.ReadError``, ``OSError``, ``ValueError``); webdataset 1.0.2's own test suite passes
+with them in place (tests/webdataset_suite). Where shardkit differs on purpose, a named policy
+with an option says so: ``allow_pipes`` (``pipe:`` URLs run only when allowed) and
+``unsafe_names`` ('..'/absolute member names refused unless ``"read"``); see
+:class:`tarfile_to_samples`. Only :func:`WebDataset` and URLs other than local files and ``pipe:``
+(opened by webdataset's ``gopen``) need webdataset; the stages and the handler are plain callables.
 """
 
 from __future__ import annotations
@@ -93,8 +99,26 @@ def audio_handler(dtype: str = "float32", output: str = "numpy",
     """A handler for WebDataset's ``.decode(...)``: audio bytes -> ``(samples, sample_rate)``.
 
     Answers fields whose last extension is in ``extensions`` (wav, flac, mp3, ...; others return
-    None, so WebDataset's next handler takes them). Raises AudioError with the cause; WebDataset
-    wraps it in its ``DecodingError`` (``.key``, ``.url``; this error is its ``__cause__``).
+    None, so WebDataset's next handler takes them).
+
+    Args:
+        dtype: sample type of the arrays: ``float32`` (in [-1, 1)), ``int16`` or ``float64``.
+        output: ``numpy`` (float arrays of shape (frames, channels)) or ``torch`` (tensors of shape
+            (channels, frames), as ``torchaudio.load`` and ``wds.torch_audio``).
+        extensions: the audio extensions it answers.
+
+    Returns:
+        A handler ``(key, data) -> (samples, sample_rate)`` or None for other fields.
+
+    Raises:
+        UsageError: an unknown ``dtype`` or ``output``. The handler raises AudioError (naming the
+            field) for audio that does not decode; WebDataset wraps it in its ``DecodingError``
+            (``.key``, ``.url``; this error is its ``__cause__``).
+
+    Example:
+        >>> import webdataset as wds
+        >>> from shardkit.training.wds import audio_handler
+        >>> ds = wds.WebDataset("shards/train-{000000..000009}.tar", shardshuffle=100).decode(audio_handler())
     """
     convert = _converter(dtype, output)
     wanted = frozenset(extensions)
@@ -117,8 +141,26 @@ class decode_audio:  # noqa: N801  (used like a function: .map(shardkit.training
 
     Every field whose last extension is an audio one (``wav``, ``flac``, ...) becomes
     ``(samples, sample_rate)``; ``txt`` becomes ``str`` (UTF-8); other fields are left as they are
-    (chain WebDataset's ``.decode(partial=True)`` for them). Errors are ShardkitErrors naming the
-    shard (``__url__``) and member (``__key__`` plus the field). Picklable, for DataLoader workers.
+    (chain WebDataset's ``.decode(partial=True)`` for them). Picklable, for DataLoader workers.
+
+    Args:
+        dtype: sample type of the arrays: ``float32``, ``int16`` or ``float64``.
+        output: ``numpy`` ((frames, channels) arrays) or ``torch`` ((channels, frames) tensors).
+        extensions: the audio extensions it decodes.
+        text: decode ``txt`` fields to ``str``.
+
+    Returns:
+        A stage: ``stage(sample)`` returns the sample with its fields decoded (in place).
+
+    Raises:
+        UsageError: an unknown ``dtype`` or ``output``. The stage raises AudioError (audio that does
+            not decode) or ShardkitError (a transcript that is not UTF-8), naming the shard
+            (``__url__``) and member (``__key__`` plus the field).
+
+    Example:
+        >>> import webdataset as wds
+        >>> from shardkit.training.wds import decode_audio
+        >>> ds = wds.WebDataset("shards/train-{000000..000009}.tar", shardshuffle=100).map(decode_audio())
     """
 
     def __init__(self, dtype: str = "float32", output: str = "numpy", extensions=AUDIO_EXTENSIONS,
@@ -163,6 +205,19 @@ def webdataset_key(name: str) -> tuple[str | None, str | None]:
 
     WeNet splits at the last '.': ``a/b.c.wav`` is key ``a/b.c`` to WeNet, ``a/b`` with the field
     ``c.wav`` to WebDataset (``shardkit validate`` warns about such keys: check ``key_dot``).
+
+    Args:
+        name: a tar member name.
+
+    Returns:
+        ``(key, extension)``, the extension as it stands (WebDataset lower-cases it when grouping).
+
+    Raises:
+        Nothing: a name WebDataset cannot split gives ``(None, None)``.
+
+    Example:
+        >>> webdataset_key("a/b.c.wav")
+        ('a/b', 'c.wav')
     """
     match = _WDS_NAME.match(name)
     return (match.group(1), match.group(2)) if match else (None, None)
@@ -462,6 +517,8 @@ def WebDataset(urls, *, allow_pipes: bool | None = None, unsafe_names: str = "re
         >>> from shardkit.training.wds import WebDataset, decode_audio
         >>> ds = WebDataset("shards/train-{000000..000009}.tar", shardshuffle=100).map(decode_audio())
     """
+    if unsafe_names not in UNSAFE_NAME_POLICIES:
+        raise UsageError(f"unsafe_names={unsafe_names!r}; choose from {', '.join(UNSAFE_NAME_POLICIES)}")
     try:
         from webdataset.cache import StreamingOpen
         from webdataset.compat import WebDataset as WdsWebDataset  # the class itself, wherever wds.WebDataset points
