@@ -25,6 +25,7 @@ NETWORK = {
     "test_cache.py::TestStreamingOpen::test_remote_file", "test_cache.py::TestFileCache::test_remote_file",
     "test_compat.py::test_decoder", "test_compat.py::test_cache_dir", "test_compat.py::test_shard_syntax",
     "test_compat.py::test_torchvision", "test_compat.py::test_batched", "test_compat.py::test_unbatched",
+    "test_decode.py::test_decoders", "test_decode.py::test_handlers",
     "test_handlers.py::test_missing_throws2", "test_loaders.py::test_dataloader",
     "test_pipeline.py::test_dataloader", "test_pipeline.py::test_decode_handlers", "test_pipeline.py::test_decoder",
     "test_pipeline.py::test_pipe", "test_pipeline.py::test_torchvision", "test_pipeline.py::test_batched",
@@ -71,7 +72,7 @@ def _missing_requirement() -> str | None:
         return "webdataset is not installed (pip install 'shardkit[wds]')"
     if webdataset.__version__ != WEBDATASET_VERSION:
         return f"these are webdataset {WEBDATASET_VERSION}'s tests; webdataset {webdataset.__version__} is installed"
-    for module in ("PIL", "lmdb", "msgpack", "torch"):
+    for module in ("PIL", "imageio", "lmdb", "msgpack", "torch"):
         try:
             __import__(module)
         except ImportError:
