@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import tarfile
+
+# Some classes below also derive from a standard exception, so that code written against WebDataset
+# (or any tarfile/OS reader) catches shardkit's errors where it catches theirs: a missing input is a
+# FileNotFoundError, an unreadable one an OSError, a damaged stream or tar a tarfile.ReadError, a
+# duplicated member a ValueError. ShardkitError stays the first base: its message and location win.
+
 
 class ShardkitError(Exception):
     """Base of every error shardkit raises on purpose: one ``except`` catches them all.
@@ -69,7 +76,7 @@ class UsageError(ShardkitError):
     check = "usage"
 
 
-class InputError(ShardkitError):
+class InputError(ShardkitError, OSError):
     """An input that could not be read: a URL (HTTP status, stalled, closed early, redirect loop), a
     ``pipe:`` command (exit status, stalled, refused without --allow-pipes). Fails that shard only.
 
@@ -83,7 +90,7 @@ class InputError(ShardkitError):
     check = "input"
 
 
-class InputMissingError(InputError):
+class InputMissingError(InputError, FileNotFoundError):
     """An input that is not there (HTTP 404, no such key or file)."""
 
     check = "missing_file"
@@ -96,8 +103,8 @@ class ClusterError(ShardkitError):
     exit_code = 3
 
 
-class CorruptStreamError(ShardkitError):
-    """The compressed stream (gzip, bzip2, xz, zstd) is truncated or damaged.
+class CorruptStreamError(ShardkitError, tarfile.ReadError):
+    """The compressed stream (gzip, bzip2, xz, zstd) is truncated or damaged (also a ``tarfile.ReadError``).
 
     Nothing after the damage can be trusted, so the shard's read ends there (with ``on_error``,
     the utterances before it were already yielded).
@@ -112,8 +119,9 @@ class CorruptStreamError(ShardkitError):
     check = "stream"
 
 
-class TarFormatError(ShardkitError):
-    """The tar container is malformed: bad header, checksum, truncated member, not a tar.
+class TarFormatError(ShardkitError, tarfile.ReadError):
+    """The tar container is malformed: bad header, checksum, truncated member, not a tar (also a
+    ``tarfile.ReadError``).
 
     Its subclasses name the fault (checksum, number field, pax record, zero block, name chain,
     name encoding). What Python's tarfile (the trainer's parser) would reject is rejected here.
@@ -126,6 +134,10 @@ class TarFormatError(ShardkitError):
     """
 
     check = "tar"
+
+
+class EmptyTarError(TarFormatError):
+    """A tar archive with no member (its end-of-archive blocks only): WebDataset reads it as no samples."""
 
 
 class TarChecksumError(TarFormatError):
@@ -170,6 +182,21 @@ class UnsafeMemberError(ShardkitError):
     """A member that must never be extracted or trusted: traversal, absolute, link, device."""
 
     check = "unsafe_member"
+
+
+class NonRegularMemberError(UnsafeMemberError):
+    """A member that is not a regular file (directory, link, device, FIFO): never followed or extracted;
+    readers that take only files (WebDataset) skip it."""
+
+
+class UnsafeNameError(UnsafeMemberError):
+    """A member name that would leave the folder if extracted (absolute, '..', backslash) or is empty."""
+
+
+class DuplicateMemberError(ShardkitError, ValueError):
+    """Two members of one sample with the same extension (WebDataset raises a ValueError there)."""
+
+    check = "duplicate_member"
 
 
 class MemberTooLargeError(ShardkitError):

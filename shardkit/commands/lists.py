@@ -103,14 +103,14 @@ def check_shard(path: str, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, thr
 
         for _ in group_samples(counted(), shard=path, max_bytes=max_member_bytes):
             result["utterances"] += 1
+    except ShardkitError as err:  # first: some ShardkitErrors are also OSErrors (a missing shard, an input)
+        result["error"] = str(err).removeprefix(f"{path}: ")
     except FileNotFoundError:
         result["error"] = "no such file"
     except IsADirectoryError:
         result["error"] = "is a folder, not a shard"
     except OSError as err:
         result["error"] = f"cannot read ({err.strerror or err})"
-    except ShardkitError as err:
-        result["error"] = str(err).removeprefix(f"{path}: ")
     if problems and result["error"] is None:
         first = str(problems[0]).removeprefix(f"{path}: ")
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -62,12 +62,30 @@ def _stream_chunks(reader: BinaryIO) -> Iterator[bytes]:
 
 def _gz_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:
     try:
-        from isal import igzip
-
-        reader = igzip.IGzipFile(fileobj=f, mode="rb")
+        from isal import isal_zlib as deflate
     except ImportError:  # isal is a speed-up, not a requirement
-        reader = gzip.GzipFile(fileobj=f, mode="rb")
-    yield from _stream_chunks(reader)
+        import zlib as deflate
+    # A decompressor object rather than isal's IGzipFile: that one drops the bytes it decoded in the
+    # read that meets a truncated end, so the members complete before the break would be lost.
+    decompressor = deflate.decompressobj(_GZIP_WBITS)
+    started = False
+    while raw := f.read(READ_CHUNK):
+        while raw:
+            if not started and not raw.strip(b"\0"):
+                break  # zero padding after the last gzip member, as gzip.GzipFile allows
+            started = True
+            chunk = decompressor.decompress(raw, READ_CHUNK)
+            if chunk:
+                yield chunk
+            if decompressor.eof:  # one gzip member ended: another may follow (concatenated gzip)
+                raw, decompressor, started = decompressor.unused_data, deflate.decompressobj(_GZIP_WBITS), False
+            else:
+                raw = decompressor.unconsumed_tail
+    if started:
+        raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+
+
+_GZIP_WBITS = 16 + 15  # a gzip header and trailer around a deflate stream with a 32 KiB window
 
 
 def _bz2_chunks(f: BinaryIO, threads: int) -> Iterator[bytes]:

@@ -29,7 +29,11 @@ import zlib
 from typing import BinaryIO, Callable, Generator, Iterable, Iterator
 
 from shardkit.errors import (
+    CorruptStreamError,
+    EmptyTarError,
+    InputMissingError,
     MemberTooLargeError,
+    NonRegularMemberError,
     ShardkitError,
     TarChecksumError,
     TarFormatError,
@@ -38,7 +42,7 @@ from shardkit.errors import (
     TarNumberFieldError,
     TarPaxError,
     TarZeroBlockError,
-    UnsafeMemberError,
+    UnsafeNameError,
 )
 from shardkit.io.codecs import iter_decompressed
 
@@ -295,6 +299,9 @@ def _check_pax_records(data: bytes, records: dict[bytes, bytes]) -> None:
         raise TarPaxError(f"pax size {escape_name(size)!r} is not a non-negative decimal number")
 
 
+# What an ``on_error`` policy may answer for an UnsafeNameError to have that member read after all, under
+# its name as it stands (a reader that never extracts, as WebDataset's, can take '..' or '/x' as a name).
+KEEP_MEMBER = "keep-member"
 EXTENSION_TYPES = (b"L", b"K", b"x", b"g")
 MAX_EXTENSION_BYTES = 1 << 20
 
@@ -317,8 +324,9 @@ def iter_tar_members(
     ``ShardkitError`` is raised: every header tarfile and shardkit (or GNU tar) could read
     differently is refused with its own check (see shardkit.errors). Unsafe, oversized or
     badly named members raise; with ``on_error`` they are passed to it and skipped instead (the
-    stream stays in step). Malformed headers and truncation always raise ``TarFormatError``
-    naming the byte offset. ``offset`` and ``members``: where a caller that parsed the stream's
+    stream stays in step), except a regular member whose only fault is its name (UnsafeNameError,
+    within the size limit) when ``on_error`` answers ``KEEP_MEMBER``: it is yielded under that name.
+    Malformed headers and truncation always raise ``TarFormatError`` naming the byte offset. ``offset`` and ``members``: where a caller that parsed the stream's
     start itself hands over. ``stream_over``: a member larger than this many bytes is yielded as
     a ``MemberStream`` (its data read in chunks, never held whole) instead of bytes. ``position``: an
     object whose ``end`` is set, before each member is yielded, to the stream offset just past the
@@ -350,7 +358,7 @@ def iter_tar_members(
                 raise fail(TarNameChainError, "end-of-archive block right after a long-name or pax header, "
                                               "with no member", extension_at)
             if not headers:
-                raise TarFormatError("empty tar archive (no members)", shard=shard)
+                raise EmptyTarError("empty tar archive (no members)", shard=shard)
             _check_end(read, offset + BLOCK, shard)
             return True
         at = offset
@@ -415,14 +423,14 @@ def iter_tar_members(
             text = escape_name(name)
             problem = fail(TarNameEncodingError, why, member_at, text)
         elif directory:
-            problem = UnsafeMemberError("directory member refused (type '\\0' with a name ending in '/')",
-                                        shard=shard, member=text)
+            problem = NonRegularMemberError("directory member refused (type '\\0' with a name ending in '/')",
+                                            shard=shard, member=text)
         elif typeflag in _REFUSED_TYPES:
-            problem = UnsafeMemberError(f"{_REFUSED_TYPES[typeflag]} member refused", shard=shard, member=text)
+            problem = NonRegularMemberError(f"{_REFUSED_TYPES[typeflag]} member refused", shard=shard, member=text)
         elif typeflag not in _REGULAR:
-            problem = UnsafeMemberError(f"unsupported member type {typeflag!r}", shard=shard, member=text)
+            problem = NonRegularMemberError(f"unsupported member type {typeflag!r}", shard=shard, member=text)
         elif (why := _check_name(text)) is not None:
-            problem = UnsafeMemberError(why, shard=shard, member=text)
+            problem = UnsafeNameError(why, shard=shard, member=text)
         elif size > max_member_bytes:
             problem = MemberTooLargeError(f"member of {size} bytes exceeds the limit of {max_member_bytes} bytes",
                                           shard=shard, member=text)
@@ -431,10 +439,11 @@ def iter_tar_members(
             if on_error is None:
                 raise problem
             problem.member_size = size if typeflag in _REGULAR and size <= max_member_bytes else None
-            on_error(problem)
-            _skip(read, padded, shard, text, offset)
-            offset += padded
-            continue
+            waived = on_error(problem) is KEEP_MEMBER and isinstance(problem, UnsafeNameError)
+            if not (waived and problem.member_size is not None):
+                _skip(read, padded, shard, text, offset)
+                offset += padded
+                continue
         if stream_over is not None and size > stream_over:
             body = MemberStream(read, size, shard, text, offset)
             if position is not None:
@@ -443,7 +452,10 @@ def iter_tar_members(
             body.finish()
             offset += padded
             continue
-        data = read(size)
+        try:
+            data = read(size)
+        except CorruptStreamError as err:  # the break lies in this member: say which
+            raise err.located(shard=shard, member=text)
         if len(data) < size:
             raise fail(TarFormatError, f"stream ends inside member data ({len(data)} of {size} bytes; truncated)",
                        offset, text)
@@ -538,7 +550,7 @@ def open_regular(path: str) -> int:
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise ShardkitError("no such file", shard=escape_name(path)) from None
+        raise InputMissingError("no such file", shard=escape_name(path)) from None
     except IsADirectoryError:
         raise ShardkitError("is a directory, not a shard", shard=escape_name(path)) from None
     except OSError as err:

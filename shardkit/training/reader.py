@@ -244,12 +244,15 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
             if (size <= max_member_bytes and name and name[0] != "/" and ".." not in name and "\\" not in name
                     and name[1:2] != ":" and name[-1] != "/"):
                 padded = size + (-size % BLOCK)
-                if read_member is not None:
-                    data, next_header, padded_whole = read_member(size)
-                else:
-                    data = read(size)
-                    next_header = None
-                    padded_whole = padded == size or len(data) < size or len(read(padded - size)) == padded - size
+                try:
+                    if read_member is not None:
+                        data, next_header, padded_whole = read_member(size)
+                    else:
+                        data = read(size)
+                        next_header = None
+                        padded_whole = padded == size or len(data) < size or len(read(padded - size)) == padded - size
+                except CorruptStreamError as err:  # the break lies in this member: say which
+                    raise err.located(shard=shard, member=name)
                 if len(data) < size:
                     raise TarFormatError(f"stream ends inside member data ({len(data)} of {size} bytes; "
                                          f"truncated) at byte {offset + BLOCK}", shard=shard, member=name)
@@ -414,6 +417,32 @@ def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     with open_shard(path, allow_pipes=allow_pipes) as f:
         for _ in iter_decompressed(f, shard=path, codec="zst"):
             pass
+
+
+def read_stream_members(stream, url: str, **read) -> Iterator[tuple[str, bytes]]:
+    """``read_members`` over a stream someone else opened (WebDataset's ``gopen``): any compression;
+    no resume offset past a seek, and no second pass to tell a zstd stream cut at a member boundary."""
+    f = stream if hasattr(stream, "peek") else io.BufferedReader(_RawStream(stream))
+    start = read.pop("start", 0)
+    source = _open_at(f, url, detect_codec(f.peek(16)[:16]), start, 1)
+    yield from iter_members_fast(source, shard=url, offset=start, **read)
+    if hasattr(source, "drain"):
+        source.drain()
+
+
+class _RawStream(io.RawIOBase):
+    """A file-like object with only ``read`` as a raw stream, so io.BufferedReader can give it ``peek``."""
+
+    def __init__(self, stream):
+        self._read = stream.read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
 
 
 # ---------------------------------------------------------------------------------------------
