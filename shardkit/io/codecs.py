@@ -11,12 +11,14 @@ import bz2
 import gzip
 import io
 import lzma
+import os
+import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator
 
 import zstandard
 
-from shardkit.errors import CorruptStreamError, UsageError
+from shardkit.errors import CorruptStreamError, TarFormatError, UsageError
 
 READ_CHUNK = 1 << 20
 
@@ -268,3 +270,41 @@ def codec_of_path(path: str) -> str:
         if lower.endswith(suffix):
             return name
     return "none"
+
+
+_SEEK_TABLE_FOOTER = struct.Struct("<IBI")  # number of frames, descriptor, magic
+_SEEK_TABLE_ENTRY = struct.Struct("<II")  # compressed size, decompressed size (then a checksum if flagged)
+
+
+def zstd_frame_holding(f, path: str, start: int) -> tuple[int, int] | None:
+    """Compressed and decompressed offsets where the frame holding byte ``start`` of the decompressed
+    stream begins, when the zstd shard carries a seek table (zstd's seekable format, as shardkit and
+    pyzstd's SeekableZstdFile or t2sz write it). None when there is none (or pyzstd is not installed):
+    the caller skips by decompressing from the start.
+
+    pyzstd checks the format (the table's frame sizes add up to the file's); it exposes no frame
+    offsets, so the entries are read here (the format's footer and 8- or 12-byte entries).
+
+    Raises:
+        TarFormatError: ``start`` lies past the end of the decompressed stream (the shard changed
+            since the offset was taken)."""
+    try:
+        import pyzstd
+    except ImportError:
+        return None
+    if not f.seekable() or not pyzstd.SeekableZstdFile.is_seekable_format_file(f):
+        return None
+    size = f.seek(0, os.SEEK_END)
+    f.seek(size - _SEEK_TABLE_FOOTER.size)
+    frames, descriptor, _ = _SEEK_TABLE_FOOTER.unpack(f.read(_SEEK_TABLE_FOOTER.size))
+    entry = 12 if descriptor & 0x80 else 8
+    f.seek(size - _SEEK_TABLE_FOOTER.size - frames * entry)
+    table = f.read(frames * entry)
+    compressed = decompressed = 0
+    for i in range(frames):
+        frame_c, frame_d = _SEEK_TABLE_ENTRY.unpack_from(table, i * entry)
+        if start < decompressed + frame_d:
+            return compressed, decompressed
+        compressed, decompressed = compressed + frame_c, decompressed + frame_d
+    raise TarFormatError(f"a resume offset of {start} bytes is past the end of the tar stream ({decompressed} "
+                         "bytes): the shard changed since the state was saved", shard=path)

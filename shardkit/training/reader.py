@@ -43,7 +43,7 @@ from shardkit.errors import (
 )
 from shardkit.io.audio import decode as decode_any
 from shardkit.io.audio import decode_soundfile, decode_torchaudio, parse_wav_header
-from shardkit.io.codecs import detect_codec, iter_decompressed
+from shardkit.io.codecs import detect_codec, iter_decompressed, zstd_frame_holding
 from shardkit.io.tar import (
     AUDIO_EXTENSIONS,
     BLOCK,
@@ -327,7 +327,7 @@ def _open_at(f, path: str, codec: str, start: int, threads: int):
 def _zstd_at(f, path: str, start: int):
     """A zstd shard's fast reader at byte ``start``: from the frame a seek table names, else by decompressing
     and dropping the bytes before it."""
-    frame = _zstd_frame_holding(f, path, start) if start else None
+    frame = zstd_frame_holding(f, path, start) if start else None
     if frame is not None:
         return _from_zstd_frame(f, path, start, frame)
     source = _ZstdMemberSource(f, path)
@@ -355,40 +355,6 @@ def _from_zstd_frame(f, path: str, start: int, frame: tuple[int, int]):
     if start > decompressed:
         _skip_to(source, start - decompressed, path)  # within the one frame: less than ZST_FRAME_BYTES
     return source
-
-
-_SEEK_TABLE_FOOTER = struct.Struct("<IBI")  # number of frames, descriptor, magic
-_SEEK_TABLE_ENTRY = struct.Struct("<II")  # compressed size, decompressed size (then a checksum if flagged)
-
-
-def _zstd_frame_holding(f, path: str, start: int) -> tuple[int, int] | None:
-    """Compressed and decompressed offsets where the frame holding byte ``start`` of the decompressed
-    stream begins, when the zstd shard carries a seek table (zstd's seekable format, as shardkit and
-    pyzstd's SeekableZstdFile or t2sz write it). None when there is none (or pyzstd is not installed):
-    the caller skips by decompressing from the start.
-
-    pyzstd checks the format (the table's frame sizes add up to the file's); it exposes no frame
-    offsets, so the entries are read here (the format's footer and 8- or 12-byte entries)."""
-    try:
-        import pyzstd
-    except ImportError:
-        return None
-    if not f.seekable() or not pyzstd.SeekableZstdFile.is_seekable_format_file(f):
-        return None
-    size = f.seek(0, os.SEEK_END)
-    f.seek(size - _SEEK_TABLE_FOOTER.size)
-    frames, descriptor, _ = _SEEK_TABLE_FOOTER.unpack(f.read(_SEEK_TABLE_FOOTER.size))
-    entry = 12 if descriptor & 0x80 else 8
-    f.seek(size - _SEEK_TABLE_FOOTER.size - frames * entry)
-    table = f.read(frames * entry)
-    compressed = decompressed = 0
-    for i in range(frames):
-        frame_c, frame_d = _SEEK_TABLE_ENTRY.unpack_from(table, i * entry)
-        if start < decompressed + frame_d:
-            return compressed, decompressed
-        compressed, decompressed = compressed + frame_c, decompressed + frame_d
-    raise TarFormatError(f"a resume offset of {start} bytes is past the end of the tar stream ({decompressed} "
-                         "bytes): the shard changed since the state was saved", shard=path)
 
 
 def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,

@@ -23,7 +23,7 @@ import zstandard
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.io.codecs import ZST_FRAME_BYTES, iter_decompressed, open_writer
+from shardkit.io.codecs import ZST_FRAME_BYTES, iter_decompressed, open_writer, zstd_frame_holding
 from shardkit.io.synth import CorpusSpec, write_shards
 from shardkit.io.tar import iter_shard_members
 from shardkit.run.lifecycle import verify_members
@@ -194,7 +194,7 @@ def test_resume_inside_later_frames_jumps_through_the_seek_table(shards, monkeyp
     assert len(later) >= 20  # offsets in the third frame and beyond of both shards
     for _, index, offset, _ in later:  # the frame holding the offset, from the table: where it begins
         with open(paths[index], "rb") as f:
-            compressed, decompressed = reader._zstd_frame_holding(f, paths[index], offset)
+            compressed, decompressed = zstd_frame_holding(f, paths[index], offset)
             data = Path(paths[index]).read_bytes()
         frames = seek_table(data)
         k = offset // ZST_FRAME_BYTES
@@ -218,7 +218,7 @@ def test_shards_written_before_one_frame_still_read_and_resume_by_decompressing(
     paths = shards["one_frame"]
     assert not pyzstd.SeekableZstdFile.is_seekable_format_file(paths[0])
     with open(paths[0], "rb") as f:
-        assert reader._zstd_frame_holding(f, paths[0], 2 * ZST_FRAME_BYTES) is None
+        assert zstd_frame_holding(f, paths[0], 2 * ZST_FRAME_BYTES) is None
     marks = _positions(paths)
     keys = [m[0] for m in marks]
     assert keys == [m[0] for m in _positions(shards["zst"])]
