@@ -9,16 +9,12 @@ limit is chosen (by replaying the chain) so that the bare loader gives the ranks
 
 from __future__ import annotations
 
-import json
-import multiprocessing
 import os
 import tarfile
 import time
-import traceback
-from datetime import timedelta
 
 import pytest
-from support import REPO, free_port
+from support import REPO
 
 from shardkit.commands.balance import BalanceSettings, run_balance
 from shardkit.io.mix import CorpusSource
@@ -29,6 +25,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 import torch.distributed as dist  # noqa: E402
+import ddp_ranks  # noqa: E402
 import wenet_chain  # noqa: E402
 
 from shardkit import EqualSteps, equal_steps  # noqa: E402
@@ -40,50 +37,11 @@ MIX = (CorpusSpec("zh", 120, 0.4, 1.2, "zh"), CorpusSpec("en", 50, 1.5, 3.0, "en
        CorpusSpec("acc", 70, 0.3, 2.5, "mix"))
 
 
-# --- launching ranks ---------------------------------------------------------------------------------
-
-
-def _rank_entry(rank, port, out_dir, pg_timeout, target, args):
-    """One rank: join the group, run ``target(rank, *args)``, write what it returns (or its error)."""
-    result = {}
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
-                                timeout=timedelta(seconds=pg_timeout))
-        result = target(rank, *args)
-    except BaseException as err:  # written for the test to assert on
-        result = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(result, f)
-    os._exit(0)  # skip torch's atexit teardown of a group that may have timed out
-
-
 def launch(tmp_path, target, *args, pg_timeout=PG_TIMEOUT_S, deadline=90) -> list[dict]:
-    """Fork WORLD rank processes running ``target``; their results, in rank order. Ranks still alive
-    after ``deadline`` seconds are killed (the hang equal_steps exists to prevent) and fail the test."""
-    out_dir = tmp_path / f"ranks-{time.monotonic_ns()}"
-    out_dir.mkdir()
-    ctx = multiprocessing.get_context("fork")  # torch is imported already: no second import per rank
-    port = free_port()
-    procs = [ctx.Process(target=_rank_entry, args=(r, port, str(out_dir), pg_timeout, target, args))
-             for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    end = time.monotonic() + deadline
-    for p in procs:
-        p.join(max(0.1, end - time.monotonic()))
-    hung = [r for r, p in enumerate(procs) if p.is_alive()]
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    assert not hung, f"rank(s) {hung} still running after {deadline} s"
-    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    return ddp_ranks.launch(tmp_path, target, *args, world=WORLD, pg_timeout=pg_timeout, deadline=deadline)
 
 
-def _ok(results):
-    for r, res in enumerate(results):
-        assert "error" not in res, f"rank {r}: {res['error']}\n{res.get('traceback')}"
-    return results
+_ok = ddp_ranks.ok
 
 
 # --- balanced shards and a frame limit that makes the ranks' steps differ ----------------------------
