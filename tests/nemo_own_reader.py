@@ -9,7 +9,25 @@ written as JSON to ``out``.
 
 import hashlib
 import json
+import os
+import subprocess
 import sys
+
+# nemo-toolkit[asr] is not a dependency of shardkit: it brings a second torch, lightning, hydra and transformers.
+# Point SHARDKIT_NEMO_PYTHON at a Python that has it (python -m venv /tmp/nemo-venv &&
+# /tmp/nemo-venv/bin/pip install 'nemo_toolkit[asr]') and the opt-in tests run NeMo's own dataset class.
+NEMO_PYTHON = os.environ.get("SHARDKIT_NEMO_PYTHON")
+NEEDS_NEMO = "SHARDKIT_NEMO_PYTHON (a Python with nemo-toolkit[asr]) is not set"
+
+
+def read_with_nemo(config_path, world: int, workers: int, batch: int, work_dir) -> list[dict]:
+    """From the test's side: run this file under NEMO_PYTHON; per rank ``{"length", "batches"}``."""
+    out = os.path.join(str(work_dir), "nemo-read.json")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # NeMo's environment, not the test's
+    subprocess.run([NEMO_PYTHON, os.path.abspath(__file__), str(config_path), str(world), str(workers), str(batch),
+                    out], check=True, env=env, timeout=500)
+    with open(out, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def main(config_path: str, world: int, workers: int, batch: int, out: str) -> None:

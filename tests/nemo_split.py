@@ -1,6 +1,6 @@
-"""NeMo's dealing of tarred-audio shards, restated from its source for the layout tests (nemo-toolkit is not
-installed here: its ASR collection pulls in lightning, hydra, megatron-core and more than this machine's test
-budget allows; see the layout tests' note).
+"""NeMo's dealing of tarred-audio shards, restated from its source for the layout tests (nemo-toolkit is not a
+dependency: its ASR collection brings a second torch, lightning, hydra and transformers; with SHARDKIT_NEMO_PYTHON
+set, tests/nemo_own_reader.py runs NeMo's own TarredAudioToCharDataset in its own environment as well).
 
 Origin (Apache License 2.0, Copyright (c) 2020-2022 NVIDIA CORPORATION), github.com/NVIDIA/NeMo:
 - ``nemo/collections/asr/data/audio_to_text.py``, ``expand_sharded_filepaths``: the tar paths are

@@ -37,6 +37,7 @@ pytestmark = pytest.mark.torch
 import torch.distributed as dist  # noqa: E402
 
 import ddp_ranks  # noqa: E402
+import nemo_own_reader  # noqa: E402
 import nemo_split  # noqa: E402
 
 # a few seconds of audio per corpus: WAV, FLAC and WAV in plain, zst and bz2 shards
@@ -192,29 +193,15 @@ def test_nemo_in_a_real_two_rank_run_with_scatter_reads_every_line_once_in_equal
         assert item["text"] == mix["truth"][originals.get(item["key"], item["key"])]["text"]
 
 
-# --- NeMo's own dataset class, in its own environment (opt-in) ---------------------------------------
-# nemo-toolkit[asr] is not a dependency of shardkit: it brings a second torch, lightning, hydra and
-# transformers. Point SHARDKIT_NEMO_PYTHON at a Python that has it (python -m venv /tmp/nemo-venv &&
-# /tmp/nemo-venv/bin/pip install 'nemo_toolkit[asr]') and this test runs NeMo's TarredAudioToCharDataset on
-# the balanced output; without it the restated rules above are the check.
-
-NEMO_PYTHON = os.environ.get("SHARDKIT_NEMO_PYTHON")
+# --- NeMo's own dataset class, in its own environment (opt-in: tests/nemo_own_reader.py says how) -----
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(not NEMO_PYTHON, reason="SHARDKIT_NEMO_PYTHON (a Python with nemo-toolkit[asr]) is not set")
+@pytest.mark.skipif(not nemo_own_reader.NEMO_PYTHON, reason=nemo_own_reader.NEEDS_NEMO)
 def test_nemo_own_tarred_dataset_reads_every_line_once_with_its_samples_in_equal_steps(mix, tmp_path):
-    import subprocess
-    import sys
-
     out = tmp_path / "out"
     _balance(mix, out, "nemo")
-    got = tmp_path / "nemo-read.json"
-    reader = os.path.join(os.path.dirname(nemo_split.__file__), "nemo_own_reader.py")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # NeMo's environment, not this one
-    subprocess.run([NEMO_PYTHON, reader, str(out / "nemo_config.yaml"), str(WORLD), str(WORKERS), str(BATCH), str(got)],
-                   check=True, env=env, timeout=500)
-    ranks = json.loads(got.read_text())
+    ranks = nemo_own_reader.read_with_nemo(out / "nemo_config.yaml", WORLD, WORKERS, BATCH, tmp_path)
     originals = {new: old for old, new in balance.read_repeats(str(out))}
     with open(out / "tarred_audio_manifest.json", encoding="utf-8") as f:
         lines = [json.loads(line) for line in f]

@@ -13,6 +13,7 @@ import soundfile as sf
 from click.testing import CliRunner
 
 from shardkit.cli import main
+import nemo_own_reader
 from support import nemo_by_count
 
 
@@ -39,6 +40,29 @@ def test_plan_names_the_shards_and_seconds_nemo_scatter_drops(tmp_path):
         assert rank["seconds"] == pytest.approx(_tar_seconds(tmp_path / f"audio_{rank['rank']}.tar"), abs=1e-3)
         assert rank["steps"] == -(-4 // 2)  # one shard of 4 utterances, read by worker 0 in batches of 2
     assert report["replicate"]["dropped"]["shards"] == [] and report["replicate"]["reads_per_utterance"] == 4
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not nemo_own_reader.NEMO_PYTHON, reason=nemo_own_reader.NEEDS_NEMO)
+def test_plan_says_what_nemos_own_tarred_dataset_reads_and_drops(tmp_path):
+    manifest = nemo_by_count(tmp_path, 5)
+    report = _plan(manifest, "--layout", "nemo", "--world-size", "2", "--num-workers", "2", "--batch-size", "2")
+    config = tmp_path / "nemo_config.yaml"
+    config.write_text(json.dumps({"train_ds": {"tarred_audio_filepaths": str(tmp_path / "audio__OP_0..4_CL_.tar"),
+                                               "manifest_filepath": str(manifest), "tarred_shard_strategy": "scatter"}}))
+    ranks = nemo_own_reader.read_with_nemo(config, 2, 2, 2, tmp_path)
+    read = set()
+    for rank, (got, planned) in enumerate(zip(ranks, report["ranks"])):
+        lines = [item["line"] for batch in got["batches"] for item in batch]
+        assert len(got["batches"]) == planned["steps"] and len(lines) == planned["utterances"]
+        assert sum(line["duration"] for line in lines) == pytest.approx(planned["seconds"], abs=1e-3)
+        read |= {line["audio_filepath"] for line in lines}
+    with open(manifest, encoding="utf-8") as f:
+        unread = [json.loads(line) for line in f if json.loads(line)["audio_filepath"] not in read]
+    assert [str(tmp_path / f"audio_{k}.tar") for k in sorted({line["shard_id"] for line in unread})] == \
+        report["dropped"]["shards"]
+    assert len(unread) == report["dropped"]["utterances"]
+    assert sum(line["duration"] for line in unread) == pytest.approx(report["dropped"]["seconds"], abs=1e-3)
 
 
 def test_a_manifest_without_shard_ids_is_placed_by_the_tars_members(tmp_path):
