@@ -2,8 +2,8 @@
 
 Shar is read with lhotse's real ``CutSet.from_shar`` (and its ``split_for_dataloading`` dealing, driven as
 lhotse reads ranks and workers: RANK/WORLD_SIZE, then a real torch DataLoader's workers). NeMo is read
-with the standard library's tarfile and NeMo's dealing restated from its source (tests/nemo_split.py:
-nemo-toolkit is not installed here).
+with the standard library's tarfile and NeMo's dealing restated from its source (tests/nemo_split.py; NeMo's
+own dataset class runs in test_balance_layouts_ddp.py when SHARDKIT_NEMO_PYTHON names a Python that has it).
 """
 
 from __future__ import annotations

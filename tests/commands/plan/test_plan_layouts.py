@@ -44,7 +44,7 @@ def test_plan_names_the_shards_and_seconds_nemo_scatter_drops(tmp_path):
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not nemo_own_reader.NEMO_PYTHON, reason=nemo_own_reader.NEEDS_NEMO)
-def test_plan_says_what_nemos_own_tarred_dataset_reads_and_drops(tmp_path):
+def test_plan_says_what_nemo_own_tarred_dataset_reads_and_drops(tmp_path):
     manifest = nemo_by_count(tmp_path, 5)
     report = _plan(manifest, "--layout", "nemo", "--world-size", "2", "--num-workers", "2", "--batch-size", "2")
     config = tmp_path / "nemo_config.yaml"
