@@ -1,6 +1,6 @@
 """The WebDataset drop-ins before and after a change, interleaved in one run (issue 36's speed check).
 
-    python benchmarks/bench_wds_dropin.py --before /work/main --after . --rounds 5
+    python benchmarks/bench_wds_dropin.py --before ../shardkit-before --after . --rounds 5   # ../shardkit-before: a git worktree of the commit to compare with
 
 Builds 8 shards of speech-like 16 kHz WAV (plain tar and tar.gz) once, then times, round after round,
 each checkout's ``shardkit.training.wds.WebDataset(urls).map(decode_audio())`` over all shards in a
