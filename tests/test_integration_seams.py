@@ -218,7 +218,9 @@ def test_wds_webdataset_without_webdataset_names_the_extra(monkeypatch):
     import shardkit.training.wds
     from shardkit.errors import UsageError
 
-    monkeypatch.setitem(sys.modules, "webdataset", None)  # import webdataset -> ImportError
+    # import webdataset (and any submodule an earlier test imported) -> ImportError, as when not installed
+    for name in [m for m in sys.modules if m == "webdataset" or m.startswith("webdataset.")] + ["webdataset"]:
+        monkeypatch.setitem(sys.modules, name, None)
     import pytest
 
     with pytest.raises(UsageError, match=r"pip install 'shardkit\[wds\]'"):
