@@ -357,7 +357,8 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
             position = ReadPosition()
             yield from self._samples(self._members(url, start, position), url, position, state, pending)
         except _StopStream:
-            return (yield from self._flush(pending, state, None)) and False
+            yield from self._flush(pending, state, None)
+            return False
         except EmptyTarError:
             return True  # end blocks only: no sample, as tarfile reads it
         except Exception as err:  # noqa: BLE001  (WebDataset's policy decides)
@@ -377,7 +378,6 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
             state["offset"] = pending[1]
             yield sample
         pending[0] = None
-        return True
 
     def _broken_in(self, sample: dict, err: Exception | None) -> bool:
         """Whether the break may lie inside ``sample``: yes unless the error names a member of another key (a
@@ -426,7 +426,8 @@ class tarfile_to_samples:  # noqa: N801  (a drop-in for wds.tarfile_to_samples()
 
     def _samples(self, members, url, position, state, pending):
         bytes_only, rename, select = self.bytes_only, self.rename_files, self.select_files
-        local_path = urlparse(url).path if self.local_path and urlparse(url).scheme in ("", "file") else None
+        parsed = urlparse(url)
+        local_path = parsed.path if self.local_path and parsed.scheme in ("", "file") else None
         for name, data in members:
             if name[:2] == "__" and _WDS_META.match(name):  # WebDataset skips meta members
                 pending[1] = position.end if pending[0] is not None else pending[1]

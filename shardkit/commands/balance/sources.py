@@ -90,10 +90,9 @@ def _built_index(corpus: CorpusSource, built: str, shards: list[str], options: R
     built (``index``'s build_index) and stamped; a shard that cannot be indexed stops the run."""
     from shardkit.commands.index import build_index
     from shardkit.io.files import atomic_write_json, load_json
-
-    os.makedirs(os.path.dirname(built), exist_ok=True)
     from shardkit.io.indexmarks import stamp_files
 
+    os.makedirs(os.path.dirname(built), exist_ok=True)
     stamp_path = built + ".sources.json"
     # with each shard's digest: a shard rewritten in place at the same size and mtime is indexed again too
     stamp = {"corpus": corpus.name, "sources": source_stamps(shards), "stamps": stamp_files(shards)}

@@ -20,11 +20,17 @@ def check_layout(layout: str) -> None:
         raise UsageError(f"--layout must be one of {', '.join(LAYOUTS)} (got {layout!r})")
 
 
-def shard_paths(layout: str, out_dir: str, count: int) -> list[str]:
-    """The output shard (tar) paths of a non-WeNet layout, numbered by plan position."""
+def _writer_module(layout: str):
+    """The module that writes ``layout`` (``nemo`` or ``shar``): each has ``shard_paths``, ``companion_paths``
+    and ``finish``."""
     from shardkit.io.layouts import nemo, shar
 
-    return {"nemo": nemo.shard_paths, "shar": shar.shard_paths}[layout](out_dir, count)
+    return {"nemo": nemo, "shar": shar}[layout]
+
+
+def shard_paths(layout: str, out_dir: str, count: int) -> list[str]:
+    """The output shard (tar) paths of a non-WeNet layout, numbered by plan position."""
+    return _writer_module(layout).shard_paths(out_dir, count)
 
 
 def open_layout_shard(layout: str, dst: str):
@@ -36,18 +42,10 @@ def open_layout_shard(layout: str, dst: str):
 
 def companion_paths(layout: str, dst: str) -> list[str]:
     """The files written with the tar ``dst`` (a rerun rewrites a shard that lacks one of them)."""
-    from shardkit.io.layouts import nemo, shar
-
-    return {"nemo": nemo.companion_paths, "shar": shar.companion_paths}[layout](dst)
+    return _writer_module(layout).companion_paths(dst)
 
 
 def finish_layout(layout: str, out_dir: str, tar_paths: list[str]) -> dict:
     """Once every shard is written: what the layout writes for the whole dataset (NeMo's manifest and config
     fragment); what was written, for the report."""
-    if layout == "nemo":
-        from shardkit.io.layouts.nemo import finish
-
-        return finish(out_dir, tar_paths)
-    from shardkit.io.layouts.shar import finish
-
-    return finish(out_dir, tar_paths)
+    return _writer_module(layout).finish(out_dir, tar_paths)

@@ -16,7 +16,7 @@ class LayoutShard:
     """One output shard of a trainer's layout: ``with Shard(dst) as s: s.add(...); s.commit(verify)``.
 
     Subclasses say which members an utterance becomes (:meth:`add`) and which metadata files go with
-    the tar (:meth:`companions`, each a :class:`GzipLines` or :class:`PlainLines`). Every file is written
+    the tar (:meth:`companions`, each a :class:`GzipLines` or a writer with the same methods). Every file is written
     under a temporary name and renamed only at :meth:`commit`, the tar first, then its companions: a
     shard killed between the two lacks a companion, which makes a rerun write it again.
     """
@@ -122,7 +122,7 @@ def split_members(key: str, members: list[tuple[str, bytes]], audio_name: str, *
         try:
             texts[ext] = data.decode("utf-8").strip()
         except UnicodeDecodeError:
-            require(False, "a member other than the audio is not UTF-8 text (this layout keeps text fields only)",
-                    shard=shard, member=name)
+            raise ShardkitError("a member other than the audio is not UTF-8 text (this layout keeps text fields "
+                                "only)", shard=shard, member=name) from None
     require("txt" in texts, "no transcript (.txt member)", shard=shard, member=f"{key}.txt")
     return texts
