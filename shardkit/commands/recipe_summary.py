@@ -96,7 +96,7 @@ class RecipeFacts:
 
 def read_recipe(workdir: str, settings: RecipeSettings) -> RecipeFacts:
     """Everything the summary states, read from ``workdir`` (files that are missing are left out)."""
-    from shardkit.io.files import load_json
+    from shardkit.io.files import load_json, local_size
     from shardkit.run.executor import usable_cores
 
     reports = os.path.join(workdir, "reports")
@@ -105,9 +105,9 @@ def read_recipe(workdir: str, settings: RecipeSettings) -> RecipeFacts:
     train_list, manifest, rejects = _prep_outputs(facts.prep, workdir)
     facts.manifest = load_json(manifest)
     facts.rejects = _count_lines(rejects)
-    facts.source_bytes = {s["shard"]: _size(s["shard"]) for s in (facts.manifest or {}).get("sources", [])}
+    facts.source_bytes = {s["shard"]: local_size(s["shard"]) for s in (facts.manifest or {}).get("sources", [])}
     shards = _list_shards(train_list)
-    facts.shard_bytes = {p: _size(p) for p in shards}
+    facts.shard_bytes = {p: local_size(p) for p in shards}  # a URL or a gone file: no size stated
     facts.list_format = list_format(shards[0]) if shards else None  # prep mixes every corpus into each shard
     made = {name: load_json(os.path.join(reports, f"make_{name}.json")) for name in facts.names}
     facts.made = {name: report for name, report in made.items() if report}
@@ -145,13 +145,6 @@ def _corpus_names(workdir: str) -> list[str]:
             return [line.split("=", 1)[0] for line in f if "=" in line]
     except FileNotFoundError:
         return []
-
-
-def _size(path: str) -> int | None:
-    try:
-        return os.stat(path).st_size
-    except (OSError, ValueError):  # gone, or a URL: no size on this disk to state
-        return None
 
 
 def _count_lines(path: str) -> int | None:

@@ -423,6 +423,14 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def local_size(path: str) -> int | None:
+    """Size of a local file by a stat; None when there is none here (gone, or a URL: never fetched)."""
+    try:
+        return os.stat(path).st_size
+    except (OSError, ValueError):
+        return None
+
+
 def output_size(path: str) -> int | None:
     """Size of a finished output (local file or URL); None if there is none."""
     from shardkit.io.remote import input_info, is_local

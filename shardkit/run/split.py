@@ -20,7 +20,7 @@ import re
 from typing import Sequence
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.io.files import load_json
+from shardkit.io.files import load_json, local_size
 
 _SPLIT = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 ENTRIES_KEY = "shards"
@@ -81,14 +81,7 @@ def with_list(record: dict | None, lines: Sequence[str]) -> dict | None:
     None (a whole run) stays None."""
     if record is None:
         return None
-    return {**record, "list": {"lines": list(lines), "sizes": [_size_of(line) for line in lines]}}
-
-
-def _size_of(path: str) -> int | None:
-    try:
-        return os.stat(path).st_size
-    except (OSError, ValueError):
-        return None
+    return {**record, "list": {"lines": list(lines), "sizes": [local_size(line) for line in lines]}}
 
 
 def _misplaced(number: int, line: str, expected: str, where: dict, seen: dict, found: Sequence[str]) -> str:

@@ -580,13 +580,9 @@ def weighted_copies(weight: float, seed: int, corpus: int, key: str) -> list[int
 
 
 def _sizes(sources: list[tuple[str, int]]) -> list[tuple[str, int | None]]:
-    out = []
-    for path, _ in sources:
-        try:
-            out.append((path, os.stat(path).st_size))
-        except OSError:
-            out.append((path, None))
-    return out
+    from shardkit.io.files import local_size
+
+    return [(path, local_size(path)) for path, _ in sources]
 
 
 def _writer_threads() -> int:
