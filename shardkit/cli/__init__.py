@@ -27,8 +27,6 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 data problems, failed shards or a full disk, 2 usage errors or an unusable "
                    "output path, 3 the Ray cluster was lost (rerun to resume). Ctrl-C: 130, SIGTERM: 143 (a rerun "
                    "resumes).")
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
 
 
 class _Commands(click.Group):

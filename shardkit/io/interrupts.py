@@ -21,9 +21,6 @@ import signal
 import threading
 from contextlib import contextmanager
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
-EXIT_TERMINATED = 143  # 128 + SIGTERM
-
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 _received: list[int] = []  # the signals received since handling began (a list: no global statement needed)
@@ -51,7 +48,7 @@ def as_interrupted(err: KeyboardInterrupt) -> Interrupted:
     unless a SIGTERM was recorded."""
     if isinstance(err, Interrupted):
         return err
-    return Interrupted(_received[-1] if _received else signal.SIGINT)
+    return Interrupted(received() or signal.SIGINT)
 
 
 _idle: list = []  # a pool worker's "am I between tasks?" (install's exit_when_idle)
@@ -75,8 +72,9 @@ def received() -> int | None:
 def check() -> None:
     """Raise :class:`Interrupted` if a signal was received (its first raise may have been swallowed by a C
     callback); a checkpoint for loops that make progress, never for cleanup code."""
-    if _received:
-        raise Interrupted(_received[-1])
+    signum = received()
+    if signum is not None:
+        raise Interrupted(signum)
 
 
 def _quiet_interrupts(unraisable) -> None:
