@@ -308,6 +308,8 @@ def list_decode_rate(bench_rows: list[dict], fmt: ListFormat) -> tuple[float | N
             on.append(measured_on if len(fmt.audio) == 1 else f"{measured_on} ({fmt.audio[kind]:.0%} of its members)")
     if missing or not rates:
         return None, "nothing", missing
+    if len(rates) == 1:  # one kind: its row's rate as measured (1 / (1 / r) can differ from r in the last bit)
+        return next(iter(rates.values())), on[0], []
     return 1 / sum(fmt.audio[k] / r for k, r in rates.items()), " and ".join(on), []
 
 

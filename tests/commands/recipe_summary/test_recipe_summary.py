@@ -55,6 +55,12 @@ def test_only_the_rows_of_the_lists_own_format_are_marked_and_rated():
     assert not any(line.endswith("<- this list") for line in evidence_lines(ROWS, zst_flac))
 
 
+
+def test_a_list_of_one_audio_kind_is_rated_exactly_as_its_bench_row():
+    # 1 / (1.0 / 3.9346) is 3.9345999999999997: a one-kind list takes its row's figure as measured
+    rows = [{**ROWS[0], "hours_per_s": 3.9346}]
+    assert list_decode_rate(rows, ListFormat("s.tar", "none", {"wav": 1.0}))[0] == 3.9346
+
 def test_advice_without_the_training_nodes_cores_gives_what_one_gpu_needs_and_the_rerun():
     settings = RecipeSettings(num_workers=1, rerun_balance=RERUN)
     advice = advise(ROWS, ListFormat("s.tar", "none", {"wav": 1.0}), settings, this_machine_cores=2)
