@@ -99,6 +99,40 @@ else
 fi
 [ ${#quiet[@]} -gt 0 ] || say "installing shardkit[all,test,docs] and the test tools (pip's progress below)"
 pip install ${quiet[@]+"${quiet[@]}"} -c scripts/constraints.txt -e ".[all,test,docs]"
+# --- NeMo's own dataset class, in an environment of its own ------------------------------------------
+# nemo-toolkit[asr] brings its own torch, lightning, hydra and transformers, so it never enters the venv
+# above: it gets $SHARDKIT_NEMO_VENV (default .venv-nemo), and the tests that read shardkit's NeMo output and
+# check plan's scatter figures with NeMo's own TarredAudioToCharDataset run it there (SHARDKIT_NEMO_PYTHON).
+# SHARDKIT_NEMO_PYTHON=/path/to/python uses a Python you have; SHARDKIT_NEMO=0 leaves NeMo out (those tests
+# are then skipped, saying why). A failed install is said and skips them too, it does not stop the suite.
+nemo_venv=${SHARDKIT_NEMO_VENV:-.venv-nemo}
+nemo_ready="$nemo_venv/.shardkit-nemo-ready"
+if [ -n "${SHARDKIT_NEMO_PYTHON:-}" ]; then
+  say "NeMo's own dataset class: $SHARDKIT_NEMO_PYTHON (SHARDKIT_NEMO_PYTHON)"
+elif [ "${SHARDKIT_NEMO:-1}" = 0 ]; then
+  say "SHARDKIT_NEMO=0: the tests that read with NeMo's own dataset class are skipped"
+else
+  if [ ! -f "$nemo_ready" ]; then
+    say "installing nemo_toolkit[asr] into $nemo_venv, its own environment (SHARDKIT_NEMO_VENV; SHARDKIT_NEMO=0" \
+        "leaves it out): the first time takes minutes and several GB"
+    if { [ -x "$nemo_venv/bin/python" ] || run "$python" -m venv "$nemo_venv"; } &&
+       run "$nemo_venv/bin/python" -m pip --disable-pip-version-check install -q -U pip &&
+       run "$nemo_venv/bin/python" -m pip --disable-pip-version-check install -q -c scripts/constraints-nemo.txt \
+           'nemo_toolkit[asr]' &&
+       run "$nemo_venv/bin/python" -c 'from nemo.collections.asr.data.audio_to_text import TarredAudioToCharDataset'
+    then
+      run touch "$nemo_ready"
+    else
+      say "nemo_toolkit[asr] could not be installed or imported in $nemo_venv (pip's message above): the tests" \
+          "that read with NeMo's own dataset class are skipped"
+    fi
+  fi
+  if [ -f "$nemo_ready" ]; then
+    export SHARDKIT_NEMO_PYTHON="$PWD/$nemo_venv/bin/python"
+    case $nemo_venv in /*) SHARDKIT_NEMO_PYTHON="$nemo_venv/bin/python" ;; esac
+    say "NeMo's own dataset class: $SHARDKIT_NEMO_PYTHON"
+  fi
+fi
 # The layer contract (.importlinter, ARCHITECTURE.md) and the complexity ceiling, before the tests.
 run "$venv/bin/lint-imports" --config .importlinter
 run "$venv/bin/python" scripts/check_complexity.py

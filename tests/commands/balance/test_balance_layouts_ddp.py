@@ -206,6 +206,8 @@ def test_nemo_own_tarred_dataset_reads_every_line_once_with_its_samples_in_equal
     with open(out / "tarred_audio_manifest.json", encoding="utf-8") as f:
         lines = [json.loads(line) for line in f]
     assert [len(rank["batches"]) for rank in ranks] == [len(ranks[0]["batches"])] * WORLD  # equal steps
+    # ...taken in lockstep by real gloo ranks: no step where one rank waited in the all_reduce for another
+    assert [(rank["lockstep_steps"], rank["uneven_steps"]) for rank in ranks] == [(len(ranks[0]["batches"]), 0)] * WORLD
     items = [item for rank in ranks for batch in rank["batches"] for item in batch]
     assert sorted(item["line"]["audio_filepath"] for item in items) == sorted(line["audio_filepath"] for line in lines)
     for item in items:
