@@ -108,11 +108,11 @@ def layout_codec(layout: str, codec: str, level: int | None) -> tuple[str, int |
     given with it is a UsageError (exit 2) rather than ignored."""
     from shardkit.io.codecs import parse_codec_spec
 
-    name, parsed_level = parse_codec_spec(codec, level)
     if layout == "wenet":
-        return name, parsed_level
-    if name != "none" or level is not None:
-        given = f"--codec {codec}" + (f" --level {level}" if level is not None else "")
+        return parse_codec_spec(codec, level)
+    given = " ".join(([f"--codec {codec}"] if parse_codec_spec(codec)[0] != "none" else [])
+                     + ([f"--level {level}"] if level is not None else []))
+    if given:
         raise UsageError(f"{given} with --layout {layout}: NeMo's and Lhotse's readers open plain tars only, which "
                          f"--layout {layout} always writes; leave --codec and --level out")
     return "none", None
