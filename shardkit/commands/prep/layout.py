@@ -54,7 +54,8 @@ def utterance_record(key: str, members: list[tuple[str, bytes, bytes]], *, shard
     """What a layout needs of an utterance besides its members (the fields of an index record: its audio
     member, frames, sample rate, channels), from its audio header. validate's checks passed it, so it has
     one audio member whose header a decoder reads as it decodes."""
-    from shardkit.io.audio import AudioError, header_facts
+    from shardkit.errors import AudioError
+    from shardkit.io.audio import header_facts
     from shardkit.io.tar import AUDIO_EXTENSIONS, split_key
 
     audio = [(name, data) for name, data, _ in members if split_key(name)[1] in AUDIO_EXTENSIONS]
