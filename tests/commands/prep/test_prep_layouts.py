@@ -250,7 +250,7 @@ def counting_save(out_dir, state):
 
 def add_then_die(self, *args):
     add(self, *args)
-    if saved:
+    if saved or os.environ.get("KILL_BEFORE_RESUME_POINT"):
         added[0] += 1
         if added[0] == 5:  # killed mid-writing: utterances past the resume point, some still queued
             os.kill(os.getpid(), signal.SIGKILL)
@@ -267,6 +267,14 @@ def _files(folder, skip=()) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("layout", ["nemo", "shar"])
 def test_kill_9_after_a_resume_point_then_rerun_continues_and_gives_the_same_output(tmp_path, layout):
+    _kill_and_rerun(tmp_path, layout, resume_point=True)
+
+
+def test_kill_9_before_any_resume_point_then_rerun_starts_again_and_leaves_no_temporary_file(tmp_path):
+    _kill_and_rerun(tmp_path, "shar", resume_point=False)
+
+
+def _kill_and_rerun(tmp_path, layout: str, *, resume_point: bool) -> None:
     utts = list(corpus((CorpusSpec("long", 60, 2.0, 4.0, "en"),)))
     src = tmp_path / "src" / "long"
     write_shards(utts, str(src), utts_per_shard=4, codec="bz2")
@@ -278,10 +286,21 @@ def test_kill_9_after_a_resume_point_then_rerun_continues_and_gives_the_same_out
                                  "--codec", "none", "--layout", layout, "-o", folder, "-j", 1, "--pool-mb", 1, "-q"]]
 
     subprocess.run([sys.executable, "-m", "shardkit", *args(reference)], env=env, check=True, capture_output=True)
-    killed = subprocess.run([sys.executable, "-c", _KILL_AFTER_RESUME_POINT, *args(out), "--checkpoint-mb", "1"],
-                            env=env)
+    killed = subprocess.run([sys.executable, "-c", _KILL_AFTER_RESUME_POINT, *args(out), "--checkpoint-mb",
+                             "1" if resume_point else "100000"],
+                            env={**env, **({} if resume_point else {"KILL_BEFORE_RESUME_POINT": "1"})})
     assert killed.returncode == -signal.SIGKILL
     from shardkit.commands.prep import resume
+
+    if not resume_point:  # the temporary tars and spooled lines of the killed run, in OUT_DIR and its shar/ folder
+        assert not (out / resume.RESUME).exists() and any(".partial" in name for name in _files(out))
+        rerun = subprocess.run([sys.executable, "-m", "shardkit", *args(out), "--json"], env=env, check=True,
+                               capture_output=True, text=True)
+        assert json.loads(rerun.stdout)["resumed_at_source"] is None
+        assert not any(".partial" in name for name in _files(out))
+        skip = {"prep.json", "data.list"}
+        assert _files(out, skip) == _files(reference, skip)
+        return
 
     state = resume._PlainUnpickler(open(out / resume.RESUME, "rb")).load()
     spooled = [e["lines"] for e in state["shards"]]
