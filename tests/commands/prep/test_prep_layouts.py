@@ -324,3 +324,22 @@ def _kill_and_rerun(tmp_path, layout: str, *, resume_point: bool) -> None:
     if layout == "nemo":
         assert (out / "nemo_config.yaml").read_text() == \
             (reference / "nemo_config.yaml").read_text().replace(str(reference), str(out))
+
+
+def test_a_rerun_with_another_layout_replaces_the_earlier_layouts_files(mix, tmp_path):
+    out = tmp_path / "out"
+    found = {}
+    for layout in ("wenet", "nemo", "shar", "wenet"):
+        result = run_cli("prep", "--corpus", f"aishell={mix['root'] / 'aishell'}", "--world-size", 2, "--num-workers", 1,
+                         "--layout", layout, "-o", out, "-j", 1, "-q")
+        assert result.exit_code == 0, result.output
+        found[layout] = sorted(os.path.relpath(os.path.join(root, n), out) for root, _, names in os.walk(out)
+                               for n in names)
+    beside = ["data.list", "prep.json", "rejects.jsonl"]
+    assert found["nemo"] == sorted(beside + ["audio_0.tar", "audio_1.tar", ".nemo_manifests/manifest_0.jsonl.gz",
+                                             ".nemo_manifests/manifest_1.jsonl.gz", "nemo_config.yaml",
+                                             "tarred_audio_manifest.json"])
+    assert found["shar"] == sorted(beside + ["shar/cuts.000000.jsonl.gz", "shar/cuts.000001.jsonl.gz",
+                                             "shar/recording.000000.tar", "shar/recording.000001.tar"])
+    assert found["wenet"] == sorted(beside + ["shards_000000000.tar", "shards_000000001.tar"])
+    assert sorted(os.listdir(out)) == sorted(beside + ["shards_000000000.tar", "shards_000000001.tar"])  # no folder left
