@@ -33,7 +33,8 @@ def companion_paths(dst: str) -> list[str]:
 
 
 def finish(out_dir: str, tar_paths: list[str], command: str = "balance") -> dict:
-    """Shar needs nothing for the whole dataset: the folder and how a trainer opens it, for the report."""
+    """Shar needs nothing for the whole dataset: the folder and how a trainer opens it, for the report
+    (``command`` is NeMo's: it names the writer in a config fragment, which Shar has none of)."""
     folder = os.path.join(os.path.abspath(out_dir), SHAR_DIR)
     return {"layout": "shar", "folder": folder, "shards": len(tar_paths),
             "reader": f"CutSet.from_shar(in_dir={folder!r}, split_for_dataloading=True)"}
