@@ -207,11 +207,12 @@ def test_nemo_in_a_real_two_rank_run_with_scatter_reads_every_line_once_in_equal
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not nemo_own_reader.NEMO_PYTHON, reason=nemo_own_reader.NEEDS_NEMO)
-def test_nemo_own_tarred_dataset_reads_every_line_once_with_its_samples_in_equal_steps(mix, tmp_path):
+@pytest.mark.parametrize("command", ["balance", "prep"])
+def test_nemo_own_tarred_dataset_reads_every_line_once_with_its_samples_in_equal_steps(mix, tmp_path, command):
     out = tmp_path / "out"
-    _balance(mix, out, "nemo")
+    _balance(mix, out, "nemo", command)
     ranks = nemo_own_reader.read_with_nemo(out / "nemo_config.yaml", WORLD, WORKERS, BATCH, tmp_path)
-    originals = {new: old for old, new in balance.read_repeats(str(out))}
+    originals = _originals(out, command)
     with open(out / "tarred_audio_manifest.json", encoding="utf-8") as f:
         lines = [json.loads(line) for line in f]
     assert [len(rank["batches"]) for rank in ranks] == [len(ranks[0]["batches"])] * WORLD  # equal steps
