@@ -91,3 +91,28 @@ def run_options(*, jobs: int | None = None, executor: str = "local", ray_address
 
     return RunOptions(jobs=jobs, executor=executor, ray_address=ray_address,
                       split=parse_split(split) if split else None, overwrite=overwrite, on_event=on_event)
+
+
+def layout_option(f):
+    """--layout, as balance and prep take it (``shardkit.io.layouts``)."""
+    return click.option("--layout", type=click.Choice(["wenet", "nemo", "shar"]), default="wenet", show_default=True,
+                        help="The trainer's layout: WeNet tar shards; NeMo's tarred audio (audio_K.tar, one manifest, "
+                             "a config fragment); Lhotse Shar (OUT_DIR/shar/recording.NNNNNN.tar + "
+                             "cuts.NNNNNN.jsonl.gz). nemo and shar write plain tars: --codec and --level are refused "
+                             "with them.")(f)
+
+
+def layout_codec(layout: str, codec: str, level: int | None) -> tuple[str, int | None]:
+    """--codec and --level as the library takes them (``io.codecs.parse_codec_spec``). A trainer's layout
+    writes plain tars, the only ones NeMo's and Lhotse's readers open: a codec other than none, or a level,
+    given with it is a UsageError (exit 2) rather than ignored."""
+    from shardkit.io.codecs import parse_codec_spec
+
+    if layout == "wenet":
+        return parse_codec_spec(codec, level)
+    given = " ".join(([f"--codec {codec}"] if parse_codec_spec(codec)[0] != "none" else [])
+                     + ([f"--level {level}"] if level is not None else []))
+    if given:
+        raise UsageError(f"{given} with --layout {layout}: NeMo's and Lhotse's readers open plain tars only, which "
+                         f"--layout {layout} always writes; leave --codec and --level out")
+    return "none", None

@@ -5,7 +5,15 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
-from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
+from shardkit.cli._options import (
+    executor_options,
+    io_options,
+    jobs_option,
+    json_option,
+    layout_codec,
+    layout_option,
+    run_options,
+)
 from shardkit.cli._outcome import balanced_layout_options
 from shardkit.cli._wenet_conf import trainer_spec, wenet_conf_options
 
@@ -60,10 +68,7 @@ Examples:
 @click.option("--dry-run", is_flag=True, help="Print the plan; write no shard.")
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Read every written shard back.")
 @click.option("--overwrite", is_flag=True, help="Rewrite shards a previous run already finished.")
-@click.option("--layout", type=click.Choice(["wenet", "nemo", "shar"]), default="wenet", show_default=True,
-              help="The trainer's layout: WeNet tar shards; NeMo's tarred audio (audio_K.tar, one manifest, "
-                   "a config fragment); Lhotse Shar (OUT_DIR/shar/recording.NNNNNN.tar + cuts.NNNNNN.jsonl.gz). "
-                   "nemo and shar write plain tars.")
+@layout_option
 @click.option("--part", "part", metavar="I/P", default=None,
               help="Plan and write only part I of P of every corpus (the utterances whose index row is I-1 "
                    "modulo P), at 1/P of the memory: P runs, each into its own OUT_DIR, balance a mix "
@@ -117,7 +122,6 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     from shardkit.commands.balance import BalanceSettings
     from shardkit.io.mix import parse_corpus_spec
     from shardkit.errors import UsageError
-    from shardkit.io.codecs import parse_codec_spec
 
     bars = ProgressBars(quiet=quiet, notes_end_bars=True)
     options = run_options(jobs=jobs or os.cpu_count() or 1, executor=executor, ray_address=ray_address, split=split,
@@ -125,7 +129,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     part_of = _part(part)
     if shard_duration is not None and num_shards is not None:
         raise UsageError("give --shard-duration or --num-shards, not both")
-    codec_name, level = parse_codec_spec(codec, level) if layout == "wenet" else ("none", None)
+    codec_name, level = layout_codec(layout, codec, level)
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
     settings = BalanceSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                                num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,

@@ -48,6 +48,9 @@ def command(out_dir, report, as_json, quiet):
     folder's rejects.slice-I-of-N.jsonl and data.slice-I-of-N.list become rejects.jsonl and
     data.list; a shard that holds a key of an earlier slice is quarantined again from its source.
     Exit 1 if there is any finding (make: any skipped utterance, as a single run).
+
+    balance --layout nemo: the slices' per-shard manifest parts become OUT_DIR/tarred_audio_manifest.json
+    and OUT_DIR/nemo_config.yaml (printed), as a single run writes them; --layout shar needs nothing more.
     """
     from shardkit.commands import merge_reports
 
@@ -56,4 +59,7 @@ def command(out_dir, report, as_json, quiet):
         emit_json(result.summary)
     if not quiet:
         click.echo(result.text(), err=True)
+    layout = result.summary.get("layout")
+    if layout is not None and not as_json:  # balance --layout: the piece to paste, as a single run prints it
+        click.echo(layout.get("config_fragment") or f"read it with: {layout['reader']}")
     sys.exit(result.exit_code)

@@ -5,7 +5,7 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
-from shardkit.cli._options import jobs_option, json_option, run_options
+from shardkit.cli._options import jobs_option, json_option, layout_codec, layout_option, run_options
 from shardkit.cli._outcome import balanced_layout_options
 
 
@@ -37,7 +37,9 @@ Examples:
   shardkit prep --corpus aishell=raw/aishell/data.list --corpus libri=raw/libri/ \\
       --world-size 8 --num-workers 4 --sample-rate 16000 --channels 1 -o data/train
   shardkit prep --corpus zh=zh/ --index zh.index.jsonl --world-size 2 --num-workers 2 \\
-      --codec none -o data/train -j 16 --json""")
+      --codec none -o data/train -j 16 --json
+  shardkit prep --corpus zh=raw/zh/ --corpus en=raw/en/ --world-size 4 --num-workers 2 --layout nemo -o nemo_ds
+  shardkit prep --corpus zh=raw/zh/ --corpus en=raw/en/ --world-size 4 --num-workers 2 --layout shar -o shar_ds""")
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
               help="A corpus: comma-separated shards (bz2, gz, xz, zst or plain tar), folders or data.list files, "
                    "and its weight as balance takes it (2: every utterance twice; 0.5: a seeded half, drawn per "
@@ -46,6 +48,7 @@ Examples:
               help="Index files (`shardkit index`) of the sources: the exact total fixes the shard count before "
                    "reading [default: estimated while reading]. Repeatable.")
 @balanced_layout_options
+@layout_option
 @click.option("--audio", type=click.Choice(["keep", "flac", "wav"]), default="keep", show_default=True,
               help="Audio members as convert --audio writes them: kept, or losslessly re-encoded (verified) "
                    "before the checks.")
@@ -76,7 +79,7 @@ Examples:
 @json_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary on stderr.")
 def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_duration, num_shards, codec, level,
-            audio, flac_level, remainder, seed, sample_rate, channels, min_duration, max_duration, backend, pool_mb,
+            layout, audio, flac_level, remainder, seed, sample_rate, channels, min_duration, max_duration, backend, pool_mb,
             epochs, verify, checkpoint_mb, overwrite, jobs, executor, ray_address, as_json, quiet):
     """Turn raw source shards into balanced, validated training shards in one read.
 
@@ -89,6 +92,11 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     figures of the sources as they were and of the new list). Same inputs and options give the same
     bytes for any -j. A killed run's rerun goes on from its last resume point (plain tar output; see
     --checkpoint-mb), other codecs start again; a rerun of a finished one does nothing.
+
+    --layout nemo writes OUT_DIR/audio_K.tar, one OUT_DIR/tarred_audio_manifest.json and
+    OUT_DIR/nemo_config.yaml (printed: the train_ds keys to paste); --layout shar writes the Shar
+    folder OUT_DIR/shar (CutSet.from_shar(in_dir=OUT_DIR/shar, split_for_dataloading=True)), the
+    reports and list beside it. Both are plain tars, resumed after a kill like plain tar output.
     """
     import os
 
@@ -96,18 +104,17 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.prep import PrepSettings, run_prep
     from shardkit.commands.validate.options import ValidateOptions
-    from shardkit.io.codecs import parse_codec_spec
     from shardkit.io.mix import parse_corpus_spec
 
     bars = ProgressBars(quiet=quiet, notes_end_bars=True, line_for=_unreadable_source)
     options = run_options(jobs=jobs or os.cpu_count(), executor=executor, ray_address=ray_address, overwrite=overwrite,
                           on_event=bars)
-    codec_name, level = parse_codec_spec(codec, level)
+    codec_name, level = layout_codec(layout, codec, level)
     corpora = [parse_corpus_spec(spec) for spec in corpus_specs]
     settings = PrepSettings(world_size=world_size, num_workers=num_workers, shard_duration=shard_duration,
                             num_shards=num_shards, codec=codec_name, level=level, remainder=remainder, seed=seed,
                             pool_bytes=pool_mb << 20, audio=audio, flac_level=flac_level, verify=verify,
-                            epochs=epochs, checkpoint_bytes=checkpoint_mb << 20)
+                            epochs=epochs, checkpoint_bytes=checkpoint_mb << 20, layout=layout)
     checks = ValidateOptions(backend=backend, sample_rate=sample_rate, channels=channels, min_duration=min_duration,
                              max_duration=max_duration)
     with bars:
@@ -136,13 +143,16 @@ def _unreadable_source(event) -> str | None:
 
 
 def _show(report, out_dir: str, *, quiet: bool, as_json: bool) -> None:
-    """The JSON report on stdout (--json); the summary and where the list and rejects went on stderr."""
+    """The JSON report on stdout (--json); the summary and where the list and rejects went on stderr; a
+    trainer's layout: the piece to paste into its config on stdout (as balance prints it)."""
     summary = report.summary()
     if as_json:
         emit_json(summary)
-    if quiet:
-        return
-    if summary["this_run"] == "skipped":
-        click.echo(f"nothing to do: {out_dir} holds a finished run of these sources and options", err=True)
-    click.echo(format_summary(summary), err=True)
-    click.echo(f"list: {summary['data_list']}; rejects: {summary['rejects']}", err=True)
+    if not quiet:
+        if summary["this_run"] == "skipped":
+            click.echo(f"nothing to do: {out_dir} holds a finished run of these sources and options", err=True)
+        click.echo(format_summary(summary), err=True)
+        click.echo(f"list: {summary['data_list']}; rejects: {summary['rejects']}", err=True)
+    layout = summary.get("layout")
+    if layout is not None and not as_json:
+        click.echo(layout.get("config_fragment") or f"read it with: {layout['reader']}")

@@ -383,8 +383,6 @@ def _check_run_args(corpora: Sequence[CorpusSource], settings: BalanceSettings,
     from shardkit.io.layouts import check_layout
 
     check_layout(settings.layout)
-    if split is not None and settings.layout != "wenet":
-        raise UsageError("--layout nemo|shar writes one manifest for the whole dataset: run it without --split")
     if split is not None and settings.dry_run:
         raise UsageError("--split writes a slice of the shards and --dry-run writes none; plan without --split")
 

@@ -154,7 +154,9 @@ def recorded_index_files(entry: dict, work_dir: str, removed: bool) -> dict:
 def merge_reports(slices) -> dict:
     """merge-reports for balance (``shardkit.run.merge.Slices`` in): the generic join; once every shard is
     written, the report names no index below OUT_DIR/.balance and that folder is removed, as a single
-    run removes it."""
+    run removes it, and a trainer's layout gets what it writes for the whole dataset (NeMo's manifest,
+    joined from the slices' per-shard parts, and config fragment), named in the report and summary
+    (``layout``) as a single run names it."""
     import shutil
 
     from shardkit.run.merge import concatenated, failed_entries, write_merged
@@ -164,7 +166,14 @@ def merge_reports(slices) -> dict:
     if finished and isinstance(merged.get("sources"), dict):
         merged["sources"] = {name: recorded_index_files(entry, os.path.join(slices.out_dir, WORK_DIR), True)
                              for name, entry in merged["sources"].items()}
+    layout = (merged.get("settings") or {}).get("layout", "wenet")
+    if finished and layout != "wenet":
+        from shardkit.io.layouts import finish_layout
+
+        merged["layout"] = finish_layout(layout, slices.out_dir, [row["path"] for row in merged[slices.entries_key]])
     summary = write_merged(slices, merged)
+    if "layout" in merged:
+        summary["layout"] = merged["layout"]
     if finished:
         shutil.rmtree(os.path.join(slices.out_dir, WORK_DIR), ignore_errors=True)
     return summary

@@ -86,6 +86,15 @@ class PrepSettings:
     verify: bool = True
     epochs: int = 3
     checkpoint_bytes: int = 1 << 30  # a resume point at most this often (plain tar output); never changes bytes
+    layout: str = "wenet"  # or a trainer's own: nemo, shar (shardkit.io.layouts; plain tars, see .layout)
+
+    def recorded(self) -> dict:
+        """The settings prep.json records and its spec digests: ``layout`` only when it is not wenet (so a
+        WeNet run records what it did before layouts)."""
+        fields = asdict(self)
+        if self.layout == "wenet":
+            del fields["layout"]
+        return fields
 
 
 @dataclass
@@ -183,7 +192,8 @@ def _resume_point(out_dir: str, spec: str, overwrite: bool) -> dict | None:
     """The saved state of a killed run of this spec (None with ``overwrite``, or when there is none); what an
     earlier run left that this one does not continue is removed."""
     saved = None if overwrite else resume.load(out_dir, spec)
-    _remove_previous(out_dir, keep={e["tmp"] for e in saved["shards"]} if saved else set())
+    _remove_previous(out_dir, keep={t for e in saved["shards"] for t in (e["tmp"], e.get("lines", {}).get("tmp"))
+                                    if t} if saved else set())
     return saved
 
 
@@ -209,6 +219,9 @@ def _check_settings(settings: PrepSettings) -> None:
         raise UsageError("give --shard-duration or --num-shards, not both")
     if settings.audio not in ("keep", "flac", "wav"):
         raise UsageError(f"--audio must be keep, flac or wav (got {settings.audio!r})")
+    from shardkit.commands.prep.layout import check_layout_settings
+
+    check_layout_settings(settings.layout, settings.codec)
 
 
 def _source_shards(corpora: Sequence[CorpusSource]) -> list[tuple[str, int]]:
@@ -237,7 +250,7 @@ def _spec(sources: list[tuple[str, int]], settings: PrepSettings, checks: Valida
           weights: list[float]) -> str:
     """Digest of what decides the output: the sources (size, mtime), the corpus of each, the corpus weights,
     every option."""
-    decides = asdict(settings) | {"checkpoint_bytes": None}  # resume points never change the output bytes
+    decides = settings.recorded() | {"checkpoint_bytes": None}  # resume points never change the output bytes
     h = hashlib.sha256(repr((__version__, decides, asdict(checks) | {"threads": 0}, weights)).encode())
     for (path, corpus), stamp in zip(sources, source_stamps([p for p, _ in sources])):
         h.update(repr((corpus, stamp)).encode("utf-8", "surrogateescape"))
@@ -253,6 +266,10 @@ def _finished(out_dir: str, spec: str) -> PrepReport | None:
         return None
     if not all(output_unchanged(e["path"], e["size"], e["sha256"]) for e in doc["shards"]):
         return None
+    from shardkit.commands.prep.layout import finished_layout
+
+    if not finished_layout(out_dir, doc):
+        return None
     from shardkit.io.files import atomic_write_lines
 
     atomic_write_lines(os.path.join(out_dir, "data.list"), [e["path"] for e in doc["shards"]])  # removed since?
@@ -264,6 +281,7 @@ def _remove_previous(out_dir: str, keep: set[str] = frozenset()) -> None:
     """Temporary files of a killed run (but those a resume continues, ``keep``), and the shards of an earlier
     run with other inputs or options (they would be replaced anyway; removing them first keeps the folder at
     one copy)."""
+    from shardkit.commands.prep.layout import earlier_outputs, remove_empty_folders
     from shardkit.io.files import load_json, remove_leftovers
 
     remove_leftovers(output_leftovers(out_dir), keep=keep)
@@ -272,9 +290,10 @@ def _remove_previous(out_dir: str, keep: set[str] = frozenset()) -> None:
     doc = load_json(os.path.join(out_dir, MANIFEST))
     if not doc or doc.get("command") != "prep":  # nothing of an earlier prep run: touch nothing else
         return
-    for entry in doc.get("shards", []):
-        if os.path.dirname(entry.get("path", "")) == out_dir and os.path.isfile(entry["path"]):
-            os.unlink(entry["path"])
+    for path in earlier_outputs(out_dir, doc):
+        if os.path.isfile(path):
+            os.unlink(path)
+    remove_empty_folders(out_dir)
     for name in (MANIFEST, "data.list"):
         try:
             os.unlink(os.path.join(out_dir, name))
@@ -313,6 +332,7 @@ class _Run:
         self.placed_bytes = 0
         self.checkpoint_at = 0  # placed_bytes at the last resume point
         self.saved_outputs: list | None = None
+        self.layout_written: dict | None = None  # a trainer's layout: what was written for the whole dataset
 
     def execute(self, options: RunOptions, spec: str) -> PrepReport:
         started = time.perf_counter()
@@ -325,6 +345,7 @@ class _Run:
             self._write_final(final)
             self.events.note(f"closing and verifying {len(self.outputs.paths)} shards...")
             entries = self.outputs.finish(self.settings.verify)
+            self._finish_layout()
         except BaseException as err:
             if self.outputs is not None:
                 # Ctrl-C or SIGTERM (a scheduler's preemption) after a resume point: its temporary shards stay
@@ -334,6 +355,14 @@ class _Run:
         report = self._report(final, entries, time.perf_counter() - started)
         self._save(report, spec, final)
         return report
+
+    def _finish_layout(self) -> None:
+        """A trainer's layout: what it writes for the whole dataset once every shard is (NeMo's manifest and
+        config fragment)."""
+        if self.settings.layout != "wenet":
+            from shardkit.io.layouts import finish_layout
+
+            self.layout_written = finish_layout(self.settings.layout, self.out_dir, self.outputs.paths, "prep")
 
     # reading, in list order
     def _stream(self, options: RunOptions) -> None:
@@ -450,6 +479,12 @@ class _Run:
 
     def _open_outputs(self, count: int, saved: list | None = None) -> None:
         s = self.settings
+        if s.layout != "wenet":
+            from shardkit.commands.prep.layout import LayoutOutputShards, output_shard_paths
+
+            self.outputs = LayoutOutputShards(output_shard_paths(s.layout, self.out_dir, count), s.layout,
+                                              threads=_writer_threads(), resume=saved)
+            return
         self.outputs = OutputShards(output_paths(self.out_dir, count, s.codec), s.codec, s.level,
                                     threads=_writer_threads(), resume=saved)
 
@@ -470,9 +505,13 @@ class _Run:
 
     def _write(self, shard: int, key: str, corpus: int, members: list[tuple[str, bytes, bytes]], copy: int) -> None:
         new_key = repeat_key(key, copy)
-        for name, data, digest in members:  # a member's digest is of its data alone: a repeat keeps it
-            self.outputs.add(shard, new_key + name[len(key):] if copy else name, data, digest)
-            self.placed_bytes += len(data)
+        named = [(new_key + name[len(key):] if copy else name, data, digest) for name, data, digest in members]
+        if self.settings.layout != "wenet":  # a whole utterance: the layout's writer makes its members and line
+            self.outputs.add_utterance(shard, new_key, named)
+        else:
+            for name, data, digest in named:  # a member's digest is of its data alone: a repeat keeps it
+                self.outputs.add(shard, name, data, digest)
+        self.placed_bytes += sum(len(data) for _, data, _ in members)
         self.shard_utts[shard] += 1
         self.shard_corpus[shard, corpus] += 1
 
@@ -507,8 +546,9 @@ class _Run:
     def _summary_fields(self, final: FinalPlan, entries: list[dict], elapsed: float) -> dict:
         """prep.json's ``summary`` (and the JSON report's fields), in one order: the layout, what was read and
         rejected, the plan's balance, what was written."""
+        layout = {"layout": self.layout_written} if self.layout_written is not None else {}
         return {**self._layout_fields(final, entries), **self._read_fields(), **_balance_fields(final),
-                **self._written_fields(final, entries, elapsed)}
+                **self._written_fields(final, entries, elapsed), **layout}
 
     def _layout_fields(self, final: FinalPlan, entries: list[dict]) -> dict:
         groups = self.settings.world_size * self.settings.num_workers
@@ -546,7 +586,7 @@ class _Run:
         atomic_write_lines(os.path.join(self.out_dir, "data.list"), [e["path"] for e in report.shards])
         atomic_write_json(os.path.join(self.out_dir, MANIFEST), json_safe({
             "tool": "shardkit", "version": __version__, "command": "prep", "spec": spec,
-            "settings": asdict(self.settings), "options": asdict(self.checks) | {"threads": None},
+            "settings": self.settings.recorded(), "options": asdict(self.checks) | {"threads": None},
             "summary": report.summary_fields, "shards": report.shards, "sources": report.sources,
             "plan_before": report.figures_before, "plan_after": report.figures_after,
             "findings": report.findings, "repeat_key_format": "{key}-rep{copy}", "repeats": self.repeats,

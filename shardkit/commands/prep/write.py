@@ -15,8 +15,15 @@ import resource
 import threading
 
 from shardkit.errors import UsageError
+from shardkit.io.layouts.nemo import CONFIG, MANIFEST, PARTS_DIR
+from shardkit.io.layouts.shar import SHAR_DIR
 
 OUTPUT_NAME = re.compile(r"shards_\d{9}\.tar(\.[a-z0-9]+)?")
+LINES_SUFFIX = ".lines"  # a layout: the plain spool of a companion's lines, beside it, while its shard is open
+LAYOUT_FOLDERS = (SHAR_DIR, PARTS_DIR)  # where a layout's files go below OUT_DIR, besides OUT_DIR itself
+# the names of a layout's files, whose temporary files a killed run may leave
+LAYOUT_NAME = re.compile(r"audio_\d+\.tar|recording\.\d{6,}\.tar|(cuts\.\d{6,}|manifest_\d+)\.jsonl\.gz"
+                         r"(\.lines)?|" + re.escape(MANIFEST) + "|" + re.escape(CONFIG))
 QUEUE_ITEMS = 256  # members waiting per writer thread
 QUEUE_BYTES = 64 << 20  # member bytes waiting for all writer threads together (beyond the planner's pool)
 _FINISH, _ABORT, _FLUSH = object(), object(), object()
@@ -90,12 +97,16 @@ class OutputShards:
 
     def add(self, shard: int, name: str, data: bytes, digest: bytes) -> None:
         """Queue one member for ``shard`` (``digest``: ``member_digest`` of ``data``, computed by the reader)."""
+        self._enqueue(shard, (shard, name, data, digest), len(data))
+
+    def _enqueue(self, shard: int, item: tuple, nbytes: int) -> None:
+        """Queue ``item`` (``nbytes`` of member data) for the writer thread of ``shard``."""
         self._raise_error()
         with self._room:  # bounded in bytes, not only in members: a member may be many MB
             while self._queued > QUEUE_BYTES and self._error is None:
                 self._room.wait(0.5)
-            self._queued += len(data)
-        self._queues[shard % len(self._queues)].put((shard, name, data, digest))
+            self._queued += nbytes
+        self._queues[shard % len(self._queues)].put(item)
 
     def checkpoint(self) -> list[dict]:
         """Wait until every queued member is written and flushed to the kernel; then, per shard, what a rerun
@@ -160,7 +171,7 @@ class OutputShards:
                 if item[0] is _FLUSH:
                     self._flush(t, item[1])
                     continue
-                self._write_member(*item)
+                self._write_item(item)
             except BaseException as err:  # handed to the main thread at its next add() or finish()
                 self._error = self._error or err
                 if item[0] is _FINISH:
@@ -190,6 +201,19 @@ class OutputShards:
                 raise output_error(err, self.paths[s]) from None
         done.set()
 
+    def _write_item(self, item: tuple) -> None:
+        """One queued item written (here a member: ``(shard, name, data, digest)``), its bytes released."""
+        shard, name, data, digest = item
+        try:
+            self._write_member(shard, name, data, digest)
+        finally:
+            self._release(len(data))
+
+    def _release(self, nbytes: int) -> None:
+        with self._room:
+            self._queued -= nbytes
+            self._room.notify()
+
     def _write_member(self, shard: int, name: str, data: bytes, digest: bytes) -> None:
         try:
             self._tars[shard].add(name, data)
@@ -198,10 +222,6 @@ class OutputShards:
             from shardkit.io.files import output_error
 
             raise output_error(err, self.paths[shard]).located(member=name) from None
-        finally:
-            with self._room:
-                self._queued -= len(data)
-                self._room.notify()
 
     def _close(self, s: int, verify: bool) -> dict:
         from shardkit.io.files import combine_digests
@@ -248,37 +268,54 @@ def _open_target(path: str, saved: dict | None):
 
 def check_partials(saved: list[dict]) -> list | None:
     """Per shard, the sha256 object of the first ``size`` bytes of its temporary file, if every file is there
-    and those bytes are what the checkpoint wrote; else None (the rerun starts again)."""
-    import hashlib
-
+    and those bytes are what the checkpoint wrote; else None (the rerun starts again). A shard of a trainer's
+    layout (its entry has ``lines``: the spooled metadata lines, see ``.layout``) gives the pair (tar's, lines')."""
     hashes = []
     for entry in saved:
-        h = hashlib.sha256()
-        try:
-            with open(entry["tmp"], "rb") as f:
-                left = entry["size"]
-                while left > 0:
-                    chunk = f.read(min(left, 1 << 20))
-                    if not chunk:
-                        return None
-                    h.update(chunk)
-                    left -= len(chunk)
-        except OSError:
-            return None
-        if h.hexdigest() != entry["sha256"]:
+        h = _prefix_hash(entry)
+        if h is not None and "lines" in entry:
+            lines = _prefix_hash(entry["lines"])
+            h = None if lines is None else (h, lines)
+        if h is None:
             return None
         hashes.append(h)
     return hashes
 
 
+def _prefix_hash(entry: dict):
+    """The sha256 object of the first ``entry["size"]`` bytes of ``entry["tmp"]`` if they hash to
+    ``entry["sha256"]``, else None."""
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(entry["tmp"], "rb") as f:
+            left = entry["size"]
+            while left > 0:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    return None
+                h.update(chunk)
+                left -= len(chunk)
+    except OSError:
+        return None
+    return h if h.hexdigest() == entry["sha256"] else None
+
+
 def output_leftovers(out_dir: str) -> list[str]:
-    """The output names a killed run's temporary files stand for (``.shards_N.tar*.<token>.partial``)."""
+    """The output names a killed run's temporary files stand for (``.shards_N.tar*.<token>.partial``, and those
+    of a trainer's layout in OUT_DIR and its subfolders, LAYOUT_FOLDERS)."""
     from shardkit.io.files import PARTIAL_SUFFIX
 
     names = []
-    for entry in os.scandir(out_dir):
-        if entry.name.startswith(".") and entry.name.endswith(PARTIAL_SUFFIX):
-            stem = entry.name[1:-len(PARTIAL_SUFFIX)].rpartition(".")[0]
-            if OUTPUT_NAME.fullmatch(stem):
-                names.append(os.path.join(out_dir, stem))
+    for folder in [out_dir] + [os.path.join(out_dir, sub) for sub in LAYOUT_FOLDERS]:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # no such subfolder
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") and entry.name.endswith(PARTIAL_SUFFIX):
+                stem = entry.name[1:-len(PARTIAL_SUFFIX)].rpartition(".")[0]
+                if OUTPUT_NAME.fullmatch(stem) or LAYOUT_NAME.fullmatch(stem):
+                    names.append(os.path.join(folder, stem))
     return names

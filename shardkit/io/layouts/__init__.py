@@ -45,7 +45,15 @@ def companion_paths(layout: str, dst: str) -> list[str]:
     return _writer_module(layout).companion_paths(dst)
 
 
-def finish_layout(layout: str, out_dir: str, tar_paths: list[str]) -> dict:
+def utterance_entries(layout: str, dst: str, key: str, record: dict,
+                      members: list[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], str]:
+    """What one utterance becomes in the output shard ``dst`` of ``layout``: the tar members, in order, and
+    the line of its companion file (what :func:`open_layout_shard`'s ``add`` writes, for a writer that keeps
+    its own tar and companion, as prep's does)."""
+    return _writer_module(layout).utterance_entries(dst, key, record, members)
+
+
+def finish_layout(layout: str, out_dir: str, tar_paths: list[str], command: str = "balance") -> dict:
     """Once every shard is written: what the layout writes for the whole dataset (NeMo's manifest and config
-    fragment); what was written, for the report."""
-    return _writer_module(layout).finish(out_dir, tar_paths)
+    fragment, its first line naming ``command``); what was written, for the report."""
+    return _writer_module(layout).finish(out_dir, tar_paths, command)

@@ -57,29 +57,38 @@ class NemoShard(LayoutShard):
     def companions(self) -> list:
         os.makedirs(os.path.dirname(part_path(self.dst)), exist_ok=True)
         self._lines = GzipLines(part_path(self.dst))
-        self._id = shard_id(self.dst)
         return [self._lines]
 
     def add(self, key: str, record: dict, members: list[tuple[str, bytes]]) -> None:
-        audio_name = key + record["audio"][len(record["key"]):]
-        texts = split_members(key, members, audio_name, shard=self.dst)
-        member = member_stem(key) + audio_name[len(key):]
-        require(not member.startswith(".") and member.count(".") == 1,
-                "the member name would not be a flat file name with one extension", shard=self.dst, member=member)
-        self.add_member(member, dict(members)[audio_name])
-        line = {"audio_filepath": member, "duration": int(record["frames"]) / int(record["sample_rate"]),
-                "text": texts.pop("txt"), "shard_id": self._id}
-        line.update((k, v) for k, v in texts.items() if k not in line)
-        if member_stem(key) != key:
-            line["key"] = key
-        self._lines.write_line(json.dumps(line, ensure_ascii=False))
+        tar_members, line = utterance_entries(self.dst, key, record, members)
+        for name, data in tar_members:
+            self.add_member(name, data)
+        self._lines.write_line(line)
 
 
-def config_fragment(out_dir: str, num_shards: int, *, shuffle_n: int = DEFAULT_SHUFFLE_N) -> str:
-    """The ``train_ds`` keys that point NeMo at this dataset (YAML, to paste into a model config)."""
+def utterance_entries(dst: str, key: str, record: dict,
+                      members: list[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], str]:
+    """What one utterance becomes in the tar ``dst``: its audio member, renamed flat, and its manifest line."""
+    audio_name = key + record["audio"][len(record["key"]):]
+    texts = split_members(key, members, audio_name, shard=dst)
+    member = member_stem(key) + audio_name[len(key):]
+    require(not member.startswith(".") and member.count(".") == 1,
+            "the member name would not be a flat file name with one extension", shard=dst, member=member)
+    line = {"audio_filepath": member, "duration": int(record["frames"]) / int(record["sample_rate"]),
+            "text": texts.pop("txt"), "shard_id": shard_id(dst)}
+    line.update((k, v) for k, v in texts.items() if k not in line)
+    if member_stem(key) != key:
+        line["key"] = key
+    return [(member, dict(members)[audio_name])], json.dumps(line, ensure_ascii=False)
+
+
+def config_fragment(out_dir: str, num_shards: int, *, shuffle_n: int = DEFAULT_SHUFFLE_N,
+                    command: str = "balance") -> str:
+    """The ``train_ds`` keys that point NeMo at this dataset (YAML, to paste into a model config); ``command``:
+    the shardkit command that wrote it, named in the fragment's first line."""
     out_dir = os.path.abspath(out_dir)
     tars = os.path.join(out_dir, "audio_{0.." + str(num_shards - 1) + "}.tar")
-    return ("# shardkit balance --layout nemo: paste under model.train_ds\n"
+    return (f"# shardkit {command} --layout nemo: paste under model.train_ds\n"
             "train_ds:\n"
             "  is_tarred: true\n"
             f"  tarred_audio_filepaths: {json.dumps(tars)}\n"
@@ -88,7 +97,7 @@ def config_fragment(out_dir: str, num_shards: int, *, shuffle_n: int = DEFAULT_S
             f"  shuffle_n: {shuffle_n}\n")
 
 
-def finish(out_dir: str, tar_paths: list[str]) -> dict:
+def finish(out_dir: str, tar_paths: list[str], command: str = "balance") -> dict:
     """Join the shards' manifest parts into the one manifest (refusing a file id twice) and write the config
     fragment; ``{"manifest", "config", "config_fragment", "utterances"}``."""
     from shardkit.io.files import atomic_write_bytes, atomic_write_lines
@@ -109,7 +118,7 @@ def finish(out_dir: str, tar_paths: list[str]) -> dict:
 
     manifest = os.path.join(out_dir, MANIFEST)
     atomic_write_lines(manifest, lines())
-    fragment = config_fragment(out_dir, len(tar_paths))
+    fragment = config_fragment(out_dir, len(tar_paths), command=command)
     config = os.path.join(out_dir, CONFIG)
     atomic_write_bytes(config, fragment.encode("utf-8"))
     return {"layout": "nemo", "manifest": manifest, "config": config, "config_fragment": fragment,

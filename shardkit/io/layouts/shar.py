@@ -32,8 +32,9 @@ def companion_paths(dst: str) -> list[str]:
     return [cuts_path(dst)]
 
 
-def finish(out_dir: str, tar_paths: list[str]) -> dict:
-    """Shar needs nothing for the whole dataset: the folder and how a trainer opens it, for the report."""
+def finish(out_dir: str, tar_paths: list[str], command: str = "balance") -> dict:
+    """Shar needs nothing for the whole dataset: the folder and how a trainer opens it, for the report
+    (``command`` is NeMo's: it names the writer in a config fragment, which Shar has none of)."""
     folder = os.path.join(os.path.abspath(out_dir), SHAR_DIR)
     return {"layout": "shar", "folder": folder, "shards": len(tar_paths),
             "reader": f"CutSet.from_shar(in_dir={folder!r}, split_for_dataloading=True)"}
@@ -70,10 +71,19 @@ class SharShard(LayoutShard):
         return [self._cuts]
 
     def add(self, key: str, record: dict, members: list[tuple[str, bytes]]) -> None:
-        audio_name = key + record["audio"][len(record["key"]):]
-        texts = split_members(key, members, audio_name, shard=self.dst)
-        self.add_member(audio_name, dict(members)[audio_name])
-        self.add_member(f"{key}.json", json.dumps(recording_manifest(key, record), ensure_ascii=False).encode() + b"\n")
-        text = texts.pop("txt")
-        self._cuts.write_line(json.dumps(cut_manifest(key, record, text, texts), ensure_ascii=False))
+        tar_members, line = utterance_entries(self.dst, key, record, members)
+        for name, data in tar_members:
+            self.add_member(name, data)
+        self._cuts.write_line(line)
 
+
+def utterance_entries(dst: str, key: str, record: dict,
+                      members: list[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], str]:
+    """What one utterance becomes in the recording tar ``dst``: its audio, then its ``Recording`` JSON; and its cut
+    line."""
+    audio_name = key + record["audio"][len(record["key"]):]
+    texts = split_members(key, members, audio_name, shard=dst)
+    recording = json.dumps(recording_manifest(key, record), ensure_ascii=False).encode() + b"\n"
+    text = texts.pop("txt")
+    return ([(audio_name, dict(members)[audio_name]), (f"{key}.json", recording)],
+            json.dumps(cut_manifest(key, record, text, texts), ensure_ascii=False))

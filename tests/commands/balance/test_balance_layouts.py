@@ -145,11 +145,8 @@ def test_shar_rerun_skips_finished_shards_and_rewrites_one_without_its_cuts(mix,
     assert after == before  # deterministic bytes: the same plan writes the same shard
 
 
-def test_a_layout_refuses_split_and_a_bad_name(mix, tmp_path):
+def test_a_layout_refuses_a_bad_name(mix, tmp_path):
     args = [a for spec in SPECS for a in ("--corpus", f"{spec.name}={mix['root'] / spec.name}")]
-    split = CliRunner().invoke(main, ["balance", *args, "--world-size", "2", "--num-workers", "1", "--layout", "nemo", "--split", "1/2",
-                                      "-o", str(tmp_path / "o"), "-q"])
-    assert split.exit_code == 2 and "without --split" in split.output
     bad = CliRunner().invoke(main, ["balance", *args, "--world-size", "2", "--num-workers", "1", "--layout", "kaldi", "-o",
                                     str(tmp_path / "o"), "-q"])
     assert bad.exit_code == 2 and "kaldi" in bad.output
@@ -251,3 +248,32 @@ def test_nemo_manifest_parts_let_a_rerun_skip_and_the_cli_prints_the_fragment(mi
     assert (out / "tarred_audio_manifest.json").read_bytes() == before
     with gzip.open(out / ".nemo_manifests" / "manifest_0.jsonl.gz", "rt", encoding="utf-8") as f:
         assert {json.loads(line)["shard_id"] for line in f} == {0}
+
+
+@pytest.mark.parametrize("layout", ["nemo", "shar"])
+def test_split_slices_then_merge_reports_give_what_one_run_gives(mix, layout, nemo_out, shar_out, tmp_path):
+    """Each slice writes its block of shards with their companions; merge-reports writes what the layout needs
+    for the whole dataset (NeMo's manifest and config fragment): the same files as one run."""
+    one, _ = nemo_out if layout == "nemo" else shar_out
+    out = tmp_path / "sliced"
+    for i in (1, 2):
+        _balance(mix, out, layout, "--split", f"{i}/2")
+    if layout == "nemo":
+        assert not (out / "tarred_audio_manifest.json").exists()  # no slice writes the whole dataset's files
+    merged = CliRunner().invoke(main, ["merge-reports", str(out), "--command", "balance", "--json"])
+    assert merged.exit_code == 0, merged.output
+    summary = json.loads(merged.stdout)
+    assert summary["layout"]["layout"] == layout and summary["problems"] == 0
+
+    def files(folder):
+        skip = ("balance", "data.", "nemo_config.yaml")  # reports and lists name their own folder
+        return {os.path.relpath(os.path.join(root, n), folder): open(os.path.join(root, n), "rb").read()
+                for root, _, names in os.walk(folder) for n in names if not n.startswith(skip)}
+
+    assert files(out) == files(one)
+    if layout == "nemo":
+        assert summary["layout"]["config_fragment"] == (out / "nemo_config.yaml").read_text() == \
+            (one / "nemo_config.yaml").read_text().replace(str(one), str(out))
+        assert json.load(open(out / "balance.json"))["layout"]["manifest"] == str(out / "tarred_audio_manifest.json")
+    assert [line.replace(str(out), "") for line in open(out / "data.list")] == \
+        [line.replace(str(one), "") for line in open(one / "data.list")]

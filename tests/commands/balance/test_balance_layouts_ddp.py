@@ -1,4 +1,4 @@
-"""balance --layout shar|nemo in a real multi-rank run: W=2 torch.distributed ranks (gloo, CPU), each with a
+"""balance --layout shar|nemo (and prep --layout, which writes by the same rule) in a real multi-rank run: W=2 torch.distributed ranks (gloo, CPU), each with a
 DataLoader of K=2 workers, read the output as the trainers deal it, with one all_reduce per batch standing for
 DDP's gradient sync (a rank with an extra step would wait there until the group's timeout).
 
@@ -63,15 +63,22 @@ def mix(tmp_path_factory):
     return {"root": root, "truth": truth}
 
 
-def _balance(mix, out, layout) -> dict:
+def _balance(mix, out, layout, command="balance") -> dict:
     args = [a for spec in SPECS for a in ("--corpus", f"{spec.name}={mix['root'] / spec.name}")]
-    result = CliRunner().invoke(main, ["balance", *args, "--world-size", str(WORLD), "--num-workers", str(WORKERS),
+    result = CliRunner().invoke(main, [command, *args, "--world-size", str(WORLD), "--num-workers", str(WORKERS),
                                        "--shard-duration", "3", "--layout", layout, "-o", str(out), "-j", "1", "-q",
                                        "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["num_shards"] % (WORLD * WORKERS) == 0
     return report
+
+
+def _originals(out, command: str) -> dict[str, str]:
+    """Output key -> source key of every repeat (balance's repeats file, prep.json's repeats)."""
+    if command == "prep":
+        return {new: old for old, new in json.load(open(out / "prep.json"))["repeats"]}
+    return {new: old for old, new in balance.read_repeats(str(out))}
 
 
 def _worker() -> int:
@@ -162,12 +169,13 @@ def _check_run(results: list[dict], expected_ids: set, original_of, truth: dict)
 
 
 @pytest.mark.timeout(240)
-def test_shar_in_a_real_two_rank_run_with_lhotse_reads_every_cut_once_in_equal_steps(mix, tmp_path):
+@pytest.mark.parametrize("command", ["balance", "prep"])
+def test_shar_in_a_real_two_rank_run_with_lhotse_reads_every_cut_once_in_equal_steps(mix, tmp_path, command):
     from lhotse import CutSet
 
     out = tmp_path / "out"
-    report = _balance(mix, out, "shar")
-    originals = {new: old for old, new in balance.read_repeats(str(out))}
+    report = _balance(mix, out, "shar", command)
+    originals = _originals(out, command)
     all_ids = {cut.id for cut in CutSet.from_shar(in_dir=out / "shar")}
     assert len(all_ids) == report["num_shards"] * report["utterances_per_shard"]
     results = ddp_ranks.ok(ddp_ranks.launch(tmp_path, _shar_rank, str(out / "shar"), world=WORLD))
@@ -177,14 +185,15 @@ def test_shar_in_a_real_two_rank_run_with_lhotse_reads_every_cut_once_in_equal_s
 
 
 @pytest.mark.timeout(240)
-def test_nemo_in_a_real_two_rank_run_with_scatter_reads_every_line_once_in_equal_steps(mix, tmp_path):
+@pytest.mark.parametrize("command", ["balance", "prep"])
+def test_nemo_in_a_real_two_rank_run_with_scatter_reads_every_line_once_in_equal_steps(mix, tmp_path, command):
     import yaml
 
     out = tmp_path / "out"
-    _balance(mix, out, "nemo")
+    _balance(mix, out, "nemo", command)
     train_ds = yaml.safe_load((out / "nemo_config.yaml").read_text())["train_ds"]
     assert train_ds["tarred_shard_strategy"] == "scatter"
-    originals = {new: old for old, new in balance.read_repeats(str(out))}
+    originals = _originals(out, command)
     with open(train_ds["manifest_filepath"], encoding="utf-8") as f:
         all_ids = {nemo_split.file_id(json.loads(line)["audio_filepath"]) for line in f}
     results = ddp_ranks.ok(ddp_ranks.launch(tmp_path, _nemo_rank, train_ds, world=WORLD))
@@ -193,16 +202,17 @@ def test_nemo_in_a_real_two_rank_run_with_scatter_reads_every_line_once_in_equal
         assert item["text"] == mix["truth"][originals.get(item["key"], item["key"])]["text"]
 
 
-# --- NeMo's own dataset class, in its own environment (opt-in: tests/nemo_own_reader.py says how) -----
+# --- NeMo's own dataset class, in its own environment (scripts/test.sh makes it; tests/nemo_own_reader.py) -----
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not nemo_own_reader.NEMO_PYTHON, reason=nemo_own_reader.NEEDS_NEMO)
-def test_nemo_own_tarred_dataset_reads_every_line_once_with_its_samples_in_equal_steps(mix, tmp_path):
+@pytest.mark.parametrize("command", ["balance", "prep"])
+def test_nemo_own_tarred_dataset_reads_every_line_once_with_its_samples_in_equal_steps(mix, tmp_path, command):
     out = tmp_path / "out"
-    _balance(mix, out, "nemo")
+    _balance(mix, out, "nemo", command)
     ranks = nemo_own_reader.read_with_nemo(out / "nemo_config.yaml", WORLD, WORKERS, BATCH, tmp_path)
-    originals = {new: old for old, new in balance.read_repeats(str(out))}
+    originals = _originals(out, command)
     with open(out / "tarred_audio_manifest.json", encoding="utf-8") as f:
         lines = [json.loads(line) for line in f]
     assert [len(rank["batches"]) for rank in ranks] == [len(ranks[0]["batches"])] * WORLD  # equal steps
