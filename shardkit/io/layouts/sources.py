@@ -334,3 +334,61 @@ def open_dataset(path: str, *, tars=None, key_field: str | None = None):
             raise UsageError("not a Lhotse Shar folder (no cuts.NNNNNN.jsonl.gz + recording.NNNNNN.tar)", shard=path)
         return SharFolder(path)
     return NemoTarred(path, tars, key_field=key_field)
+
+
+# --- index records ---------------------------------------------------------------------------------
+
+
+def covers_whole(utterance: dict, seconds: float, rate: int) -> bool:
+    """Whether an utterance is its whole audio member (no offset, or a part that is all of it within a sample)."""
+    if utterance["duration"] is None:
+        return True
+    return utterance["start"] <= 0 and abs(float(utterance["duration"]) - seconds) < 1 / rate
+
+
+def _unsafe_key(key: str) -> str | None:
+    """Why ``key`` cannot name a tar member of a shard (WeNet's, NeMo's, Shar's), or None."""
+    if not isinstance(key, str) or not key.strip():
+        return "is empty"
+    if key.startswith("/") or "\\" in key or any(part in ("", ".", "..") for part in key.split("/")):
+        return "is not a relative name without '..' or empty parts"
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        return "holds a control character"
+    return None
+
+
+def index_record(utterance: dict, corpus: str) -> dict:
+    """The index record of one utterance of a NeMo tarred dataset or Shar folder, its text inline (``text``;
+    ``members`` holds only the audio member, at its offset in the decompressed tar). Its audio header is read
+    as ``index`` reads every member's. Raises a located ShardkitError: audio the header refuses, a key no tar
+    member can carry, a segment (``make --from`` cuts segments out; an index names whole members only)."""
+    from shardkit.errors import AudioError
+    from shardkit.io.audio import header_facts
+
+    key, tar, name = utterance["key"], utterance["shard"], utterance["member"]
+    why = _unsafe_key(key)
+    if why is not None:
+        raise SourceFinding(f"key {key!r} {why}: no shard can name a member by it", check="bad_key", shard=tar,
+                            member=name)
+    try:
+        info = header_facts(utterance["data"], utterance["size"])
+    except AudioError as err:
+        raise err.located(shard=tar, member=name)
+    if not covers_whole(utterance, info["duration"], info["sample_rate"]):
+        raise SourceFinding(f"utterance {key!r} is a segment of its member ({utterance['start']:g} s + "
+                            f"{float(utterance['duration']):g} s of {info['duration']:g} s): an index names whole "
+                            "members; make --from cuts segments out", check="segment", shard=tar, member=name)
+    text = utterance["text"]
+    if not isinstance(text, str):
+        raise SourceFinding(f"utterance {key!r} has no text", check="no_transcript", shard=tar, member=name)
+    return {"shard": tar, "key": key, "corpus": corpus, "audio": name, "format": info["format"],
+            "bytes": utterance["size"], "sample_rate": info["sample_rate"], "channels": info["channels"],
+            "frames": info["frames"], "duration": round(info["duration"], 6), "text": text, "text_chars": len(text),
+            "members": [[name, utterance["offset"], utterance["size"]]]}
+
+
+def dataset_shards(dataset) -> list[str]:
+    """The shard files a dataset reads (its tars) and its metadata (manifest, cuts files), for source stamps."""
+    if isinstance(dataset, NemoTarred):
+        return dataset.shards + [dataset.manifest]
+    return dataset.shards + [c for c, _ in dataset.pairs]
