@@ -453,9 +453,9 @@ def _write_index(out_path: str, sources: dict, indexed) -> IndexReport:
 def is_layout_source(arg: str) -> bool:
     """Whether ``arg`` is a NeMo tarred dataset's manifest or a Lhotse Shar folder (``index`` reads their
     text inline: ``shardkit.io.layouts.sources``)."""
-    from shardkit.io.layouts.sources import is_nemo_manifest, is_shar_folder
+    from shardkit.io.layouts.sources import is_dataset
 
-    return is_shar_folder(arg) or is_nemo_manifest(arg)
+    return is_dataset(arg)
 
 
 def build_layout_index(datasets: list[str], out_path: str, corpus: str | None = None,

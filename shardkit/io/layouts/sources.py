@@ -327,6 +327,12 @@ def _cut_utterances(cut: dict, number: int, name: str, data: bytes, offset: int,
         yield utterance
 
 
+def is_dataset(path: str) -> bool:
+    """Whether ``path`` is a NeMo tarred dataset's manifest or a Lhotse Shar folder (what :func:`open_dataset`
+    opens): how index, validate and balance tell them from shards."""
+    return is_shar_folder(path) or is_nemo_manifest(path)
+
+
 def open_dataset(path: str, *, tars=None, key_field: str | None = None):
     """The NeMo tarred dataset (a manifest) or Shar folder ``path`` names; a UsageError when it is neither."""
     if os.path.isdir(path):
