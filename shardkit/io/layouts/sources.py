@@ -29,7 +29,6 @@ from typing import Iterator, NamedTuple
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.tar import iter_tar_members, open_shard, shard_reader
 
-NEMO_MANIFEST = "tarred_audio_manifest.json"
 
 
 class SourceFinding(ShardkitError):
@@ -104,6 +103,8 @@ def is_nemo_manifest(path: str) -> bool:
 
 
 class NemoLine(NamedTuple):
+    """What an utterance needs of one manifest line (its key, text, segment and line number), and the line."""
+
     key: str
     text: object
     offset: object
@@ -244,6 +245,7 @@ def is_shar_folder(path: str) -> bool:
 
 
 def holds_shar_files(names: list[str]) -> bool:
+    """Whether a folder's file names hold Shar cuts and recording files."""
     return any(n.startswith("cuts.") and ".jsonl" in n for n in names) and \
         any(n.startswith("recording.") and ".tar" in n for n in names)
 

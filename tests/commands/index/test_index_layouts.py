@@ -114,3 +114,46 @@ def test_shards_and_a_layout_in_one_index_are_refused(tmp_path, make_shards):
     manifest = _nemo(tmp_path)
     result = CliRunner().invoke(main, ["index", str(manifest), make_shards("none")[0], "-o", str(tmp_path / "i.jsonl")])
     assert result.exit_code == 2 and "not both in one index" in result.output
+
+
+def test_a_key_no_tar_member_can_carry_is_refused(tmp_path):
+    manifest = _nemo(tmp_path)
+    lines = [json.loads(line) for line in open(manifest, encoding="utf-8")]
+    lines[3]["key"] = "../../etc/passwd"
+    with open(manifest, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(line) + "\n" for line in lines)
+    result, report = _index(manifest, "-o", tmp_path / "i.jsonl")
+    assert result.exit_code == 1 and not os.path.exists(tmp_path / "i.jsonl")
+    (failure,) = report["failures"]
+    assert "key '../../etc/passwd' is not a relative name" in failure["error"]
+    assert lines[3]["audio_filepath"] in failure["error"]
+
+
+def test_a_lhotse_cut_with_two_supervisions_is_named_as_segments(tmp_path):
+    """lhotse's own SharWriter: a cut split into two supervisions cannot be copied whole; index says where."""
+    from lhotse import CutSet, Recording, SupervisionSegment
+    from lhotse.cut import MonoCut
+
+    from support import corpus
+
+    cuts = []
+    for i, (key, text, audio, _) in enumerate(corpus()[:3]):
+        path = tmp_path / f"rec{i}.wav"
+        path.write_bytes(audio)
+        rec = Recording.from_file(str(path), recording_id=f"rec{i}")
+        sups = [SupervisionSegment(id=f"rec{i}-all", recording_id=rec.id, start=0.0, duration=rec.duration,
+                                   text=text)]
+        if i == 1:
+            half = rec.num_samples // 2 / rec.sampling_rate
+            sups = [SupervisionSegment(id="rec1-a", recording_id=rec.id, start=0.0, duration=half, text="first"),
+                    SupervisionSegment(id="rec1-b", recording_id=rec.id, start=half, duration=rec.duration - half,
+                                       text="second")]
+        cuts.append(MonoCut(id=f"cut{i}", start=0.0, duration=rec.duration, channel=0, recording=rec,
+                            supervisions=sups))
+    (tmp_path / "shar").mkdir()
+    CutSet.from_cuts(cuts).to_shar(tmp_path / "shar", fields={"recording": "wav"}, shard_size=10)
+    result, report = _index(tmp_path / "shar", "-o", tmp_path / "i.jsonl")
+    assert result.exit_code == 1
+    (failure,) = report["failures"]
+    assert failure["shard"] == str(tmp_path / "shar" / "recording.000000.tar")
+    assert "'rec1-a' is a segment" in failure["error"] and "'rec1-b' is a segment" in failure["error"]
