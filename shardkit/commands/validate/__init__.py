@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from shardkit.commands.validate.duplicates import DuplicateKeys
+from shardkit.commands.validate.layouts import DURATION_TOLERANCE, validate_dataset  # noqa: F401
 from shardkit.commands.validate.members import check_audio, check_text  # noqa: F401
 from shardkit.commands.validate.merge import merge_reports, merge_slice_reports  # noqa: F401
 from shardkit.commands.validate.names import (  # noqa: F401
@@ -177,7 +178,6 @@ def _validate_datasets(datasets: list[str], settings: ValidateOptions, options: 
     """Each dataset's tars validated in order (``validate.layouts``), through the same cross-shard duplicate
     check and progress as shards: a stage "validate" of the tars, a ``done`` per tar (and per manifest with
     findings of its own)."""
-    from shardkit.commands.validate.layouts import validate_dataset
     from shardkit.io.layouts.sources import open_dataset
 
     started = time.perf_counter()
