@@ -77,3 +77,15 @@ def test_a_shar_folder_pairs_cuts_and_members_and_reports_a_stray_member(make_sh
         tar.addfile(info, io.BytesIO(b"RIFF"))
     findings = [i for i in SharFolder(str(folder)) if isinstance(i, SourceFinding)]
     assert [(f.check, f.member) for f in findings] == [("no_line", "stray.wav")]
+
+
+def test_a_shard_id_beyond_the_lines_is_refused_not_a_billion_tars(nemo):
+    from shardkit.errors import UsageError
+
+    lines = open(nemo, encoding="utf-8").readlines()
+    line = json.loads(lines[0])
+    line["shard_id"] = 10 ** 12
+    with open(nemo, "w", encoding="utf-8") as f:
+        f.writelines([json.dumps(line) + "\n"] + lines[1:])
+    with pytest.raises(UsageError, match="shard_id 1000000000000 names more tars than the manifest has lines"):
+        NemoTarred(nemo)

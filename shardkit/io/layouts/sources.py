@@ -136,6 +136,10 @@ class NemoTarred:
             if count == 0:
                 raise UsageError("a NeMo tarred manifest's lines carry shard_id (the K of audio_K.tar)",
                                  shard=manifest)
+            lines = sum(len(rest) for rest in self.lines.values())
+            if count > lines:  # every tar holds a line's member: a larger shard_id is damage, not 10^9 tars
+                raise UsageError(f"shard_id {count - 1} names more tars than the manifest has lines ({lines})",
+                                 shard=manifest)
             folder = os.path.dirname(self.manifest)
             tars = [os.path.join(folder, f"audio_{k}.tar") for k in range(count)]
         self.shards: list[str] = [os.path.abspath(t) for t in tars]
