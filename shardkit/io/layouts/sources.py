@@ -94,8 +94,10 @@ def is_nemo_manifest(path: str) -> bool:
         return False
     try:
         with open(path, "rb") as f:
-            first = next((line for line in f if line.strip()), b"")
-        obj = json.loads(first)
+            head = f.read(1 << 16)  # a shard or list given to index or validate is judged by its first bytes
+        if not head.lstrip().startswith(b"{"):
+            return False
+        obj = json.loads(head.lstrip().split(b"\n", 1)[0])
     except (OSError, ValueError):
         return False
     return isinstance(obj, dict) and "audio_filepath" in obj and "shard_id" in obj and \
