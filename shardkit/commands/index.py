@@ -15,6 +15,10 @@ characters. Building an index streams each shard once (tar is sequential) and ke
 records in memory at a time. The records are framed by completeness marks that also stamp each
 source shard (size, mtime, a digest): a ``{"shardkit_index": ...}`` line first and last in JSON
 lines, the footer's metadata in Parquet (``shardkit.io.indexmarks``).
+
+A NeMo tarred dataset (its manifest) or a Lhotse Shar folder is indexed by :func:`build_layout_index`:
+its records carry the transcript inline (``"text"``) and ``members`` holds only the audio member, named as
+that layout names it (``spk_utt1.wav`` for key ``spk/utt1``); balance writes the text member from it.
 """
 
 from __future__ import annotations
