@@ -371,10 +371,7 @@ def run_index(shard_args: list[str], output: str, corpus: str | None = None, opt
     from shardkit.run.lifecycle import claim_output_file
     from shardkit.run.split import slice_path
 
-    layouts = [is_layout_source(arg) for arg in shard_args]
-    if any(layouts):
-        if not all(layouts):
-            raise UsageError("index either NeMo tarred datasets and Shar folders, or shards: not both in one index")
+    if _datasets_given(shard_args):
         return build_layout_index(list(shard_args), output, corpus, options)
     folder = os.path.dirname(os.path.abspath(output))
     folder_existed = os.path.isdir(folder)
@@ -462,6 +459,19 @@ def is_layout_source(arg: str) -> bool:
     return is_dataset(arg)
 
 
+def _datasets_given(shard_args: list[str]) -> bool:
+    """Whether the arguments are NeMo tarred datasets and Shar folders (refused mixed with shards)."""
+    given = [is_layout_source(arg) for arg in shard_args]
+    if any(given) and not all(given):
+        raise UsageError("index either NeMo tarred datasets and Shar folders, or shards: not both in one index")
+    return any(given)
+
+
+def _dataset_corpus(dataset: str) -> str:
+    """Without --corpus: the folder a manifest lies in, or the Shar folder's own name (as a shard's folder)."""
+    return default_corpus_name(dataset if os.path.isfile(dataset) else os.path.join(dataset, "cuts"))
+
+
 def build_layout_index(datasets: list[str], out_path: str, corpus: str | None = None,
                        options: RunOptions | None = None) -> IndexReport:
     """Index NeMo tarred datasets (their manifests) and Lhotse Shar folders into ``out_path``, as
@@ -486,7 +496,7 @@ def build_layout_index(datasets: list[str], out_path: str, corpus: str | None = 
     every_file = [path for dataset in opened for path in dataset_shards(dataset)]
     _ready_output(out_path, every_file + [os.path.abspath(d) for d in datasets])
     sources = stamp_files(every_file)
-    names = [corpus or default_corpus_name(d if os.path.isfile(d) else os.path.join(d, "cuts")) for d in datasets]
+    names = [corpus or _dataset_corpus(d) for d in datasets]
     report = _write_index(out_path, sources, _layout_indexed(opened, names, options))
     report.shards = sum(len(d.shards) for d in opened)  # a manifest's own findings are failures, not shards
     report.elapsed = time.perf_counter() - started
@@ -497,7 +507,7 @@ def _layout_indexed(datasets: list, corpora: list[str], options: RunOptions
                     ) -> Iterator[tuple[str, list[dict] | None, str | None]]:
     """``(shard, records, error)`` per tar of ``datasets`` (then per finding of a manifest: a bad line, a line
     no tar holds), reported through ``options``' events."""
-    from shardkit.io.layouts.sources import NemoTarred, SourceFinding, index_record
+    from shardkit.io.layouts.sources import NemoTarred
 
     events = options.events
     events.stage("index", total=sum(len(d.shards) for d in datasets))
@@ -505,20 +515,27 @@ def _layout_indexed(datasets: list, corpora: list[str], options: RunOptions
         for finding in getattr(dataset, "findings", ()):
             yield finding.shard, None, str(finding)
         for tar in dataset.shards:
-            records, errors = [], []
-            for item in dataset.read_shard(tar):
-                try:
-                    if isinstance(item, SourceFinding):
-                        raise item
-                    records.append(index_record(item, corpus))
-                except ShardkitError as err:
-                    errors.append(str(err.located(shard=tar)))
-            error = "; ".join(errors) if errors else None
+            records, error = _index_tar(dataset, tar, corpus)
             yield tar, None if error else records, error
             events.done({"shard": tar, "utterances": len(records)}, error=error)
         if isinstance(dataset, NemoTarred):
             for finding in dataset.unread_lines():
                 yield finding.shard, None, str(finding)
+
+
+def _index_tar(dataset, tar: str, corpus: str) -> tuple[list[dict], str | None]:
+    """The records of one tar of a dataset, and its findings as one error (None when it has none)."""
+    from shardkit.io.layouts.sources import SourceFinding, index_record
+
+    records, errors = [], []
+    for item in dataset.read_shard(tar):
+        try:
+            if isinstance(item, SourceFinding):
+                raise item
+            records.append(index_record(item, corpus))
+        except ShardkitError as err:
+            errors.append(str(err.located(shard=tar)))
+    return records, "; ".join(errors) if errors else None
 
 
 def _ready_output(out_path: str, shards: list[str]) -> None:

@@ -264,13 +264,7 @@ class SharFolder:
 
     def __init__(self, folder: str):
         self.folder = os.path.abspath(folder)
-        names = os.listdir(self.folder)
-        cuts = sorted(n for n in names if n.split(".")[0] == "cuts" and ".jsonl" in n)
-        recordings = sorted(n for n in names if n.split(".")[0] == "recording" and ".tar" in n)
-        if not cuts or len(cuts) != len(recordings):
-            raise UsageError(f"a Lhotse Shar folder holds as many cuts.NNNNNN.jsonl.gz as recording.NNNNNN.tar "
-                             f"files (found {len(cuts)} and {len(recordings)})", shard=self.folder)
-        self.pairs = [(os.path.join(self.folder, c), os.path.join(self.folder, r)) for c, r in zip(cuts, recordings)]
+        self.pairs = _shar_pairs(self.folder)
         self.shards: list[str] = [r for _, r in self.pairs]
         self.findings: list[SourceFinding] = []
         self._cuts_of = {r: c for c, r in self.pairs}
@@ -296,6 +290,17 @@ class SharFolder:
     def __iter__(self) -> Iterator[dict | SourceFinding]:
         for tar in self.shards:
             yield from self.read_shard(tar)
+
+
+def _shar_pairs(folder: str) -> list[tuple[str, str]]:
+    """(cuts file, recording tar) per shard, in lhotse's order (sorted names); as many of each, or a UsageError."""
+    names = os.listdir(folder)
+    cuts = sorted(n for n in names if n.split(".")[0] == "cuts" and ".jsonl" in n)
+    recordings = sorted(n for n in names if n.split(".")[0] == "recording" and ".tar" in n)
+    if not cuts or len(cuts) != len(recordings):
+        raise UsageError(f"a Lhotse Shar folder holds as many cuts.NNNNNN.jsonl.gz as recording.NNNNNN.tar "
+                         f"files (found {len(cuts)} and {len(recordings)})", shard=folder)
+    return [(os.path.join(folder, c), os.path.join(folder, r)) for c, r in zip(cuts, recordings)]
 
 
 def _audio_members(path: str) -> Iterator[tuple[str, bytes, int, bool]]:

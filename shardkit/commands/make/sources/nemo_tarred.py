@@ -11,7 +11,7 @@ import os
 from typing import Iterator
 
 from shardkit.commands.make.sources import Entry, Skip, SourceOptions
-from shardkit.commands.make.sources._probe import check_of, probe_bytes
+from shardkit.commands.make.sources._probe import check_of, probe_member_once
 from shardkit.io.layouts.sources import NemoTarred, SourceFinding
 
 
@@ -34,13 +34,9 @@ def _skip(finding: SourceFinding) -> Skip:
 
 def _entry(utterance: dict, facts: dict) -> Entry | Skip:
     """One line's utterance (its member's audio probed once for all its lines), or why not."""
-    where = (utterance["shard"], utterance["member"])
-    if where not in facts:
-        facts.clear()
-        facts[where] = probe_bytes(utterance["data"])
-    found = facts[where]
+    found = probe_member_once(utterance, facts)
     if isinstance(found, str):
-        return Skip(utterance["key"], check_of(found), f"{where[0]}: member {where[1]!r}: {found}")
+        return Skip(utterance["key"], check_of(found), f"{utterance['shard']}: member {utterance['member']!r}: {found}")
     seconds, rate, channels = found
     segment = utterance["duration"] is not None
     return Entry(utterance["key"], utterance["text"], utterance["member"], container=utterance["shard"],

@@ -11,7 +11,7 @@ import os
 from typing import Iterator
 
 from shardkit.commands.make.sources import Entry, Skip, SourceOptions
-from shardkit.commands.make.sources._probe import check_of, probe_bytes
+from shardkit.commands.make.sources._probe import check_of, probe_member_once
 from shardkit.io.layouts.sources import SharFolder, SourceFinding, holds_shar_files
 
 
@@ -37,13 +37,9 @@ def read(paths: list[str], options: SourceOptions) -> Iterator[Entry | Skip]:
 
 def _entry(utterance: dict, facts: dict) -> Entry | Skip:
     """A supervision's utterance: the whole audio member, or the part of it the supervision covers."""
-    where = (utterance["shard"], utterance["member"])
-    if where not in facts:
-        facts.clear()
-        facts[where] = probe_bytes(utterance["data"])
-    found = facts[where]
+    found = probe_member_once(utterance, facts)
     if isinstance(found, str):
-        return Skip(utterance["fields"]["id"], check_of(found), f"{where[0]}: member {where[1]!r}: {found}")
+        return Skip(utterance["fields"]["id"], check_of(found), f"{utterance['shard']}: member {utterance['member']!r}: {found}")
     seconds, rate, channels = found
     start = utterance["start"]
     duration = float(seconds if utterance["duration"] is None else utterance["duration"])
