@@ -19,7 +19,9 @@ Examples:
   shardkit index data.list -o all.jsonl --split 2/3           # writes all.slice-2-of-3.jsonl
   cat all.slice-{{1,2,3}}-of-3.jsonl > all.jsonl                # = the index of one run
   shardkit index data/aishell/data.list -o aishell.parquet    # columnar: ~30 bytes an utterance
-  shardkit index old.index.jsonl -o old.index.parquet         # rewrite a JSON lines index, no shard opened""")
+  shardkit index old.index.jsonl -o old.index.parquet         # rewrite a JSON lines index, no shard opened
+  shardkit index nemo/tarred_audio_manifest.json -o nemo.parquet   # a NeMo tarred dataset, text inline
+  shardkit index shar_ds/shar -o shar.parquet                 # a Lhotse Shar folder""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Index file to write: .parquet (columnar, needs pyarrow) or .jsonl (JSON lines).")
 @click.option("--corpus", default=None, help="Corpus name for every utterance [default: each shard's folder name].")
@@ -36,7 +38,10 @@ def command(shards, output, corpus, jobs, executor, ray_address, split, as_json,
     utterance). Given one .jsonl index as SHARDS and a .parquet OUTPUT, the index is rewritten
     as Parquet, streaming, without opening a shard.
 
-    SHARDS are shard files, folders, globs or data.list files. Each row holds the shard, key,
+    SHARDS are shard files, folders, globs or data.list files; or NeMo tarred datasets (their
+    manifest, audio_K.tar beside it) and Lhotse Shar folders, whose rows carry the transcript
+    inline (text) and only the audio member in members; a manifest line no tar holds, a member
+    no line names or a segment (offset) line is a failure. Each row holds the shard, key,
     corpus, audio member name and format, bytes, sample_rate, channels, frames, duration, the
     transcript's length in characters and each member's [name, offset, size] (offset in the
     decompressed tar), so `plan` and `balance` need not read the shards again. Memory stays at one

@@ -19,7 +19,9 @@ Examples:
   shardkit validate data/data.list --quarantine data/quarantine   # cleaned copies + rejects
   shardkit validate data.list --executor ray --report out/validate.json   # one Ray task per shard
   shardkit validate data.list --split 2/3 --report out/validate.json      # writes out/validate.slice-2-of-3.json
-  shardkit merge-reports out --command validate                           # then: out/validate.json""")
+  shardkit merge-reports out --command validate                           # then: out/validate.json
+  shardkit validate nemo/tarred_audio_manifest.json    # a NeMo tarred dataset: audio, texts, durations
+  shardkit validate shar_ds/shar --report shar.json    # a Lhotse Shar folder""")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("--backend", type=click.Choice(["soundfile", "torchaudio"]), default="soundfile", show_default=True,
               help="Decoder: soundfile (fast) or torchaudio.load(io.BytesIO(...)), the call WeNet makes "
@@ -67,6 +69,11 @@ def command(shards, backend, jobs, sample_rate, channels, strict, min_duration, 
     the audio, decoded in full from the member bytes: length as the header promises, no NaN/inf,
     and the sample rate, channels and duration asked for. Each finding names shard, key, member,
     check and reason. Sources are never modified.
+
+    A NeMo tarred dataset (its manifest) or a Lhotse Shar folder is checked as its trainer reads
+    it: every line or supervision has its audio member and a text, the audio decodes, and the
+    duration the line or cut declares is the decoded audio's (within 10 ms); a line no tar holds
+    and a member no line names are findings (--quarantine and --split take shards only).
     """
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.validate import run_validate

@@ -15,6 +15,10 @@ characters. Building an index streams each shard once (tar is sequential) and ke
 records in memory at a time. The records are framed by completeness marks that also stamp each
 source shard (size, mtime, a digest): a ``{"shardkit_index": ...}`` line first and last in JSON
 lines, the footer's metadata in Parquet (``shardkit.io.indexmarks``).
+
+A NeMo tarred dataset (its manifest) or a Lhotse Shar folder is indexed by :func:`build_layout_index`:
+its records carry the transcript inline (``"text"``) and ``members`` holds only the audio member, named as
+that layout names it (``spk_utt1.wav`` for key ``spk/utt1``); balance writes the text member from it.
 """
 
 from __future__ import annotations
@@ -367,6 +371,8 @@ def run_index(shard_args: list[str], output: str, corpus: str | None = None, opt
     from shardkit.run.lifecycle import claim_output_file
     from shardkit.run.split import slice_path
 
+    if _datasets_given(shard_args):
+        return build_layout_index(list(shard_args), output, corpus, options)
     folder = os.path.dirname(os.path.abspath(output))
     folder_existed = os.path.isdir(folder)
     # the arguments themselves too: build_index sees only the shards a data.list names, not the list
@@ -398,8 +404,6 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
     """
     import time
 
-    from shardkit.io.files import AtomicFile
-    from shardkit.io.files import output_error
     from shardkit.io.indexmarks import stamp_files
 
     started = time.perf_counter()
@@ -411,14 +415,25 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
         out_path = slice_path(out_path, *options.split)
     out_path = os.path.abspath(out_path)
     _ready_output(out_path, shards)
-    report = IndexReport(path=None)
     # stamped before they are read: a shard rewritten while (or after) it is indexed no longer matches
     sources = stamp_files(shards)
+    indexed = indexed_shards(shards, options, stage="index", corpus=corpus, max_member_bytes=max_member_bytes)
+    report = _write_index(out_path, sources, indexed)
+    report.elapsed = time.perf_counter() - started
+    return report
+
+
+def _write_index(out_path: str, sources: dict, indexed) -> IndexReport:
+    """``indexed``'s ``(shard, records, error)`` into ``out_path`` through a temporary file, committed only when
+    no shard failed; the report."""
+    from shardkit.io.files import AtomicFile
+    from shardkit.io.files import output_error
+
+    report = IndexReport(path=None)
     with AtomicFile(out_path, buffering=1 << 20) as out:
         writer = IndexWriter(out_path, out.file, sources)
         try:
-            for shard, records, error in indexed_shards(shards, options, stage="index", corpus=corpus,
-                                                        max_member_bytes=max_member_bytes):
+            for shard, records, error in indexed:
                 if error is None:
                     writer.write(records)
                 report.count(shard, records, error)
@@ -433,8 +448,94 @@ def build_index(shards: list[str], out_path: str, corpus: str | None = None, opt
         else:
             _commit(writer, out, out_path)
             report.path = out_path
+    return report
+
+
+def is_layout_source(arg: str) -> bool:
+    """Whether ``arg`` is a NeMo tarred dataset's manifest or a Lhotse Shar folder (``index`` reads their
+    text inline: ``shardkit.io.layouts.sources``)."""
+    from shardkit.io.layouts.sources import is_dataset
+
+    return is_dataset(arg)
+
+
+def _datasets_given(shard_args: list[str]) -> bool:
+    """Whether the arguments are NeMo tarred datasets and Shar folders (refused mixed with shards)."""
+    given = [is_layout_source(arg) for arg in shard_args]
+    if any(given) and not all(given):
+        raise UsageError("index either NeMo tarred datasets and Shar folders, or shards: not both in one index")
+    return any(given)
+
+
+def _dataset_corpus(dataset: str) -> str:
+    """Without --corpus: the folder a manifest lies in, or the Shar folder's own name (as a shard's folder)."""
+    return default_corpus_name(dataset if os.path.isfile(dataset) else os.path.join(dataset, "cuts"))
+
+
+def build_layout_index(datasets: list[str], out_path: str, corpus: str | None = None,
+                       options: RunOptions | None = None) -> IndexReport:
+    """Index NeMo tarred datasets (their manifests) and Lhotse Shar folders into ``out_path``, as
+    :func:`build_index` indexes shards: one record per utterance with its text inline (``text``) and its
+    audio member alone in ``members``, the tars (and manifest, cuts files) stamped. Every finding of the
+    reader (a line no tar holds, a member no line names, a segment, audio the header refuses) is a failure
+    naming the shard, member or key, and then no index is written. Shards are read in order, in this process
+    (a NeMo line may lie in any tar). Progress: a stage "index" of the datasets' tars, a ``done`` per tar.
+    """
+    import time
+
+    from shardkit.io.indexmarks import stamp_files
+    from shardkit.io.layouts.sources import dataset_shards, open_dataset
+
+    started = time.perf_counter()
+    options = options or RunOptions()
+    if options.split is not None:
+        raise UsageError("--split of a NeMo tarred dataset or Shar folder: index it whole (a NeMo line may lie "
+                         "in any of its tars)")
+    out_path = os.path.abspath(out_path)
+    opened = [open_dataset(d) for d in datasets]
+    every_file = [path for dataset in opened for path in dataset_shards(dataset)]
+    _ready_output(out_path, every_file + [os.path.abspath(d) for d in datasets])
+    sources = stamp_files(every_file)
+    names = [corpus or _dataset_corpus(d) for d in datasets]
+    report = _write_index(out_path, sources, _layout_indexed(opened, names, options))
+    report.shards = sum(len(d.shards) for d in opened)  # a manifest's own findings are failures, not shards
     report.elapsed = time.perf_counter() - started
     return report
+
+
+def _layout_indexed(datasets: list, corpora: list[str], options: RunOptions
+                    ) -> Iterator[tuple[str, list[dict] | None, str | None]]:
+    """``(shard, records, error)`` per tar of ``datasets`` (then per finding of a manifest: a bad line, a line
+    no tar holds), reported through ``options``' events."""
+    from shardkit.io.layouts.sources import NemoTarred
+
+    events = options.events
+    events.stage("index", total=sum(len(d.shards) for d in datasets))
+    for dataset, corpus in zip(datasets, corpora):
+        for finding in getattr(dataset, "findings", ()):
+            yield finding.shard, None, str(finding)
+        for tar in dataset.shards:
+            records, error = _index_tar(dataset, tar, corpus)
+            yield tar, None if error else records, error
+            events.done({"shard": tar, "utterances": len(records)}, error=error)
+        if isinstance(dataset, NemoTarred):
+            for finding in dataset.unread_lines():
+                yield finding.shard, None, str(finding)
+
+
+def _index_tar(dataset, tar: str, corpus: str) -> tuple[list[dict], str | None]:
+    """The records of one tar of a dataset, and its findings as one error (None when it has none)."""
+    from shardkit.io.layouts.sources import SourceFinding, index_record
+
+    records, errors = [], []
+    for item in dataset.read_shard(tar):
+        try:
+            if isinstance(item, SourceFinding):
+                raise item
+            records.append(index_record(item, corpus))
+        except ShardkitError as err:
+            errors.append(str(err.located(shard=tar)))
+    return records, "; ".join(errors) if errors else None
 
 
 def _ready_output(out_path: str, shards: list[str]) -> None:
@@ -443,7 +544,7 @@ def _ready_output(out_path: str, shards: list[str]) -> None:
     from shardkit.run.lifecycle import claim_output_file
 
     if is_parquet(out_path):
-        from shardkit.io.indexfile import require_pyarrow
+        from shardkit.io.indexparquet import require_pyarrow
 
         require_pyarrow()
     claim_output_file(out_path, shards)
@@ -474,7 +575,8 @@ def convert_index_file(src: str, out_path: str, options: RunOptions | None = Non
     """
     import time
 
-    from shardkit.io.indexfile import convert_index, require_pyarrow
+    from shardkit.io.indexfile import convert_index
+    from shardkit.io.indexparquet import require_pyarrow
     from shardkit.io.files import AtomicFile
     from shardkit.io.files import output_error
     from shardkit.run.lifecycle import claim_output_file

@@ -13,11 +13,16 @@ columns it needs straight into numpy arrays (no per-utterance Python object)::
     frames      int64                        duration    float64 (seconds)
     text_chars  int32                        members     list<struct<name: string (key-relative),
                                                                       offset: int64, size: int64>>
+    text        string, nullable (the transcript, when it is inline: see below)
 
 Member names are stored relative to the key (``.wav`` for ``spk/utt1.wav`` of key ``spk/utt1``),
 so Parquet's dictionary encoding makes them nearly free; a name that does not start with its
 key is stored whole behind a NUL (``"\\0other.wav"``, NUL never occurs in a tar name).
-Optional fields are null when a record lacks them. Rows are written in row groups of
+Optional fields are null when a record lacks them. **Inline text**: a record read from a NeMo
+tarred dataset or a Shar folder carries its transcript in ``text`` (the manifest line's, the
+supervision's) and ``members`` holds only its audio member, whose name need not start with the key
+(NeMo's ``spk_utt1.wav`` for key ``spk/utt1``); a writer makes the text member from ``text``. The
+schema and rows live in ``shardkit.io.indexparquet``. Rows are written in row groups of
 ``ROW_GROUP_ROWS``, zstd-compressed: about 30-40 bytes an utterance on disk.
 
 **JSON lines** stay readable and writable (one sorted-keys object per line, between the head and end
@@ -40,6 +45,13 @@ import numpy as np
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.indexmarks import IndexMarks, JsonlMarks, SegmentWriter, head_line, parquet_marks, parquet_metadata
+from shardkit.io.indexparquet import (  # noqa: F401 - schema, records_to_batch and require_pyarrow stay
+    open_parquet_writer,  # importable from here for callers outside the package (benchmarks, tests)
+    record_of_row,
+    records_to_batch,
+    require_pyarrow,
+    schema,
+)
 
 try:  # orjson parses index lines ~3x faster than json, which matters for millions of lines
     import orjson
@@ -59,10 +71,9 @@ except ImportError:  # pragma: no cover - the fallback keeps the format identica
 JSONL_SUFFIX = ".jsonl"
 PARQUET_SUFFIX = ".parquet"
 REQUIRED_FIELDS = ("shard", "key", "duration", "members")
-ALIASES = {"member": "audio", "text_len": "text_chars"}  # what other tools call our fields
 ROW_GROUP_ROWS = 1 << 18
 BATCH_ROWS = 1 << 16
-_FULL_NAME = "\0"
+ALIASES = {"member": "audio", "text_len": "text_chars"}  # what other tools call our fields
 
 
 def is_index_file(path: str) -> bool:
@@ -71,27 +82,6 @@ def is_index_file(path: str) -> bool:
 
 def is_parquet(path: str) -> bool:
     return path.endswith(PARQUET_SUFFIX)
-
-
-def require_pyarrow(what: str = "a Parquet index"):
-    """``pyarrow.parquet``, or a UsageError that says how to get it."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise UsageError(f"{what} needs pyarrow: pip install 'shardkit[parquet]' (or use a .jsonl index)") from None
-    return pq
-
-
-def schema():
-    import pyarrow as pa
-
-    member = pa.struct([("name", pa.string()), ("offset", pa.int64()), ("size", pa.int64())])
-    return pa.schema([
-        ("corpus", pa.dictionary(pa.int32(), pa.string())), ("shard", pa.dictionary(pa.int32(), pa.string())),
-        ("key", pa.string()), ("audio", pa.string()), ("format", pa.string()), ("bytes", pa.int64()),
-        ("sample_rate", pa.int32()), ("channels", pa.int16()), ("frames", pa.int64()), ("duration", pa.float64()),
-        ("text_chars", pa.int32()), ("members", pa.list_(member)),
-    ])
 
 
 # --- JSON lines -----------------------------------------------------------------------------------
@@ -140,7 +130,7 @@ def _record_problem(record: dict) -> tuple[str, str] | None:
     record["duration"] = duration
     if not _member_triples(record["members"]):
         return "members", "must be a list of [name, offset, size] (offset and size integers >= 0)"
-    for field in ("corpus", "audio", "format"):
+    for field in ("corpus", "audio", "format", "text"):
         if record.get(field) is not None and not isinstance(record[field], str):
             return field, "must be a string"
     return _count_problem(record)
@@ -187,50 +177,6 @@ def iter_jsonl(path: str, marks: JsonlMarks | None = None) -> Iterator[dict]:
 
 
 # --- Parquet --------------------------------------------------------------------------------------
-
-
-def _relative(name: str, key: str) -> str:
-    return name[len(key):] if name.startswith(key) else _FULL_NAME + name
-
-
-def _absolute(stored: str, key: str) -> str:
-    return stored[1:] if stored.startswith(_FULL_NAME) else key + stored
-
-
-def records_to_batch(records: list[dict]):
-    """A pyarrow RecordBatch of records (dicts with at least the required fields)."""
-    import pyarrow as pa
-
-    columns = _columns(records)
-    arrays = []
-    for field in schema():
-        values = columns[field.name]
-        if pa.types.is_dictionary(field.type):
-            arrays.append(pa.array(values, pa.string()).dictionary_encode())
-        else:
-            arrays.append(pa.array(values, field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema())
-
-
-def _columns(records: list[dict]) -> dict[str, list]:
-    """The records as columns of the index schema; member and audio names stored relative to the key."""
-    keys = [r["key"] for r in records]
-    audio = [None if r.get("audio") is None else _relative(r["audio"], r["key"]) for r in records]
-    members = [[{"name": _relative(m[0], r["key"]), "offset": m[1], "size": m[2]} for m in r["members"]]
-               for r in records]
-    columns = {"corpus": [r.get("corpus") for r in records], "shard": [r["shard"] for r in records], "key": keys,
-               "audio": audio, "members": members}
-    for name in ("format", "bytes", "sample_rate", "channels", "frames", "duration", "text_chars"):
-        columns[name] = [r.get(name) for r in records]
-    return columns
-
-
-def open_parquet_writer(file):
-    """A pyarrow ParquetWriter of the index schema with the index's encodings, over an open binary file."""
-    pq = require_pyarrow()
-    return pq.ParquetWriter(file, schema(), compression="zstd", compression_level=6,
-                            use_dictionary=["corpus", "shard", "audio", "format", "sample_rate", "channels",
-                                            "members.list.element.name"], write_statistics=["duration"])
 
 
 class ParquetIndexWriter:
@@ -383,17 +329,8 @@ def iter_parquet_records(path: str, rows: np.ndarray | None = None) -> Iterator[
         if rows is not None:
             table = table.take(rows[lo:hi] - start)
         for record in table.to_pylist():
-            yield _record_of_row(record)
+            yield record_of_row(record)
         start += count
-
-
-def _record_of_row(row: dict) -> dict:
-    key = row["key"]
-    record = {k: v for k, v in row.items() if v is not None and k not in ("members", "audio")}
-    if row.get("audio") is not None:
-        record["audio"] = _absolute(row["audio"], key)
-    record["members"] = [[_absolute(m["name"], key), m["offset"], m["size"]] for m in row["members"] or ()]
-    return record
 
 
 def iter_index(path: str, marks: JsonlMarks | None = None) -> Iterator[dict]:

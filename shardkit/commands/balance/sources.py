@@ -52,14 +52,18 @@ def resolve_index_files(corpora: Sequence[CorpusSource], work_dir: str, options:
     result = []
     for i, corpus in enumerate(corpora):
         indexes = _given_indexes(corpus)
+        layouts = _layout_sources(corpus)
         shards = _shard_sources(corpus)
-        for s in shards + indexes:
+        for s in shards + indexes + layouts:
             if s in owner:
                 raise UsageError(f"{s} is given to corpus {owner[s]!r} and to corpus {corpus.name!r}")
             owner[s] = corpus.name
         if shards:
             indexes.append(_built_index(corpus, os.path.join(work_dir, f"index-{i}{_built_suffix()}"), shards,
                                         options, events))
+        if layouts:
+            indexes.append(_built_index(corpus, os.path.join(work_dir, f"index-{i}-layouts{_built_suffix()}"),
+                                        layouts, options, events, layouts=True))
         result.append(indexes)
     return result
 
@@ -81,28 +85,49 @@ def _shard_sources(corpus: CorpusSource) -> list[str]:
     from shardkit.io.indexfile import is_index_file
     from shardkit.io.inputs import expand_shards
 
-    shard_args = [s for s in corpus.sources if not is_index_file(s)]
+    from shardkit.commands.index import is_layout_source
+
+    shard_args = [s for s in corpus.sources if not is_index_file(s) and not is_layout_source(s)]
     return expand_shards(shard_args) if shard_args else []
 
 
-def _built_index(corpus: CorpusSource, built: str, shards: list[str], options: RunOptions, events: Events) -> str:
-    """``built``, the index of a corpus' shards: reused when its stamp says the shards are as they were, else
-    built (``index``'s build_index) and stamped; a shard that cannot be indexed stops the run."""
-    from shardkit.commands.index import build_index
+def _layout_sources(corpus: CorpusSource) -> list[str]:
+    """A corpus' NeMo tarred datasets (their manifests) and Lhotse Shar folders, absolute: indexed through
+    ``index``, their text inline in the records."""
+    from shardkit.commands.index import is_layout_source
+
+    return [os.path.abspath(s) for s in corpus.sources if is_layout_source(s)]
+
+
+def _layout_files(datasets: list[str]) -> list[str]:
+    """Every file the datasets read (tars, manifest, cuts files): what decides that their index is current."""
+    from shardkit.io.layouts.sources import dataset_shards, open_dataset
+
+    return [path for dataset in datasets for path in dataset_shards(open_dataset(dataset))]
+
+
+def _built_index(corpus: CorpusSource, built: str, shards: list[str], options: RunOptions, events: Events, *,
+                 layouts: bool = False) -> str:
+    """``built``, the index of a corpus' shards (``layouts``: its NeMo tarred datasets and Shar folders):
+    reused when its stamp says the files are as they were, else built (``index``'s build_index or
+    build_layout_index) and stamped; a shard that cannot be indexed stops the run."""
+    from shardkit.commands.index import build_index, build_layout_index
     from shardkit.io.files import atomic_write_json, load_json
     from shardkit.io.indexmarks import stamp_files
 
     os.makedirs(os.path.dirname(built), exist_ok=True)
     stamp_path = built + ".sources.json"
+    files = _layout_files(shards) if layouts else shards
     # with each shard's digest: a shard rewritten in place at the same size and mtime is indexed again too
-    stamp = {"corpus": corpus.name, "sources": source_stamps(shards), "stamps": stamp_files(shards)}
+    stamp = {"corpus": corpus.name, "sources": source_stamps(files), "stamps": stamp_files(files)}
     if os.path.exists(built) and load_json(stamp_path) == stamp:
         return built
     stage = f"index {corpus.name}"
     sink = events.sink
     # index's own progress, shown as this corpus' stage; never a slice of it (--split slices balance's output)
     on_event = (lambda event: sink(dataclasses.replace(event, stage=stage)))
-    report = build_index(shards, built, corpus.name, options.replace(on_event=on_event, split=None))
+    build = build_layout_index if layouts else build_index
+    report = build(shards, built, corpus.name, options.replace(on_event=on_event, split=None))
     if report.failures:
         first = report.failures[0]["error"]
         raise ShardkitError(f"corpus {corpus.name!r}: {len(report.failures)} of {report.shards} shards "

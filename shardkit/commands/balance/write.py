@@ -172,6 +172,8 @@ def _shard_spec(records: list[tuple[dict, int]], settings: WriteSettings) -> str
         if shard not in stamps:
             stamps[shard] = source_stamps([shard])[0]
         h.update(repr((stamps[shard], record["key"], record["members"], copy)).encode("utf-8", "surrogateescape"))
+        if record.get("text") is not None:  # inline text (a NeMo or Shar source): an edited line makes a new shard
+            h.update(record["text"].encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
@@ -258,11 +260,8 @@ def _write_layout_records(dst: str, records: list[tuple[dict, int]], settings: W
 
     with open_layout_shard(settings.layout, dst) as shard:
         for record, copy in records:
-            key = record["key"]
-            new_key = repeat_key(key, copy)
-            members = [(new_key + name[len(key):], reader.member(record["shard"], name, offset, size))
-                       for name, offset, size in record["members"]]
-            shard.add(new_key, record, members)
+            new_key = repeat_key(record["key"], copy)
+            shard.add(new_key, *_utterance_members(record, new_key, reader))
         entry.update(shard.commit((lambda written: verify_members(written, shard=dst)) if settings.verify else None))
     entry["status"] = "ok"
 
@@ -275,6 +274,11 @@ def _add_utterance(tar, reader: _SourceReader, record: dict, copy: int, written:
 
     key = record["key"]
     new_key = repeat_key(key, copy)
+    if record.get("text") is not None:
+        for out_name, data in _utterance_members(record, new_key, reader)[1]:
+            tar.add(out_name, data)
+            written.append((out_name, member_digest(out_name, data)))
+        return
     for name, member_offset, size in record["members"]:
         data = reader.member(record["shard"], name, member_offset, size)
         out_name = new_key + name[len(key):] if copy else name
@@ -282,6 +286,26 @@ def _add_utterance(tar, reader: _SourceReader, record: dict, copy: int, written:
             raise ShardkitError(f"member {name!r} does not belong to key {key!r}", shard=record["shard"])
         tar.add(out_name, data)
         written.append((out_name, member_digest(out_name, data)))
+
+
+def _utterance_members(record: dict, new_key: str, reader: _SourceReader) -> tuple[dict, list[tuple[str, bytes]]]:
+    """``(record, members)`` of one utterance written as ``new_key``: its members read and renamed for it. A
+    record whose text is inline (``text``: indexed from a NeMo tarred dataset or a Shar folder, whose audio
+    member is named as that layout names it) becomes ``new_key.txt`` from its text and ``new_key.EXT`` from its
+    one audio member; the record handed on names that audio as its key's (what a layout's writer reads)."""
+    key, shard = record["key"], record["shard"]
+    if record.get("text") is None:
+        return record, [(new_key + name[len(key):], reader.member(shard, name, offset, size))
+                        for name, offset, size in record["members"]]
+    if len(record["members"]) != 1:
+        raise ShardkitError(f"a record with inline text names {len(record['members'])} members, not its audio "
+                            "alone (index the source again)", shard=shard, member=key)
+    (name, offset, size), = record["members"]
+    base = name.rsplit("/", 1)[-1]
+    ext = base.rsplit(".", 1)[1] if "." in base.lstrip(".") else record.get("format") or "wav"
+    audio = reader.member(shard, name, offset, size)
+    return {**record, "audio": f"{key}.{ext}"}, [(f"{new_key}.txt", record["text"].encode("utf-8")),
+                                                 (f"{new_key}.{ext}", audio)]
 
 
 def _write_task(args) -> dict:

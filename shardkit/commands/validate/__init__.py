@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from shardkit.commands.validate.duplicates import DuplicateKeys
+from shardkit.commands.validate.layouts import DURATION_TOLERANCE, validate_dataset  # noqa: F401
 from shardkit.commands.validate.members import check_audio, check_text  # noqa: F401
 from shardkit.commands.validate.merge import merge_reports, merge_slice_reports  # noqa: F401
 from shardkit.commands.validate.names import (  # noqa: F401
@@ -135,6 +136,9 @@ def run_validate(shard_args: list[str], settings: ValidateOptions, options: RunO
         report_path = _claim_report(report_path, shard_args, options.split)
     check_options(settings)
     settings = settings.with_threads(options.jobs, options.executor)
+    if _datasets_given(shard_args, quarantine_dir, options.split):
+        report = _validate_datasets(list(shard_args), settings, options)
+        return _reported(report, report_path)
     shards = expand_shards(shard_args)
     # over the whole list: slices never collide
     stems = plan_quarantine(shards, quarantine_dir, keep_tree) if quarantine_dir is not None else None
@@ -143,11 +147,52 @@ def run_validate(shard_args: list[str], settings: ValidateOptions, options: RunO
         if work.stems is not None:  # temporary files a killed run left (its lock died with it)
             remove_leftovers(quarantine_outputs(quarantine_dir, work.stems))
         report = _validate_claimed(work, settings, options)
+    return _reported(report, report_path)
+
+
+def _reported(report: ValidateReport, report_path: str | None) -> ValidateReport:
     report.report_path = report_path
     if report_path is not None:
         from shardkit.io.files import atomic_write_json
 
         atomic_write_json(report_path, report.to_json())
+    return report
+
+
+def _datasets_given(shard_args: list[str], quarantine_dir: str | None, split) -> bool:
+    """Whether the arguments are NeMo tarred datasets (manifests) and Shar folders (``validate.layouts``), not
+    shards; refused mixed, with --quarantine or with --split (a NeMo line may lie in any of its tars)."""
+    from shardkit.io.layouts.sources import is_dataset
+
+    given = [is_dataset(arg) for arg in shard_args]
+    if not any(given):
+        return False
+    if not all(given):
+        raise UsageError("validate either NeMo tarred datasets and Shar folders, or shards: not both in one run")
+    if quarantine_dir is not None or split is not None:
+        raise UsageError("--quarantine and --split take shards, not a NeMo tarred dataset or Shar folder")
+    return True
+
+
+def _validate_datasets(datasets: list[str], settings: ValidateOptions, options: RunOptions) -> ValidateReport:
+    """Each dataset's tars validated in order (``validate.layouts``), through the same cross-shard duplicate
+    check and progress as shards: a stage "validate" of the tars, a ``done`` per tar (and per manifest with
+    findings of its own)."""
+    from shardkit.io.layouts.sources import open_dataset
+
+    started = time.perf_counter()
+    opened = [open_dataset(dataset) for dataset in datasets]
+    options.events.stage("validate", sum(len(dataset.shards) for dataset in opened))
+    duplicates = DuplicateKeys()
+    results = []
+    for dataset in opened:
+        for result in validate_dataset(dataset, settings):
+            duplicates.check(result, result.pop("keys"))
+            result.pop("rejected", None)
+            results.append(result)
+            options.events.done(result)
+    report = ValidateReport(options=settings, shards=results)
+    report.seconds = time.perf_counter() - started
     return report
 
 

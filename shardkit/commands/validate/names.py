@@ -58,6 +58,10 @@ CORPUS = "(corpus)"  # the shard field of a finding about every shard together
 DURATION = "duration"
 FORMAT_MISMATCH = "format_mismatch"
 
+# A NeMo tarred dataset or Shar folder (validate.layouts): the declared duration against the decoded audio; the
+# reader's own findings carry io.layouts.sources' check names (bad_line, no_audio, no_line, misplaced, ...).
+DECLARED_DURATION = "declared_duration"
+
 CHECK_ERROR = "check_error"  # a check itself failed on the member (an exception nobody foresaw)
 
 # Warnings: reported, never a reason to reject or to exit 1 (see ValidateReport.exit_code).

@@ -58,6 +58,16 @@ def probe_bytes(data: bytes) -> tuple[float, int, int] | str:
     return info["frames"] / info["sample_rate"], info["sample_rate"], info["channels"]
 
 
+def probe_member_once(utterance: dict, cache: dict) -> tuple[float, int, int] | str:
+    """``probe_bytes`` of a layout utterance's audio member (``io.layouts.sources``), probed once for the lines or
+    supervisions that share it (``cache`` holds the last member's answer)."""
+    where = (utterance["shard"], utterance["member"])
+    if where not in cache:
+        cache.clear()
+        cache[where] = probe_bytes(utterance["data"])
+    return cache[where]
+
+
 def probe_torchcodec(data: bytes) -> tuple[float, int, int] | None:
     """Header facts through torchcodec/FFmpeg (the torch extra) for containers libsndfile cannot read;
     None when it is not installed or cannot read them either."""

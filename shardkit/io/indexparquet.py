@@ -1,0 +1,91 @@
+"""The Parquet index's schema and rows: records (JSON-lines shaped dicts) to columns and back.
+
+Member and audio names are stored relative to the key (``.wav`` for ``spk/utt1.wav`` of key ``spk/utt1``),
+so Parquet's dictionary encoding makes them nearly free; a name that does not start with its key is stored
+whole behind a NUL (``"\\0other.wav"``, NUL never occurs in a tar name). ``text`` (nullable) holds the
+transcript of a record whose text is inline (an index of a NeMo tarred dataset or a Shar folder, whose
+``members`` hold only the audio); an index written before it had the column still reads (no text).
+"""
+
+from __future__ import annotations
+
+from shardkit.errors import UsageError
+
+_FULL_NAME = "\0"
+
+
+def require_pyarrow(what: str = "a Parquet index"):
+    """``pyarrow.parquet``, or a UsageError that says how to get it."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError(f"{what} needs pyarrow: pip install 'shardkit[parquet]' (or use a .jsonl index)") from None
+    return pq
+
+
+def schema():
+    import pyarrow as pa
+
+    member = pa.struct([("name", pa.string()), ("offset", pa.int64()), ("size", pa.int64())])
+    return pa.schema([
+        ("corpus", pa.dictionary(pa.int32(), pa.string())), ("shard", pa.dictionary(pa.int32(), pa.string())),
+        ("key", pa.string()), ("audio", pa.string()), ("format", pa.string()), ("bytes", pa.int64()),
+        ("sample_rate", pa.int32()), ("channels", pa.int16()), ("frames", pa.int64()), ("duration", pa.float64()),
+        ("text_chars", pa.int32()), ("members", pa.list_(member)), ("text", pa.string()),
+    ])
+
+
+def _relative(name: str, key: str) -> str:
+    return name[len(key):] if name.startswith(key) else _FULL_NAME + name
+
+
+def _absolute(stored: str, key: str) -> str:
+    return stored[1:] if stored.startswith(_FULL_NAME) else key + stored
+
+
+def records_to_batch(records: list[dict]):
+    """A pyarrow RecordBatch of records (dicts with at least the required fields)."""
+    import pyarrow as pa
+
+    columns = _columns(records)
+    arrays = []
+    for field in schema():
+        values = columns[field.name]
+        if pa.types.is_dictionary(field.type):
+            arrays.append(pa.array(values, pa.string()).dictionary_encode())
+        else:
+            arrays.append(pa.array(values, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema())
+
+
+def _columns(records: list[dict]) -> dict[str, list]:
+    """The records as columns of the index schema; member and audio names stored relative to the key."""
+    keys = [r["key"] for r in records]
+    audio = [None if r.get("audio") is None else _relative(r["audio"], r["key"]) for r in records]
+    members = [[{"name": _relative(m[0], r["key"]), "offset": m[1], "size": m[2]} for m in r["members"]]
+               for r in records]
+    columns = {"corpus": [r.get("corpus") for r in records], "shard": [r["shard"] for r in records], "key": keys,
+               "audio": audio, "members": members}
+    for name in ("format", "bytes", "sample_rate", "channels", "frames", "duration", "text_chars", "text"):
+        columns[name] = [r.get(name) for r in records]
+    return columns
+
+
+def open_parquet_writer(file):
+    """A pyarrow ParquetWriter of the index schema with the index's encodings, over an open binary file."""
+    pq = require_pyarrow()
+    return pq.ParquetWriter(file, schema(), compression="zstd", compression_level=6,
+                            use_dictionary=["corpus", "shard", "audio", "format", "sample_rate", "channels",
+                                            "members.list.element.name"], write_statistics=["duration"])
+
+
+def record_of_row(row: dict) -> dict:
+    """A Parquet row as the record a JSON line holds (names made whole again, nulls left out)."""
+    key = row["key"]
+    record = {k: v for k, v in row.items() if v is not None and k not in ("members", "audio")}
+    if row.get("audio") is not None:
+        record["audio"] = _absolute(row["audio"], key)
+    record["members"] = [[_absolute(m["name"], key), m["offset"], m["size"]] for m in row["members"] or ()]
+    return record
+
+
