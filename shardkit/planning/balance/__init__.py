@@ -456,7 +456,7 @@ class _Planner:
         rows = direct.SwappedRows(count, per_shard)
         refine(rows, seconds, columns["corpus"], goal=goal, totals=totals)
         rows.apply(columns)
-        direct.shuffle_shards(columns, count, per_shard, s.seed)
+        direct.shuffle_shards(self.pool, columns, count, per_shard, s.seed)
         return BalancePlan(names=self.names, world_size=s.world_size, num_workers=s.num_workers, num_shards=count,
                            utts_per_shard=per_shard, seed=s.seed, remainder=s.remainder, corpora=self.stats,
                            tolerance=tolerance, notes=self.notes, version=s.version, **columns)

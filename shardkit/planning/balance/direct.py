@@ -7,11 +7,12 @@ random, and ~50 bytes a copy held at once. Version 3 keeps what the deal needs a
 
 * a corpus at its weight is :class:`Copies`: copy ``k < whole * n`` is utterance ``k % n`` (copy number
   ``k // n``); only the weight's seeded subset and the padding are listed (the tail);
-* the deal order is version 2's (one sort of packed float32-duration / seeded-bijection keys), built
-  from the utterances' durations without a list of the copies' seconds;
-* each shard's seeded shuffle is drawn first (a permutation of its places), so each dealing round writes
-  its copies' corpus, utterance, copy number and seconds at their final places: no placement sort, no
-  per-shard shuffle of positions, no gathers;
+* the deal order is version 2's key (float32 duration above a seeded bijection of the copy's number),
+  built from the utterances' durations without a list of the copies' seconds, one sort per corpus;
+* each dealing round writes its copies' utterance, copy number and seconds at their places in the output
+  (shard by shard, each shard's corpora in index order): no placement sort, no gathers; the corpus column
+  follows from the counts, and only repeats write a copy number;
+* each shard is then shuffled in place, blocks of shards in threads, each block from its own seeded stream;
 * the swaps that close the last gap run on the output itself (:class:`SwappedRows`: a shard's row is
   its own places until a swap changes it), with the shard totals the deal summed.
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from shardkit.errors import UsageError
 from shardkit.planning.balance import deal as _deal
-from shardkit.planning.balance.deal import TieOrder, order_from_keys, sort_in_place
+from shardkit.planning.balance.deal import TieOrder
 from shardkit.planning.balance.draws import ORDER, PAD, WEIGHT, index_dtype
 from shardkit.planning.radix import stable_argsort
 
@@ -122,10 +123,10 @@ def _dropped(copies: Copies, count: int, rng: np.random.Generator) -> Copies:
     return Copies(n, whole, utt[keep], copy[keep])
 
 
-def _sorted_keys(pool: ThreadPoolExecutor, d: np.ndarray, copies: Copies, seed: int, c: int):
-    """Version 2's deal key of each copy (inverted float32 duration above :class:`TieOrder`'s image of the
-    copy's number k), built from the utterances' durations, sorted in runs in ``pool``; returns what
-    yields the deal order (the copies' numbers, longest first)."""
+def deal_order(d: np.ndarray, copies: Copies, seed: int, c: int) -> np.ndarray:
+    """The copies' numbers k in deal order: version 2's deal key of each copy (inverted float32 duration above
+    :class:`TieOrder`'s image of k), built from the utterances' durations and sorted whole in place (the
+    keys are distinct, so any sort gives this order), k read back from the sorted keys."""
     ties = TieOrder(seed, c)
     bits = np.invert((d.astype(np.float32) + np.float32(0.0)).view(np.uint32))  # +0.0: -0.0 sorts as 0.0
     key = np.empty(len(copies), np.uint64)
@@ -136,25 +137,29 @@ def _sorted_keys(pool: ThreadPoolExecutor, d: np.ndarray, copies: Copies, seed: 
     del bits
     key <<= np.uint64(_deal.TIE_BITS)
     key |= ties.forward(np.arange(len(key), dtype=np.uint32))
-    run = _deal.SORT_RUN
-    runs = [pool.submit(sort_in_place, key, start, min(start + run, len(key))) for start in range(0, len(key), run)]
-    return lambda: order_from_keys(key, runs, ties)
+    key.sort()
+    return ties.inverse(key.astype(np.uint32)).view(np.int32)  # < 2**31 copies (the planner's check)
 
 
 class _Output:
-    """The plan's four columns in output order, written in place as copies are dealt."""
+    """The plan's four columns in output order, written in place as copies are dealt (the corpus column at
+    once, from the counts; copy numbers start at 0 and only the repeats' are written)."""
 
-    def __init__(self, total: int, corpora: int):
-        self.corpus = np.empty(total, np.int8 if corpora < 128 else np.int32)
+    def __init__(self, counts: np.ndarray):
+        num_shards, corpora = counts.shape
+        total = int(counts.sum())
+        kinds = np.tile(np.arange(corpora, dtype=np.int8 if corpora < 128 else np.int32), num_shards)
+        self.corpus = np.repeat(kinds, counts.reshape(-1))  # shard s: its corpora in index order, counts[s]
         self.utt = np.empty(total, index_dtype(total))
-        self.copy = np.empty(total, np.int32)
+        self.copy = np.zeros(total, np.int32)
         self.seconds = np.empty(total)
 
-    def put(self, where: np.ndarray, c: int, utt: np.ndarray, copy: np.ndarray, seconds: np.ndarray) -> None:
-        self.corpus[where] = c
+    def put(self, where: np.ndarray, utt: np.ndarray, copy: np.ndarray, seconds: np.ndarray) -> None:
         self.utt[where] = utt
-        self.copy[where] = copy
         self.seconds[where] = seconds
+        repeats = copy != 0
+        if repeats.any():
+            self.copy[where[repeats]] = copy[repeats]
 
     def columns(self) -> dict:
         return {"corpus": self.corpus, "utt": self.utt, "copy": self.copy, "seconds": self.seconds}
@@ -166,34 +171,33 @@ def deal(pool: ThreadPoolExecutor, durations: list[np.ndarray], copies: list[Cop
     the lightest shard so far) straight to their places: (the plan's columns, each shard's seconds).
 
     Shard s holds its corpora in index order (``counts[s]``), each in the order dealt; :func:`shuffle_shards`
-    then shuffles each shard.
+    then shuffles each shard. The corpora's deal orders are sorted in ``pool``, one corpus ahead of the one
+    dealt.
     """
     num_shards, _ = counts.shape
     per_shard = int(counts[0].sum())
-    out = _Output(num_shards * per_shard, len(copies))
+    out = _Output(counts)
     totals = np.zeros(num_shards)
     first_place = np.arange(num_shards, dtype=np.int64) * per_shard
     means = [len(c) and float(d.mean()) for d, c in zip(durations, copies)]
     order_of_corpora = [int(c) for c in np.argsort(-np.array(means), kind="stable") if len(copies[c])]
-    keyed = {}
+    ordered = {}
     for i, c in enumerate(order_of_corpora):
-        for ahead in order_of_corpora[i:i + 2]:  # one corpus sorted ahead of the one dealt
-            if ahead not in keyed:
-                keyed[ahead] = pool.submit(_sorted_keys, pool, durations[ahead], copies[ahead], seed, ahead)
-        finish = keyed.pop(c).result()
-        ids = finish()
-        del finish
+        for ahead in order_of_corpora[i:i + 2]:
+            if ahead not in ordered:
+                ordered[ahead] = pool.submit(deal_order, durations[ahead], copies[ahead], seed, ahead)
+        ids = ordered.pop(c).result()
         places = first_place + counts[:, :c].sum(axis=1)  # where shard s's copies of corpus c start
-        _deal_corpus(ids, durations[c], copies[c], counts[:, c], (c, places), totals, out)
+        _deal_corpus(ids, durations[c], copies[c], counts[:, c], places, totals, out)
         del ids
     return out.columns(), totals
 
 
-def _deal_corpus(ids: np.ndarray, d: np.ndarray, copies: Copies, count: np.ndarray, where: tuple,
+def _deal_corpus(ids: np.ndarray, d: np.ndarray, copies: Copies, count: np.ndarray, places: np.ndarray,
                  totals: np.ndarray, out: _Output) -> None:
-    """Corpus c's copies, in deal order ``ids``, dealt in rounds: each round's copies to the shards sorted
-    lightest first (the last round only to the shards that take one more copy of c)."""
-    c, places = where
+    """A corpus' copies, in deal order ``ids``, dealt in rounds: each round's copies to the shards sorted
+    lightest first (the last round only to the shards that take one more copy of it); shard s's r-th copy of
+    the corpus goes to place ``places[s] + r``."""
     num_shards = len(count)
     base = int(count.min())
     rounds = [(r * num_shards, None) for r in range(base)]
@@ -211,24 +215,29 @@ def _deal_corpus(ids: np.ndarray, d: np.ndarray, copies: Copies, count: np.ndarr
             else:
                 lightest = eligible[np.argsort(totals[eligible], kind="stable")]
             taken = slice(first - start, first - start + len(lightest))
-            out.put(places[lightest] + r, c, utt[taken], copy[taken], seconds[taken])
+            out.put(places[lightest] + r, utt[taken], copy[taken], seconds[taken])
             totals[lightest] += seconds[taken]
 
 
-def shuffle_shards(columns: dict, num_shards: int, per_shard: int, seed: int) -> None:
-    """Each shard's copies in a seeded shuffle (stream ``[seed, ORDER]``, drawn block of shards by block),
-    the same for every column, in place."""
-    rng = np.random.default_rng([seed, ORDER])
+def shuffle_shards(pool: ThreadPoolExecutor, columns: dict, num_shards: int, per_shard: int, seed: int) -> None:
+    """Each shard's copies in a seeded shuffle, the same for every column, in place: shards in blocks of
+    ~1 M copies, block b drawn from its own stream ``[seed, ORDER, b]`` (blocks shuffle in ``pool``, and
+    the result does not depend on which thread takes which)."""
     block = max(1, _CHUNK // per_shard)
-    dtype = np.int32 if block * per_shard < 2**31 else np.int64
-    for lo in range(0, num_shards, block):
-        rows = min(block, num_shards - lo)
-        order = rng.permuted(np.tile(np.arange(per_shard, dtype=dtype), (rows, 1)), axis=1)
-        order += (np.arange(rows, dtype=dtype) * per_shard)[:, None]
-        span = slice(lo * per_shard, (lo + rows) * per_shard)
-        for column in columns.values():
-            part = column[span]
-            part[...] = part[order.reshape(-1)]
+    list(pool.map(lambda lo: _shuffle_block(columns, lo, min(block, num_shards - lo), per_shard, seed, lo // block),
+                  range(0, num_shards, block)))
+
+
+def _shuffle_block(columns: dict, lo: int, rows: int, per_shard: int, seed: int, b: int) -> None:
+    dtype = np.int32 if rows * per_shard < 2**31 else np.int64
+    order = np.random.default_rng([seed, ORDER, b]).permuted(
+        np.tile(np.arange(per_shard, dtype=dtype), (rows, 1)), axis=1)
+    order += (np.arange(rows, dtype=dtype) * per_shard)[:, None]
+    order = order.reshape(-1)
+    span = slice(lo * per_shard, (lo + rows) * per_shard)
+    for column in columns.values():
+        part = column[span]
+        part[...] = part[order]
 
 
 class SwappedRows:
