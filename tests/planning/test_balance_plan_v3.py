@@ -97,6 +97,13 @@ def test_drop_below_the_whole_copies_drops_repeats_first():
     assert plan.num_shards == 4 and plan.utts_per_shard == 500 and plan.corpora[0]["remainder_dropped"] == 2
     assert (np.bincount(plan.utt, minlength=1001) >= 1).all()  # every utterance's copy 0 stays
     assert np.count_nonzero(plan.copy == 1) == 1001 - 2
+    assert plan.copy.dtype == np.int8  # the narrowest type that holds the copy numbers
+
+
+def test_copy_numbers_past_int8_widen_the_column():
+    plan = plan_balance([np.full(3, 2.0)], [200.0], PlanSettings(world_size=1, num_workers=1, num_shards=6))
+    assert plan.copy.dtype == np.int16 and int(plan.copy.max()) == 199
+    assert sorted(zip(plan.utt.tolist(), plan.copy.tolist())) == [(u, k) for u in range(3) for k in range(200)]
 
 
 def test_each_shard_is_shuffled_by_the_seed_not_left_in_deal_order():
