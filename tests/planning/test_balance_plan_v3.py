@@ -137,6 +137,7 @@ def test_copies_are_read_as_a_listed_plan_would_list_them():
     utt, copy = copies.utt_copy(np.arange(13, dtype=np.int64))
     assert utt.tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 1, 3, 1]
     assert copy.tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 3]
+    assert copies.repeated().tolist() == [0, 1, 2, 3, 4, 1, 3, 1]
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -332,10 +332,7 @@ def _read_parquet(path: str, state: _LoadState):
     plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
     plausibility = plausibility if len(plausibility) == 2 else []
     starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
-    sizes = [stop - start for start, stop in zip(starts, starts[1:])]
-    if state.part is not None:
-        sizes = [len(_part_rows(state.row + start, size, state.part)) for start, size in zip(starts, sizes)]
-    columns = _ParquetColumns(sizes, state.part is not None)
+    columns = _ParquetColumns(_kept_sizes(starts, state), state.part is not None)
     with ThreadPoolExecutor(read_threads()) as pool, ExitStack() as on_error:
         # an error (or Ctrl-C) stops the reads not yet started, rather than reading the rest of the file first
         on_error.push(lambda kind, *_: kind is not None and pool.shutdown(wait=False, cancel_futures=True))
@@ -345,6 +342,14 @@ def _read_parquet(path: str, state: _LoadState):
             _take_group(read.result(), (group, starts[group], starts[group + 1]), path, state, columns)
             reads[group] = None  # its columns go as soon as they are taken
     return columns.durations, columns.shards, columns.hashes, None, columns.kept, starts[-1]
+
+
+def _kept_sizes(starts: list[int], state: _LoadState) -> list[int]:
+    """Rows each row group keeps (all, or with a part those of the part), from the groups' first rows."""
+    sizes = [stop - start for start, stop in zip(starts, starts[1:])]
+    if state.part is None:
+        return sizes
+    return [len(_part_rows(state.row + start, size, state.part)) for start, size in zip(starts, sizes)]
 
 
 def _take_group(read: tuple, where: tuple[int, int, int], path: str, state: _LoadState,

@@ -384,7 +384,8 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], sett
     durations = [np.asarray(d, dtype=np.float64) for d in durations]
     _check_args(durations, weights, names, settings)
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        return _Planner(pool, durations, weights, names, settings).plan(draws, on_repeats)
+        planner = _Planner(pool, durations, weights, names, settings)
+        return planner.plan_direct(on_repeats) if settings.version == 3 else planner.plan(draws, on_repeats)
 
 
 class _Planner:
@@ -405,8 +406,6 @@ class _Planner:
 
     def plan(self, draws: Draws | None, on_repeats) -> BalancePlan:
         s = self.settings
-        if s.version == 3:
-            return self._plan_direct(on_repeats)
         utts, copies, count, per_shard, targets = self._weighed(draws)
         draws = draws or Draws(self.pool)
         if s.version == 1:  # likely dealing order: the permutations beside the padding, the first dealt first
@@ -431,7 +430,7 @@ class _Planner:
                            utts_per_shard=per_shard, seed=s.seed, remainder=s.remainder, corpora=self.stats,
                            tolerance=tolerance, notes=self.notes, version=s.version, **columns)
 
-    def _plan_direct(self, on_repeats) -> BalancePlan:
+    def plan_direct(self, on_repeats) -> BalancePlan:
         """Version 3 (:mod:`shardkit.planning.balance.direct`): copies described, dealt straight to their places."""
         s, d = self.settings, self.durations
         weighed = list(self.pool.map(lambda c: direct.weigh(d[c], self.weights[c], self.names[c],
@@ -439,14 +438,13 @@ class _Planner:
         copies, self.stats = [w[0] for w in weighed], [w[1] for w in weighed]
         count, per_shard, targets = self._shard_count([len(c) for c in copies], sum(w[2] for w in weighed),
                                                       max((w[3], name) for w, name in zip(weighed, self.names)))
-        filled = list(self.pool.map(lambda c: direct.fill(copies[c], int(targets[c]), self._stream(c, None).rng), range(len(d))))
+        filled = list(self.pool.map(lambda c: direct.fill(copies[c], int(targets[c]), self._stream(c, None).rng),
+                                    range(len(d))))
         copies = [f[0] for f in filled]
         for c, f in enumerate(filled):
             self.stats[c].update(f[1])
             if on_repeats is not None:
-                tail = f[0].tail_copy > 0
-                whole = np.tile(np.arange(f[0].n), max(f[0].whole - 1, 0))
-                on_repeats(c, np.concatenate([whole, f[0].tail_utt[tail]]).astype(f[0].tail_utt.dtype))
+                on_repeats(c, f[0].repeated())
         del weighed, filled
         columns, totals = direct.deal(self.pool, d, copies, _corpus_counts(targets, count, per_shard), s.seed)
         seconds = columns["seconds"]

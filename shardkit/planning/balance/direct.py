@@ -51,6 +51,11 @@ class Copies:
     def __len__(self) -> int:
         return self.whole * self.n + len(self.tail_utt)
 
+    def repeated(self) -> np.ndarray:
+        """The utterance of every copy numbered 1 or more (a repeat), in copy order."""
+        whole = np.tile(np.arange(self.n, dtype=self.tail_utt.dtype), max(self.whole - 1, 0))
+        return np.concatenate([whole, self.tail_utt[self.tail_copy > 0]])
+
     def utt_copy(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(utterance, copy number) of copies ``k`` (int64)."""
         cut = self.whole * self.n
