@@ -96,8 +96,9 @@ def main(args) -> None:
 
     phases.mark("start-up (imports)")
     if args.version == 3:
-        # weigh and fill run per corpus in threads (marks would interleave): the deal's phase includes them
-        for name, label in [("deal", "planner: weights, padding, deal (keys, sort, rounds, places)"),
+        # weigh and fill run per corpus in threads (marks would interleave): they are the "(between steps)"
+        # row before the deal
+        for name, label in [("deal", "planner: deal (keys, sort, rounds, places)"),
                             ("median_seconds", "planner: median"), ("shuffle_shards", "planner: in-shard shuffle")]:
             wrap(direct, name, label, phases)
     else:
