@@ -14,16 +14,21 @@ is larger); the swaps aim tighter, so that what a rank reads in an epoch (a sum 
 with the other ranks to about 0.05%. Within a shard the order is a seeded shuffle; the k-th
 repeat of an utterance is named ``<key>-rep<k>``.
 
-Plan versions (``version``; recorded as ``plan_version`` in the summary): both deal the same way and
-meet the same tolerance; they differ in how the seeded choices are drawn, so the same mix and seed
-give different (equally balanced) plans. Version 1 draws full permutations: the weight's subset and
-the padding take the first items of a permutation of the corpus, and the deal order is a stable sort,
-longest first, of a seeded shuffle. Version 2 (the default) draws only what it uses: the subset and
+Plan versions (``version``; recorded as ``plan_version`` in the summary): all deal the same way and
+meet the same tolerance; they differ in how the seeded choices are drawn and where copies are put, so
+the same mix and seed give different (equally balanced) plans. Version 1 draws full permutations: the
+weight's subset and the padding take the first items of a permutation of the corpus, and the deal order
+is a stable sort, longest first, of a seeded shuffle. Version 2 draws only what it uses: the subset and
 the padding are seeded draws without replacement (``Generator.choice``), and the deal order is one
 sort of packed 64-bit keys, the duration as float32 (longest first: float32 keeps a 10-s duration to
 1 us, and the shard totals still add the float64 seconds) above a seeded bijection of the copy's
 index (ties in a seeded order, and the index read back from the key: no permutation, no argsort).
-At 20 M utterances the whole balance process takes 1.4x less CPU. Version 1 stays for plans made before it.
+Version 3 (the default, :mod:`shardkit.planning.balance.direct`) draws as version 2 but lists no copy it
+can describe (whole copies are implicit), deals each copy straight to its place in the output (no
+placement sort, no gathers), swaps on the output and shuffles each shard in blocks, each block from its
+own stream: at 20 M utterances about 2.5x less planner CPU than version 2, and a 100 M-utterance plan in
+one piece under 4 GB (``benchmarks/results/2026-11-28-plan-scale.md``). Versions 1 and 2 stay for
+plans made before them.
 """
 
 from __future__ import annotations
