@@ -1,9 +1,11 @@
-"""Benchmark: planning a 1 M / 5 M / 20 M-utterance three-corpus mix from JSON lines and Parquet indexes.
+"""Benchmark: planning a 1 M / 5 M / 20 M / 100 M-utterance three-corpus mix from JSON lines and Parquet indexes.
 
 Each figure is one whole ``shardkit balance --dry-run`` (or ``shardkit plan``) process, start-up
-included, run under ``/usr/bin/time`` for its wall time and peak RSS; configurations are
-interleaved within a repeat, medians reported, and every run's plan is checked (balanced, the
-expected utterance count, the same plan digest from JSON lines and from Parquet).
+included, run under ``/usr/bin/time`` for its wall time, CPU (user + sys) and peak RSS; configurations
+are interleaved within a repeat, medians reported with the load average at each run, and every run's
+plan is checked (balanced, the expected utterance count, the same plan from JSON lines and from
+Parquet). ``dry_run`` plans with the default plan version, ``dry_run_v1``/``dry_run_v2`` ask for
+versions 1 and 2 (``--plan-version``), so one run compares them on the same indexes.
 
 The mix is generated (shaped like the issue's: Mandarin ~3.6 s, English ~12.3 s, accented ~5 s,
 50 / 30 / 20 % of the utterances; ~1 hour of audio per source shard), one index file per corpus,
@@ -11,6 +13,7 @@ written once into --work-dir and reused (20 M utterances: ~0.6 GB of Parquet; JS
 bytes an utterance, so the 20 M JSON lines files are skipped unless --jsonl-max allows them).
 
     flock /tmp/shardkit-bench.lock .venv/bin/python benchmarks/bench_plan_scale.py --sizes 1,5,20
+    python benchmarks/bench_plan_scale.py --sizes 20,100 --jsonl-max 0 --commands dry_run,dry_run_v2 --repeats 3
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def parse_args():
     p.add_argument("--world-size", type=int, default=64)
     p.add_argument("--num-workers", type=int, default=4)
     p.add_argument("--shard-duration", type=float, default=3600.0)
-    p.add_argument("--commands", default="dry_run,plan", help="dry_run, dry_run_v1 (--plan-version 1) and/or plan.")
+    p.add_argument("--commands", default="dry_run,plan",
+                   help="dry_run, dry_run_v1 / dry_run_v2 (--plan-version 1 / 2) and/or plan.")
     p.add_argument("--baseline", default=None, metavar="CHECKOUT",
                    help="Also run the dry run (from each index kind) with the shardkit of this checkout (e.g. main's).")
     return p.parse_args()
@@ -130,23 +134,24 @@ def ensure_indexes(work: str, millions: float, jsonl: bool) -> dict[str, dict[st
     return out
 
 
-def timed(cmd: list[str], checkout: str | None = None) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MB, stdout) of one process under /usr/bin/time (shardkit from ``checkout``)."""
+def timed(cmd: list[str], checkout: str | None = None) -> tuple[float, float, str, float]:
+    """(wall seconds, peak RSS MB, stdout, CPU seconds) of one process under /usr/bin/time (shardkit from
+    ``checkout``)."""
     env = {**os.environ, "PYTHONPATH": checkout or os.getcwd()}
     # run from inside the checkout: `python -m` puts the working folder first on sys.path, before PYTHONPATH
-    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, env=env,
+    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M %U %S", *cmd], capture_output=True, text=True, env=env,
                           cwd=checkout or os.getcwd())
     last = proc.stderr.strip().splitlines()[-1].split()
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return float(last[0]), int(last[1]) / 1024, proc.stdout
+    return float(last[0]), int(last[1]) / 1024, proc.stdout, float(last[2]) + float(last[3])
 
 
 def dry_run_cmd(files: dict[str, str], args, out: str, command: str = "dry_run") -> list[str]:
     cmd = [sys.executable, "-m", "shardkit", "balance", "--world-size", str(args.world_size), "--num-workers",
            str(args.num_workers), "--shard-duration", str(args.shard_duration), "-o", out, "--dry-run", "--json", "-q"]
-    if command == "dry_run_v1":  # this checkout's planner, asked for plan version 1 (the baseline's plans)
-        cmd += ["--plan-version", "1"]
+    if command in ("dry_run_v1", "dry_run_v2"):  # this checkout's planner, asked for an earlier plan version
+        cmd += ["--plan-version", command[-1]]
     for corpus, path in files.items():
         cmd += ["--corpus", f"{corpus}={path}"]
     return cmd
@@ -179,7 +184,7 @@ def main(args) -> None:
     for millions in [float(x) for x in args.sizes.split(",")]:
         indexes = ensure_indexes(args.work_dir, millions, millions <= args.jsonl_max)
         disk = sum(os.path.getsize(p) for p in indexes["parquet"].values()) / (millions * 1e6)
-        results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        results: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
         digests = {}
         configs = [(kind, command, None) for kind in ("parquet", "jsonl") if indexes[kind] for command in commands]
         if args.baseline:  # the same dry run with the other checkout's shardkit, from each index kind
@@ -188,7 +193,8 @@ def main(args) -> None:
             for kind, command, checkout in configs:
                 cmd = (dry_run_cmd(indexes[kind], args, os.path.join(args.work_dir, "out"), command)
                        if command.startswith("dry_run") else plan_cmd(indexes[kind], args, args.work_dir))
-                wall, rss, stdout = timed(cmd, checkout)
+                load = os.getloadavg()[0]
+                wall, rss, stdout, cpu = timed(cmd, checkout)
                 summary = json.loads(stdout)
                 if command.startswith("dry_run"):
                     assert summary["balanced"], summary["max_deviation_seconds"]
@@ -198,7 +204,7 @@ def main(args) -> None:
                     digests.setdefault(version, {})[command + kind] = (
                         summary["max_deviation_seconds"], summary["num_shards"], summary["seconds"],
                         summary["mean_shard_seconds"])
-                results.setdefault((kind, command), []).append((wall, rss))
+                results.setdefault((kind, command), []).append((wall, rss, cpu, load))
         for runs in digests.values():  # the same plan from every index kind and checkout
             assert len(set(runs.values())) <= 1, digests
         deviation = {name: figures[0] for runs in digests.values() for name, figures in runs.items()}
@@ -208,6 +214,9 @@ def main(args) -> None:
                          "seconds_each": [r[0] for r in runs],
                          "peak_rss_MB": round(statistics.median(r[1] for r in runs)),
                          "peak_rss_MB_max": round(max(r[1] for r in runs)),
+                         "cpu_seconds": round(statistics.median(r[2] for r in runs), 2),
+                         "cpu_seconds_each": [round(r[2], 2) for r in runs],
+                         "load_average_each": [round(r[3], 2) for r in runs],
                          "parquet_bytes_per_utt": round(disk, 1),
                          "max_deviation_seconds": deviation.get(command + kind)})
             print(json.dumps(rows[-1]), flush=True)

@@ -60,9 +60,10 @@ Examples:
 @click.option("--remainder", type=click.Choice(["pad", "drop"]), default="pad", show_default=True,
               help="Keep counts equal by repeating utterances (pad) or leaving some out (drop).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
-@click.option("--plan-version", type=click.Choice(["1", "2"]), default="2", show_default=True,
-              help="How the seeded choices are drawn: 2 plans a 20 M-utterance mix in half the CPU; 1 gives "
-                   "back plans made by shardkit before it (same mix and seed: the same shards).")
+@click.option("--plan-version", type=click.Choice(["1", "2", "3"]), default="3", show_default=True,
+              help="How the plan is drawn: 3 deals every copy straight to its place (less CPU and memory at tens "
+                   "of millions of utterances); 2 and 1 give back the plans of earlier shardkit versions (same "
+                   "mix and seed: the same shards).")
 @click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True,
               help="Shuffled epochs in the plan figures of the new list.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write no shard.")

@@ -238,10 +238,6 @@ def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
-def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-
 class _LoadState:
     """Shards and index files seen so far, and which corpus owns each shard."""
 
@@ -296,14 +292,26 @@ class _LoadState:
                              f"{names[corpus]!r}")
 
 
-@dataclass
 class _ParquetColumns:
-    """A Parquet index's columns, a row group at a time, in row order."""
+    """A Parquet index's columns, filled a row group at a time, in row order, into arrays sized from the
+    file's metadata: no list of parts joined at the end (at 20 M utterances a join is ~0.4 GB of fresh pages
+    copied once more)."""
 
-    durations: list = field(default_factory=list)
-    shards: list = field(default_factory=list)
-    hashes: list = field(default_factory=list)
-    kept: list = field(default_factory=list)  # with a part: the file's rows kept
+    def __init__(self, kept_per_group: list[int], with_rows: bool):
+        total = int(sum(kept_per_group))
+        self.ends = np.cumsum([0, *kept_per_group]).tolist()
+        self.durations = np.empty(total, np.float64)
+        self.shards = np.empty(total, np.int32)
+        self.hashes = np.empty(total, np.uint64)
+        self.kept = np.empty(total, np.int64) if with_rows else None  # with a part: the file's rows kept
+
+    def put(self, group: int, durations: np.ndarray, shards: np.ndarray, hashes: np.ndarray, rows) -> None:
+        span = slice(self.ends[group], self.ends[group + 1])
+        self.durations[span] = durations
+        self.shards[span] = shards
+        self.hashes[span] = hashes
+        if self.kept is not None:
+            self.kept[span] = rows
 
 
 def _read_parquet(path: str, state: _LoadState):
@@ -324,7 +332,7 @@ def _read_parquet(path: str, state: _LoadState):
     plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
     plausibility = plausibility if len(plausibility) == 2 else []
     starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
-    columns = _ParquetColumns()
+    columns = _ParquetColumns(_kept_sizes(starts, state), state.part is not None)
     with ThreadPoolExecutor(read_threads()) as pool, ExitStack() as on_error:
         # an error (or Ctrl-C) stops the reads not yet started, rather than reading the rest of the file first
         on_error.push(lambda kind, *_: kind is not None and pool.shutdown(wait=False, cancel_futures=True))
@@ -333,9 +341,15 @@ def _read_parquet(path: str, state: _LoadState):
         for group, read in enumerate(reads):
             _take_group(read.result(), (group, starts[group], starts[group + 1]), path, state, columns)
             reads[group] = None  # its columns go as soon as they are taken
-    rows = _cat(columns.kept, np.int64) if state.part is not None else None
-    return (_cat(columns.durations, np.float64), _cat(columns.shards, np.int32), _cat(columns.hashes, np.uint64),
-            None, rows, starts[-1])
+    return columns.durations, columns.shards, columns.hashes, None, columns.kept, starts[-1]
+
+
+def _kept_sizes(starts: list[int], state: _LoadState) -> list[int]:
+    """Rows each row group keeps (all, or with a part those of the part), from the groups' first rows."""
+    sizes = [stop - start for start, stop in zip(starts, starts[1:])]
+    if state.part is None:
+        return sizes
+    return [len(_part_rows(state.row + start, size, state.part)) for start, size in zip(starts, sizes)]
 
 
 def _take_group(read: tuple, where: tuple[int, int, int], path: str, state: _LoadState,
@@ -346,15 +360,12 @@ def _take_group(read: tuple, where: tuple[int, int, int], path: str, state: _Loa
 
     group, start, stop = where
     d, shard_column, h, marked, rows, trainer = read
-    if rows is not None:
-        columns.kept.append(rows + start)
     state.repeat_like.update(marked)
     try:
-        columns.shards.append(dictionary_codes(shard_column, state.shards, state.shard_ids))
+        shards = dictionary_codes(shard_column, state.shards, state.shard_ids)
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, stop, err, path) from None
-    columns.durations.append(d)
-    columns.hashes.append(h)
+    columns.put(group, d, shards, h, None if rows is None else rows + start)
     if trainer is not None:
         state.trainer_parts.append(trainer)
 
@@ -372,11 +383,21 @@ def _repeat_like(keys) -> list[str]:
     import pyarrow.compute as pc
 
     chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
-    mark = REPEAT_MARK.encode("utf-8")
-    if not any(c.buffers()[2] is not None and mark in memoryview(c.buffers()[2]).tobytes() for c in chunks):
+    if not any(c.buffers()[2] is not None and _holds_mark(c.buffers()[2]) for c in chunks):
         return []
     marked = pc.match_substring(keys, REPEAT_MARK)
     return keys.filter(marked).to_pylist()
+
+
+def _holds_mark(buffer) -> bool:
+    """Whether a buffer's bytes hold REPEAT_MARK: its first byte's places found by one numpy comparison, the
+    rest checked there (~8x faster than a copy of the buffer searched by bytes; a key buffer is ~14 MB)."""
+    data = np.frombuffer(buffer, np.uint8)
+    mark = np.frombuffer(REPEAT_MARK.encode("utf-8"), np.uint8)
+    at = np.flatnonzero(data[:len(data) - len(mark) + 1] == mark[0])
+    for i in range(1, len(mark)):
+        at = at[data[at + i] == mark[i]]
+    return bool(len(at))
 
 
 def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -> ShardkitError:

@@ -14,16 +14,21 @@ is larger); the swaps aim tighter, so that what a rank reads in an epoch (a sum 
 with the other ranks to about 0.05%. Within a shard the order is a seeded shuffle; the k-th
 repeat of an utterance is named ``<key>-rep<k>``.
 
-Plan versions (``version``; recorded as ``plan_version`` in the summary): both deal the same way and
-meet the same tolerance; they differ in how the seeded choices are drawn, so the same mix and seed
-give different (equally balanced) plans. Version 1 draws full permutations: the weight's subset and
-the padding take the first items of a permutation of the corpus, and the deal order is a stable sort,
-longest first, of a seeded shuffle. Version 2 (the default) draws only what it uses: the subset and
+Plan versions (``version``; recorded as ``plan_version`` in the summary): all deal the same way and
+meet the same tolerance; they differ in how the seeded choices are drawn and where copies are put, so
+the same mix and seed give different (equally balanced) plans. Version 1 draws full permutations: the
+weight's subset and the padding take the first items of a permutation of the corpus, and the deal order
+is a stable sort, longest first, of a seeded shuffle. Version 2 draws only what it uses: the subset and
 the padding are seeded draws without replacement (``Generator.choice``), and the deal order is one
 sort of packed 64-bit keys, the duration as float32 (longest first: float32 keeps a 10-s duration to
 1 us, and the shard totals still add the float64 seconds) above a seeded bijection of the copy's
 index (ties in a seeded order, and the index read back from the key: no permutation, no argsort).
-At 20 M utterances the whole balance process takes 1.4x less CPU. Version 1 stays for plans made before it.
+Version 3 (the default, :mod:`shardkit.planning.balance.direct`) draws as version 2 but lists no copy it
+can describe (whole copies are implicit), deals each copy straight to its place in the output (no
+placement sort, no gathers), swaps on the output and shuffles each shard in blocks, each block from its
+own stream: at 20 M utterances about 2.5x less planner CPU than version 2, and a 100 M-utterance plan in
+one piece under 4 GB (``benchmarks/results/2026-11-28-plan-scale.md``). Versions 1 and 2 stay for
+plans made before them.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from shardkit.errors import UsageError
+from shardkit.planning.balance import direct
 from shardkit.planning.balance.deal import check_packed_size, deal_copies, deal_orders
 from shardkit.planning.balance.draws import ORDER, PAD, WEIGHT, Draws, index_dtype
 from shardkit.planning.balance.swaps import refine, shard_totals
@@ -47,8 +53,8 @@ REFINE_FRACTION = 0.0005
 REMAINDER_POLICIES = ("pad", "drop")
 REPEAT_SUFFIX = "-rep{copy}"
 REPEAT_MARK = REPEAT_SUFFIX.split("{")[0]  # "-rep": in every repeat's name
-PLAN_VERSIONS = (1, 2)
-PLAN_VERSION = 2  # what balance plans unless asked for another (``--plan-version``)
+PLAN_VERSIONS = (1, 2, 3)
+PLAN_VERSION = 3  # what balance plans unless asked for another (``--plan-version``)
 
 
 def repeat_key(key: str, copy: int) -> str:
@@ -184,8 +190,8 @@ def _check_corpus(name: str, d: np.ndarray, w: float, version: int) -> None:
         raise UsageError(f"corpus {name!r} is empty (no utterances)")
     if not np.all(np.isfinite(d)) or np.any(d < 0):
         raise UsageError(f"corpus {name!r} has a negative or non-finite duration")
-    if version == 2:
-        check_packed_size(name, len(d), w)
+    if version >= 2:
+        check_packed_size(name, len(d), w, version)
 
 
 def _distinct(utt: np.ndarray, n: int) -> int:
@@ -383,7 +389,8 @@ def plan_balance(durations: Sequence[np.ndarray], weights: Sequence[float], sett
     durations = [np.asarray(d, dtype=np.float64) for d in durations]
     _check_args(durations, weights, names, settings)
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        return _Planner(pool, durations, weights, names, settings).plan(draws, on_repeats)
+        planner = _Planner(pool, durations, weights, names, settings)
+        return planner.plan_direct(on_repeats) if settings.version == 3 else planner.plan(draws, on_repeats)
 
 
 class _Planner:
@@ -428,6 +435,44 @@ class _Planner:
                            utts_per_shard=per_shard, seed=s.seed, remainder=s.remainder, corpora=self.stats,
                            tolerance=tolerance, notes=self.notes, version=s.version, **columns)
 
+    def plan_direct(self, on_repeats) -> BalancePlan:
+        """Version 3 (:mod:`shardkit.planning.balance.direct`): copies described, dealt straight to their places."""
+        s, d = self.settings, self.durations
+        weighed = list(self.pool.map(lambda c: direct.weigh(d[c], self.weights[c], self.names[c],
+                                                             self._stream(c, None).rng), range(len(d))))
+        copies, self.stats = [w[0] for w in weighed], [w[1] for w in weighed]
+        count, per_shard, targets = self._shard_count([len(c) for c in copies], sum(w[2] for w in weighed),
+                                                      max((w[3], name) for w, name in zip(weighed, self.names)))
+        filled = list(self.pool.map(lambda c: direct.fill(copies[c], int(targets[c]), self._stream(c, None).rng),
+                                    range(len(d))))
+        copies = [f[0] for f in filled]
+        for c, f in enumerate(filled):
+            self.stats[c].update(f[1])
+            if on_repeats is not None:
+                on_repeats(c, f[0].repeated())
+        del weighed, filled
+        columns, totals = direct.deal(self.pool, d, copies, _corpus_counts(targets, count, per_shard), s.seed)
+        seconds = columns["seconds"]
+        mean_shard = float(totals.sum()) / count
+        tolerance = max(TOLERANCE_FRACTION * mean_shard, direct.median_seconds(seconds))
+        goal = min(tolerance / 2, REFINE_FRACTION * mean_shard * math.sqrt(count / s.groups))
+        rows = direct.SwappedRows(count, per_shard)
+        refine(rows, seconds, columns["corpus"], goal=goal, totals=totals)
+        rows.apply(columns)
+        direct.shuffle_shards(self.pool, columns, count, per_shard, s.seed)
+        return BalancePlan(names=self.names, world_size=s.world_size, num_workers=s.num_workers, num_shards=count,
+                           utts_per_shard=per_shard, seed=s.seed, remainder=s.remainder, corpora=self.stats,
+                           tolerance=tolerance, notes=self.notes, version=s.version, **columns)
+
+    def _shard_count(self, weighted: list[int], total_seconds: float, longest: tuple):
+        """The shard count, copies per shard and each corpus' target count of copies."""
+        s = self.settings
+        total_utts = int(sum(weighted))
+        count = _choose_num_shards(total_seconds, total_utts, longest, s.groups, s.shard_duration, s.num_shards,
+                                   self.notes)
+        per_shard = -(-total_utts // count) if s.remainder == "pad" else total_utts // count
+        return count, per_shard, apportion(np.array(weighted), count * per_shard)
+
     def _weighed(self, draws: Draws | None):
         """Every corpus at its weight, the shard count and each corpus' target count of copies:
         (utts, copies, count, per_shard, targets)."""
@@ -436,15 +481,11 @@ class _Planner:
         weighed = list(self.pool.map(lambda c: _weigh(d[c], weights[c], names[c], self._stream(c, draws)),
                                      range(len(d))))
         utts, copies, self.stats = [w[0] for w in weighed], [w[1] for w in weighed], [w[2] for w in weighed]
-        weighted = np.array([len(u) for u in utts])
-        total_utts = int(weighted.sum())
+        weighted = [len(u) for u in utts]
         longest = max((w[4], name) for w, name in zip(weighed, names))
         total_seconds = float(sum(w[3] for w in weighed))
         del weighed
-        count = _choose_num_shards(total_seconds, total_utts, longest, s.groups, s.shard_duration, s.num_shards,
-                                   self.notes)
-        per_shard = -(-total_utts // count) if s.remainder == "pad" else total_utts // count
-        return utts, copies, count, per_shard, apportion(weighted, count * per_shard)
+        return (utts, copies, *self._shard_count(weighted, total_seconds, longest))
 
     def _filled(self, utts: list, copies: list, targets: np.ndarray, draws: Draws):
         """Each corpus padded or dropped to its target: (utts, copies, seconds) per corpus; the stats updated."""

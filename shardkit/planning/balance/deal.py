@@ -20,14 +20,14 @@ from shardkit.planning.balance.draws import DEAL, Draws, index_dtype, shard_dtyp
 from shardkit.planning.radix import stable_argsort
 
 SORT_RUN = 1 << 21  # copies per stable sort run (runs sorted in threads, then merged)
-_TIE_BITS = 32  # version 2: low bits of a deal key, a bijection of the copy's index (so < 2**32 copies a corpus)
+TIE_BITS = 32  # version 2: low bits of a deal key, a bijection of the copy's index (so < 2**32 copies a corpus)
 
 
-def check_packed_size(name: str, n: int, weight: float) -> None:
-    """Version 2 packs each copy's index into its deal key: a corpus of ``n`` utterances at ``weight`` must
-    deal fewer than 2**31 copies (UsageError otherwise, naming version 1 as the way out)."""
-    if n * max(1.0, weight) >= 2**_TIE_BITS / 2:
-        raise UsageError(f"corpus {name!r}: plan version 2 deals fewer than 2**31 copies of a corpus "
+def check_packed_size(name: str, n: int, weight: float, version: int = 2) -> None:
+    """Versions 2 and 3 pack each copy's index into its deal key: a corpus of ``n`` utterances at ``weight``
+    must deal fewer than 2**31 copies (UsageError otherwise, naming version 1 as the way out)."""
+    if n * max(1.0, weight) >= 2**TIE_BITS / 2:
+        raise UsageError(f"corpus {name!r}: plan version {version} deals fewer than 2**31 copies of a corpus "
                          f"({n} utterances at weight {weight:g}); plan it with --plan-version 1")
 
 
@@ -101,18 +101,18 @@ def _packed_deal_key(pool: ThreadPoolExecutor, draws: Draws, seconds: np.ndarray
     bits = (seconds.astype(np.float32) + np.float32(0.0)).view(np.uint32)
     key = np.invert(bits).astype(np.uint64)
     del bits
-    key <<= np.uint64(_TIE_BITS)
+    key <<= np.uint64(TIE_BITS)
     key |= ties.forward(np.arange(len(seconds), dtype=np.uint32))
-    runs = [pool.submit(_sort_in_place, key, start, min(start + SORT_RUN, len(key)))
+    runs = [pool.submit(sort_in_place, key, start, min(start + SORT_RUN, len(key)))
             for start in range(0, len(key), SORT_RUN)]
-    return lambda: _order_from_keys(key, runs, ties)
+    return lambda: order_from_keys(key, runs, ties)
 
 
-def _sort_in_place(key: np.ndarray, start: int, stop: int) -> None:
+def sort_in_place(key: np.ndarray, start: int, stop: int) -> None:
     key[start:stop].sort()
 
 
-def _order_from_keys(key: np.ndarray, runs: list, ties: TieOrder) -> np.ndarray:
+def order_from_keys(key: np.ndarray, runs: list, ties: TieOrder) -> np.ndarray:
     for run in runs:
         run.result()
     runs.clear()

@@ -1,6 +1,8 @@
 """Plan version 2 (issue 25): the same dealing and tolerance as version 1, with seeded choices drawn without
-full permutations and the deal order from one sort of packed keys; version 1 stays reachable, byte for byte."""
+full permutations and the deal order from one sort of packed keys; version 1 stays reachable, byte for byte.
+Version 3 (issue 39, the default; its planner in tests/planning/test_balance_plan_v3.py) on the command line."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -46,10 +48,10 @@ def _durations(case):
     return [np.round(rng.gamma(8, m / 8, n), 3) for n, m in zip(case["sizes"], (3.6, 12.3, 5.0))]
 
 
-def _plan(case, threads=2, **kwargs):
+def _plan(case, threads=2, version=2):
     return plan_balance(_durations(case), case["weights"], PlanSettings(
         world_size=case["ws"], num_workers=case["nw"], shard_duration=case["dur"], remainder=case["rem"],
-        seed=case["seed"], **kwargs), threads=threads)
+        seed=case["seed"], version=version), threads=threads)
 
 
 def _seconds_digest(plan):
@@ -152,12 +154,14 @@ def test_version_2_keeps_what_version_1_promises(case):
         assert np.array_equal(held[held > 0], most[held > 0] + 1)  # copies 0..k-1 of an utterance held k times
 
 
-def test_version_2_fractional_weights_keep_a_seeded_subset_and_padding_repeats_distinct_copies():
+@pytest.mark.parametrize("version", [2, 3])
+def test_fractional_weights_keep_a_seeded_subset_and_padding_repeats_distinct_copies(version):
     durations = [np.full(1000, 4.0), np.full(30, 9.0)]
-    plan = plan_balance(durations, [0.37, 1.0], PlanSettings(world_size=4, num_workers=2, num_shards=64, seed=11))
+    settings = PlanSettings(world_size=4, num_workers=2, num_shards=64, seed=11, version=version)
+    plan = plan_balance(durations, [0.37, 1.0], settings)
     kept = np.unique(plan.utt[(plan.corpus == 0) & (plan.copy == 0)])
     assert len(kept) == 370
-    again = plan_balance(durations, [0.37, 1.0], PlanSettings(world_size=4, num_workers=2, num_shards=64, seed=12))
+    again = plan_balance(durations, [0.37, 1.0], dataclasses.replace(settings, seed=12))
     assert not np.array_equal(np.unique(again.utt[(again.corpus == 0) & (again.copy == 0)]), kept)
     for c in (0, 1):
         padded = plan.utt[(plan.corpus == c) & (plan.copy == 1)]
@@ -166,12 +170,15 @@ def test_version_2_fractional_weights_keep_a_seeded_subset_and_padding_repeats_d
 
 
 def test_an_unknown_version_and_a_corpus_too_large_for_version_2_are_usage_errors(monkeypatch):
-    with pytest.raises(UsageError, match=r"--plan-version must be one of 1, 2 \(got 3\)"):
-        plan_balance([np.ones(10)], [1.0], PlanSettings(world_size=1, num_workers=1, version=3))
-    monkeypatch.setattr(planner, "_TIE_BITS", 8)  # 2**7 copies stand for 2**31
+    with pytest.raises(UsageError, match=r"--plan-version must be one of 1, 2, 3 \(got 4\)"):
+        plan_balance([np.ones(10)], [1.0], PlanSettings(world_size=1, num_workers=1, version=4))
+    monkeypatch.setattr(planner, "TIE_BITS", 8)  # 2**7 copies stand for 2**31
     with pytest.raises(UsageError, match=r"corpus 'big': plan version 2 deals fewer than 2\*\*31 copies of a "
                                          r"corpus \(200 utterances at weight 1\); plan it with --plan-version 1"):
-        plan_balance([np.ones(200)], [1.0], PlanSettings(world_size=1, num_workers=1, num_shards=1), names=["big"])
+        plan_balance([np.ones(200)], [1.0], PlanSettings(world_size=1, num_workers=1, num_shards=1, version=2),
+                     names=["big"])
+    with pytest.raises(UsageError, match=r"corpus 'big': plan version 3 deals fewer than 2\*\*31 copies"):
+        plan_balance([np.ones(100)], [2.0], PlanSettings(world_size=1, num_workers=1, num_shards=1), names=["big"])
 
 
 # --- balance --------------------------------------------------------------------------------------
@@ -198,29 +205,29 @@ def _listed_keys(out):
     return [[s["__key__"] for s in group_samples(iter_shard_members(p))] for p in open(out / "data.list").read().split()]
 
 
-def test_balance_plans_version_2_by_default_and_version_1_when_asked(corpora, tmp_path):
+def test_balance_plans_version_3_by_default_and_versions_1_and_2_when_asked(corpora, tmp_path):
     runs = {}
-    for version in (None, "1", "2"):
+    for version in (None, "1", "2", "3"):
         out = tmp_path / f"v{version}"
         result = _balance_four_shards(corpora, out, "--json", *(("--plan-version", version) if version else ()))
         assert result.exit_code == 0, result.output
         summary = json.loads(result.stdout)
         report = json.load(open(out / "balance.json"))
-        assert summary["plan_version"] == report["summary"]["plan_version"] == int(version or 2)
-        assert report["settings"]["plan_version"] == int(version or 2)
+        assert summary["plan_version"] == report["summary"]["plan_version"] == int(version or 3)
+        assert report["settings"]["plan_version"] == int(version or 3)
         runs[version] = _listed_keys(out)
-    assert runs[None] == runs["2"]
-    originals = [sorted(k for k in sum(runs[v], []) if "-rep" not in k) for v in ("1", "2")]
-    assert originals[0] == originals[1]  # the same utterances, dealt otherwise (and other ones repeated)
-    assert len(sum(runs["1"], [])) == len(sum(runs["2"], []))
-    result = _balance_four_shards(corpora, tmp_path / "bad", "--plan-version", "3")
-    assert result.exit_code == 2 and "'3' is not one of '1', '2'" in result.output
+    assert runs[None] == runs["3"]
+    originals = [sorted(k for k in sum(runs[v], []) if "-rep" not in k) for v in ("1", "2", "3")]
+    assert originals[0] == originals[1] == originals[2]  # the same utterances, dealt otherwise
+    assert len(sum(runs["1"], [])) == len(sum(runs["2"], [])) == len(sum(runs["3"], []))
+    result = _balance_four_shards(corpora, tmp_path / "bad", "--plan-version", "4")
+    assert result.exit_code == 2 and "'4' is not one of '1', '2', '3'" in result.output
 
 
 def test_a_rerun_with_another_version_rewrites_what_the_plan_changed(corpora, tmp_path):
     out = tmp_path / "out"
     assert _balance_four_shards(corpora, out, "--plan-version", "1").exit_code == 0
-    result = _balance_four_shards(corpora, out, "--json")  # the default, version 2, over version 1's shards
+    result = _balance_four_shards(corpora, out, "--json")  # the default, version 3, over version 1's shards
     assert result.exit_code == 0, result.output
     fresh = tmp_path / "fresh"
     assert _balance_four_shards(corpora, fresh).exit_code == 0
