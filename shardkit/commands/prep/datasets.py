@@ -28,6 +28,7 @@ from shardkit.errors import ShardkitError
 
 SEGMENT = "segment"
 BAD_KEY = "bad_key"
+TRANSCODE = "transcode"  # the check prep.read names a failed --audio transcode (read imports this module, not back)
 
 _OPENED: dict[str, tuple[tuple, object]] = {}  # per worker process: dataset path -> (its stamp, the dataset)
 
@@ -194,7 +195,6 @@ def _prep_problems(utterance: dict, facts: dict | None) -> list[tuple[str, str]]
 def _members(utterance: dict, task) -> tuple[list | None, tuple[str, str] | None]:
     """``KEY.txt`` and ``KEY.EXT`` with their digests (EXT: the audio member's, or --audio's after a verified
     transcode), or the transcode's problem."""
-    from shardkit.commands.prep.read import TRANSCODE
     from shardkit.io.files import member_digest
 
     key, name, data = utterance["key"], utterance["member"], utterance["data"]
