@@ -24,7 +24,7 @@ import os
 import time
 from typing import Sequence
 
-from shardkit.errors import ShardkitError
+from shardkit.errors import ShardkitError, UsageError
 
 SEGMENT = "segment"
 BAD_KEY = "bad_key"
@@ -50,6 +50,7 @@ def expand_corpus(args: Sequence[str]) -> list[tuple[str, str | None]]:
     plain: list[str] = []
     for arg in args:
         if not is_dataset_source(arg):
+            _refuse_manifest_without_tars(arg)
             plain.append(arg)
             continue
         if plain:
@@ -60,6 +61,29 @@ def expand_corpus(args: Sequence[str]) -> list[tuple[str, str | None]]:
     if plain or not out:
         out.extend((path, None) for path in expand_shards(plain))
     return out
+
+
+def _refuse_manifest_without_tars(arg: str) -> None:
+    """A JSON-lines manifest that is not a tarred dataset's (no ``shard_id``, or no ``audio_0.tar`` beside it) is
+    a UsageError saying why, not a list of shards that are not there."""
+    import json
+
+    if not os.path.isfile(arg):
+        return
+    with open(arg, "rb") as f:
+        head = f.read(1 << 16).lstrip()
+    if not head.startswith(b"{"):
+        return
+    try:
+        first = json.loads(head.split(b"\n", 1)[0])
+    except ValueError:
+        return
+    if isinstance(first, dict) and "audio_filepath" in first:
+        raise UsageError("a NeMo manifest prep cannot read as a tarred dataset: prep finds the tars as audio_K.tar "
+                         "beside the manifest, K up to the largest shard_id of its lines (NeMo's converter writes "
+                         "both; this one has " + ("no audio_0.tar beside it" if "shard_id" in first else
+                                                  "no shard_id on its first line") + "). A manifest of audio "
+                         "files is make's input (make --from nemo)", shard=os.path.abspath(arg))
 
 
 def metadata_files(datasets: Sequence[str]) -> list[str]:

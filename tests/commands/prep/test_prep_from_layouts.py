@@ -264,3 +264,16 @@ def test_kill_9_after_a_resume_point_then_rerun_continues_and_reports_the_same(t
     (gone,) = [json.loads(line) for line in open(out / "rejects.jsonl", encoding="utf-8")]
     assert gone["key"] == "gone" and gone["shard"] == str(manifest)
     assert not any(".partial" in name for name in os.listdir(out)) and not (out / resume.RESUME).exists()
+
+
+def test_a_manifest_without_shard_id_is_a_usage_error_saying_why(datasets, tmp_path):
+    """prep finds a tarred dataset's tars by shard_id; a manifest without it is not read as a list of shards."""
+    nemo = tmp_path / "nemo"
+    shutil.copytree(datasets["nemo"].parent, nemo)
+    lines = [json.loads(line) for line in open(nemo / MANIFEST, encoding="utf-8")]
+    (nemo / MANIFEST).write_text("".join(json.dumps({k: v for k, v in line.items() if k != "shard_id"}) + "\n"
+                                         for line in lines))
+    result = run_cli(*_args(nemo / MANIFEST, datasets["shar"], tmp_path / "out"))
+    assert result.exit_code == 2
+    assert "no shard_id on its first line" in result.output and str(nemo / MANIFEST) in result.output
+    assert "make --from nemo" in result.output and not (tmp_path / "out").exists()
