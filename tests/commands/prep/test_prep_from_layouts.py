@@ -118,11 +118,12 @@ def test_every_utterance_once_with_its_text_and_audio_bytes(datasets, tmp_path, 
     assert sources == sorted(nemo_tars, key=lambda p: int(p.rsplit("_", 1)[1][:-4])) + shar_tars
 
 
-def test_a_rerun_skips_and_a_changed_manifest_redoes_the_run(datasets, tmp_path):
-    src = tmp_path / "nemo"
+def test_a_rerun_skips_and_a_changed_manifest_or_cuts_file_redoes_the_run(datasets, tmp_path):
+    src, shar = tmp_path / "nemo", tmp_path / "shar"
     shutil.copytree(datasets["nemo"].parent, src)
+    shutil.copytree(datasets["shar"], shar)
     out = tmp_path / "out"
-    args = _args(src / MANIFEST, datasets["shar"], out)
+    args = _args(src / MANIFEST, shar, out)
     assert json.loads(run_cli(*args).stdout)["this_run"] == "done"
     assert json.loads(run_cli(*args).stdout)["this_run"] == "skipped"
     lines = (src / MANIFEST).read_text().splitlines()
@@ -133,6 +134,10 @@ def test_a_rerun_skips_and_a_changed_manifest_redoes_the_run(datasets, tmp_path)
     assert json.loads(redo.stdout)["this_run"] == "done"
     key = first.get("key", os.path.splitext(first["audio_filepath"])[0])
     assert _read_wenet(out)[key][0] == "a changed transcript"
+    assert json.loads(run_cli(*args).stdout)["this_run"] == "skipped"
+    no_text = _damage_shar(shar)  # the cuts file alone changes (its recording tar is as it was)
+    again = json.loads(run_cli(*args).stdout)
+    assert again["this_run"] == "done" and again["by_check"] == {"missing_txt": 1} and no_text not in _read_wenet(out)
 
 
 def _damage_nemo(folder) -> dict:
