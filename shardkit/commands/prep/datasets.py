@@ -155,7 +155,7 @@ def read_dataset_tar(task) -> dict:
     seen: set[str] = set()
     for item in view.read_shard(task.path):
         if isinstance(item, SourceFinding):
-            _reject_finding(result, task.path, item)
+            _reject_finding(result, task.path, item, nemo=lines is not None)
         else:
             _check(item, task, audio, seen, result)
     if lines is not None:
@@ -165,15 +165,29 @@ def read_dataset_tar(task) -> dict:
     return result
 
 
-def _reject_finding(result: dict, tar: str, item) -> None:
+def _reject_finding(result: dict, tar: str, item, *, nemo: bool) -> None:
     """What the reader found (a member no line names, a damaged tar, a line without text...): a finding and a
-    rejects line, keyed by the member's file id where a member is named."""
+    rejects line under the tar, with the key and member it names."""
     from shardkit.commands.validate.names import finding
+
+    key, member = _where(item, nemo)
+    result["findings"].append(finding(tar, key, member, item.check, item.reason))
+    result["rejected"].append([None, member, key, [item.check], [f"{item.check}: {item.reason}"]])
+
+
+_NAMES_A_KEY = {"no_audio", "bad_line"}  # the reader's findings whose ``member`` is a line's or supervision's key
+
+
+def _where(item, nemo: bool) -> tuple[str | None, str | None]:
+    """``(key, member)`` of a reader's finding: a line's key where it names one (a NeMo line without text too),
+    else the member and its file id as the key (a member no line names, a Shar cut without supervision)."""
     from shardkit.io.layouts.sources import file_id
 
-    key = file_id(item.member) if item.check == "no_line" and item.member else None
-    result["findings"].append(finding(tar, key, item.member, item.check, item.reason))
-    result["rejected"].append([None, item.member, key, [item.check], [f"{item.check}: {item.reason}"]])
+    if item.check in _NAMES_A_KEY or (nemo and item.check == "no_transcript"):
+        return item.member, None
+    if item.check in ("no_line", "no_transcript") and item.member:
+        return file_id(item.member), item.member
+    return None, item.member
 
 
 def _check(utterance: dict, task, audio: dict, seen: set[str], result: dict) -> None:
@@ -246,13 +260,16 @@ class DatasetLines:
         self.read: dict[str, list[str]] = {}  # manifest -> file ids read
 
     def take(self, result: dict) -> None:
+        """Note the file ids one tar's result read (and take them out of the result, which goes on to events)."""
         if "lines_read" in result:
             self.read.setdefault(result["dataset"], []).extend(result.pop("lines_read"))
 
     def state(self) -> dict:
+        """What a resume point saves (plain data)."""
         return {"lines_read": self.read}
 
     def restore(self, state: dict) -> None:
+        """Continue from a resume point's state (one saved before datasets: nothing read)."""
         self.read = state.get("lines_read", {})
 
     def leftovers(self) -> tuple[list[dict], list[dict]]:

@@ -144,6 +144,7 @@ def _damage_nemo(folder) -> dict:
     """A line whose declared duration is wrong, a line no tar holds, a member no line names: what each should say."""
     lines = [json.loads(line) for line in open(folder / MANIFEST, encoding="utf-8")]
     lines[1]["duration"] += 0.5
+    del lines[2]["text"]
     lines.append({"audio_filepath": "gone.wav", "duration": 1.0, "text": "x", "shard_id": 0})
     (folder / MANIFEST).write_text("".join(json.dumps(line) + "\n" for line in lines))
     tar_path = folder / "audio_1.tar"
@@ -154,7 +155,8 @@ def _damage_nemo(folder) -> dict:
     with tarfile.open(tar_path, "w") as tar:
         for info, data in members + [(stray, members[0][1])]:
             tar.addfile(info, __import__("io").BytesIO(data))
-    return {"duration": lines[1].get("key", os.path.splitext(lines[1]["audio_filepath"])[0])}
+    return {"duration": lines[1].get("key", os.path.splitext(lines[1]["audio_filepath"])[0]),
+            "no_text": lines[2].get("key", os.path.splitext(lines[2]["audio_filepath"])[0])}
 
 
 def _damage_shar(folder) -> str:
@@ -178,7 +180,8 @@ def test_a_bad_line_or_member_is_rejected_naming_shard_key_and_reason(datasets, 
     assert result.exit_code == 1, result.output
     rejects = [json.loads(line) for line in open(out / "rejects.jsonl", encoding="utf-8")]
     by_key = {r["key"]: r for r in rejects}
-    assert set(by_key) == {keys["duration"], "gone", "stray", no_text}
+    assert set(by_key) == {keys["duration"], keys["no_text"], "gone", "stray", no_text}
+    assert by_key[keys["no_text"]]["checks"] == ["no_transcript"] and "/" in keys["no_text"]  # the line's own key
     assert by_key["gone"]["shard"] == str(nemo / MANIFEST) and by_key["gone"]["checks"] == ["no_audio"]
     assert "no tar holds member 'gone'" in by_key["gone"]["reasons"][0]
     assert by_key["stray"]["shard"] == str(nemo / "audio_1.tar") and by_key["stray"]["member"] == "stray.wav"
@@ -189,11 +192,11 @@ def test_a_bad_line_or_member_is_rejected_naming_shard_key_and_reason(datasets, 
     # everything else is written, once, unchanged
     back, originals = _read_wenet(out), _originals(out)
     truth = datasets["truth"]
-    assert {originals.get(k, k) for k in back} == set(truth) - {keys["duration"], no_text}
+    assert {originals.get(k, k) for k in back} == set(truth) - {keys["duration"], keys["no_text"], no_text}
     assert all(value == truth[originals.get(key, key)] for key, value in back.items())
     report = json.loads(result.stdout)
-    assert report["findings"] == 4 and report["by_check"] == {"declared_duration": 1, "missing_txt": 1,
-                                                              "no_audio": 1, "no_line": 1}
+    assert report["findings"] == 5 and report["by_check"] == {"declared_duration": 1, "missing_txt": 1,
+                                                              "no_audio": 1, "no_line": 1, "no_transcript": 1}
 
 
 def test_a_segment_is_rejected_prep_writes_whole_members(datasets, tmp_path):
