@@ -40,7 +40,8 @@ def datasets(tmp_path_factory):
     assert len(os.listdir(root / "shar" / "shar")) == 8  # 4 shards: tars to read, more than one per corpus
     truth = _read_nemo(root / "nemo") | _read_shar(root / "shar")
     assert all(value == source[key] for key, value in truth.items())
-    return {"nemo": root / "nemo" / MANIFEST, "shar": root / "shar" / "shar", "truth": truth}
+    return {"nemo": root / "nemo" / MANIFEST, "shar": root / "shar" / "shar", "truth": truth, "source": source,
+            "raw_b": root / "src" / "b"}
 
 
 def _args(nemo, shar, out, layout="wenet", *extra) -> list:
@@ -116,6 +117,23 @@ def test_every_utterance_once_with_its_text_and_audio_bytes(datasets, tmp_path, 
     nemo_tars = sorted(str(p) for p in datasets["nemo"].parent.glob("audio_*.tar"))
     shar_tars = sorted(str(p) for p in datasets["shar"].glob("recording.*.tar"))
     assert sources == sorted(nemo_tars, key=lambda p: int(p.rsplit("_", 1)[1][:-4])) + shar_tars
+
+
+def test_raw_shards_and_a_manifest_in_one_corpus(datasets, tmp_path):
+    """One corpus of zst WeNet shards and a NeMo tarred dataset: both read, in argument order, all written."""
+    out = tmp_path / "out"
+    result = run_cli("prep", "--corpus", f"x={datasets['raw_b']},{datasets['nemo']}", "--world-size", 2,
+                     "--num-workers", 1, "-o", out, "-q", "--json", "-j", 2)
+    assert result.exit_code == 0, result.output
+    truth = {k: v for k, v in datasets["source"].items() if k.startswith("b/")} | \
+        {k: v for k, v in datasets["truth"].items() if k.startswith("a/")}
+    back, originals = _read_wenet(out), _originals(out)
+    assert {originals.get(k, k) for k in back} == set(truth)
+    assert all(value == truth[originals.get(key, key)] for key, value in back.items())
+    sources = [s["shard"] for s in json.load(open(out / "prep.json"))["sources"]]
+    raw = len(list(datasets["raw_b"].glob("*.tar.zst")))
+    tars = len(list(datasets["nemo"].parent.glob("audio_*.tar")))
+    assert [os.path.dirname(p) for p in sources] == [str(datasets["raw_b"])] * raw + [str(datasets["nemo"].parent)] * tars
 
 
 def test_a_rerun_skips_and_a_changed_manifest_or_cuts_file_redoes_the_run(datasets, tmp_path):
