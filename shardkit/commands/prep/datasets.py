@@ -64,8 +64,9 @@ def expand_corpus(args: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def _refuse_manifest_without_tars(arg: str) -> None:
-    """A JSON-lines manifest that is not a tarred dataset's (no ``shard_id``, or no ``audio_0.tar`` beside it) is
-    a UsageError saying why, not a list of shards that are not there."""
+    """A JSON-lines file that is not a NeMo tarred dataset's manifest (no ``shard_id``, no ``audio_0.tar`` beside
+    it, a first line that is not a manifest line) is a UsageError saying why, never a list of shards that are not
+    there (a shard list's lines are paths; an index file was refused before)."""
     import json
 
     if not os.path.isfile(arg):
@@ -77,13 +78,15 @@ def _refuse_manifest_without_tars(arg: str) -> None:
     try:
         first = json.loads(head.split(b"\n", 1)[0])
     except ValueError:
-        return
-    if isinstance(first, dict) and "audio_filepath" in first:
-        raise UsageError("a NeMo manifest prep cannot read as a tarred dataset: prep finds the tars as audio_K.tar "
-                         "beside the manifest, K up to the largest shard_id of its lines (NeMo's converter writes "
-                         "both; this one has " + ("no audio_0.tar beside it" if "shard_id" in first else
-                                                  "no shard_id on its first line") + "). A manifest of audio "
-                         "files is make's input (make --from nemo)", shard=os.path.abspath(arg))
+        first = None
+    if not isinstance(first, dict) or "audio_filepath" not in first:
+        why = "its first line is not a JSON object with audio_filepath"
+    else:
+        why = "no audio_0.tar beside it" if "shard_id" in first else "no shard_id on its first line"
+    raise UsageError(f"a JSON-lines file prep cannot read as a NeMo tarred dataset ({why}): prep finds the tars as "
+                     "audio_K.tar beside the manifest, K up to the largest shard_id of its lines, as NeMo's converter "
+                     "writes them. A manifest of audio files is make's input (make --from nemo)",
+                     shard=os.path.abspath(arg))
 
 
 def metadata_files(datasets: Sequence[str]) -> list[str]:
