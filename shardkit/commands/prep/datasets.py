@@ -171,11 +171,12 @@ def read_dataset_tar(task) -> dict:
 def _reject_finding(result: dict, tar: str, item, *, nemo: bool) -> None:
     """What the reader found (a member no line names, a damaged tar, a line without text...): a finding and a
     rejects line under the tar, with the key and member it names."""
-    from shardkit.commands.validate.names import finding
+    from shardkit.commands.validate.names import MISSING_FILE, finding
 
     key, member = _where(item, nemo)
     result["findings"].append(finding(tar, key, member, item.check, item.reason))
-    result["rejected"].append([None, member, key, [item.check], [f"{item.check}: {item.reason}"]])
+    if item.check != MISSING_FILE:  # prep.read's reject_lines lists a missing shard once, for every source
+        result["rejected"].append([None, member, key, [item.check], [f"{item.check}: {item.reason}"]])
 
 
 _NAMES_A_KEY = {"no_audio", "bad_line"}  # the reader's findings whose ``member`` is a line's or supervision's key

@@ -303,3 +303,18 @@ def test_a_manifest_without_shard_id_is_a_usage_error_saying_why(datasets, tmp_p
     assert result.exit_code == 2
     assert "no shard_id on its first line" in result.output and str(nemo / MANIFEST) in result.output
     assert "make --from nemo" in result.output and not (tmp_path / "out").exists()
+
+
+def test_a_missing_tar_is_one_rejects_line_and_its_lines_are_named_under_the_manifest(datasets, tmp_path):
+    nemo = tmp_path / "nemo"
+    shutil.copytree(datasets["nemo"].parent, nemo)
+    lost = {os.path.splitext(name)[0] for name, _ in iter_shard_members(str(nemo / "audio_1.tar"))}
+    os.unlink(nemo / "audio_1.tar")
+    result = run_cli(*_args(nemo / MANIFEST, datasets["shar"], tmp_path / "out"))
+    assert result.exit_code == 1, result.output
+    rejects = [json.loads(line) for line in open(tmp_path / "out" / "rejects.jsonl", encoding="utf-8")]
+    (missing,) = [r for r in rejects if r["shard"] == str(nemo / "audio_1.tar")]
+    assert missing["checks"] == ["missing_file"] and "nothing of this shard is in the output" in missing["reasons"][0]
+    unread = [r for r in rejects if r["shard"] == str(nemo / MANIFEST)]
+    assert len(unread) == len(lost) == len(rejects) - 1 and all(r["checks"] == ["no_audio"] for r in unread)
+    assert {r["key"].replace("/", "_") for r in unread} == lost
