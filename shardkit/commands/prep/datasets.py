@@ -44,7 +44,6 @@ def expand_corpus(args: Sequence[str]) -> list[tuple[str, str | None]]:
     """``(source path, its dataset or None)`` per source of one corpus, in argument order: a dataset's tars
     (dataset = the manifest's or folder's absolute path), everything else as ``expand_shards`` names it."""
     from shardkit.io.inputs import expand_shards
-    from shardkit.io.layouts.sources import open_dataset
 
     out: list[tuple[str, str | None]] = []
     plain: list[str] = []
