@@ -218,15 +218,28 @@ def test_a_bad_line_or_member_is_rejected_naming_shard_key_and_reason(datasets, 
 
 
 def test_a_segment_is_rejected_prep_writes_whole_members(datasets, tmp_path):
-    nemo = tmp_path / "nemo"
+    """A NeMo line with an offset, and a Shar cut with two supervisions (each a part of the recording)."""
+    nemo, shar = tmp_path / "nemo", tmp_path / "shar"
     shutil.copytree(datasets["nemo"].parent, nemo)
+    shutil.copytree(datasets["shar"], shar)
     lines = [json.loads(line) for line in open(nemo / MANIFEST, encoding="utf-8")]
     lines[0].update(offset=0.1, duration=0.2)
     (nemo / MANIFEST).write_text("".join(json.dumps(line) + "\n" for line in lines))
-    result = run_cli(*_args(nemo / MANIFEST, datasets["shar"], tmp_path / "out"))
+    cuts_path = shar / "cuts.000001.jsonl.gz"
+    cuts = [json.loads(line) for line in gzip.open(cuts_path, "rt", encoding="utf-8")]
+    (sup,) = cuts[0]["supervisions"]
+    half = sup["duration"] / 2
+    cuts[0]["supervisions"] = [{**sup, "id": "part-1", "duration": half},
+                               {**sup, "id": "part-2", "start": half, "duration": half}]
+    with gzip.open(cuts_path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(cut) + "\n" for cut in cuts)
+    result = run_cli(*_args(nemo / MANIFEST, shar, tmp_path / "out"))
     assert result.exit_code == 1, result.output
-    (reject,) = [json.loads(line) for line in open(tmp_path / "out" / "rejects.jsonl", encoding="utf-8")]
-    assert reject["checks"] == ["segment"] and "make --from" in reject["reasons"][0]
+    rejects = {r["key"]: r for r in map(json.loads, open(tmp_path / "out" / "rejects.jsonl", encoding="utf-8"))}
+    first = lines[0].get("key", os.path.splitext(lines[0]["audio_filepath"])[0])
+    assert set(rejects) == {first, "part-1", "part-2"}
+    assert all(r["checks"] == ["segment"] and "make --from" in r["reasons"][0] for r in rejects.values())
+    assert rejects["part-2"]["shard"] == str(shar / "recording.000001.tar")
 
 
 _KILL_AFTER_RESUME_POINT = """
