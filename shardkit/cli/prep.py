@@ -39,9 +39,12 @@ Examples:
   shardkit prep --corpus zh=zh/ --index zh.index.jsonl --world-size 2 --num-workers 2 \\
       --codec none -o data/train -j 16 --json
   shardkit prep --corpus zh=raw/zh/ --corpus en=raw/en/ --world-size 4 --num-workers 2 --layout nemo -o nemo_ds
-  shardkit prep --corpus zh=raw/zh/ --corpus en=raw/en/ --world-size 4 --num-workers 2 --layout shar -o shar_ds""")
+  shardkit prep --corpus zh=raw/zh/ --corpus en=raw/en/ --world-size 4 --num-workers 2 --layout shar -o shar_ds
+  shardkit prep --corpus nemo=/data/nemo/tarred_audio_manifest.json --corpus lh=/data/shar \\
+      --world-size 4 --num-workers 2 -o data/train""")
 @click.option("--corpus", "corpus_specs", multiple=True, required=True, metavar="NAME=SOURCES[:WEIGHT]",
               help="A corpus: comma-separated shards (bz2, gz, xz, zst or plain tar), folders or data.list files, "
+                   "a NeMo tarred dataset's manifest (its audio_K.tar beside it) or a Lhotse Shar folder, "
                    "and its weight as balance takes it (2: every utterance twice; 0.5: a seeded half, drawn per "
                    "key) [default weight: 1]. Repeat per corpus.")
 @click.option("--index", "index_files", multiple=True, metavar="INDEX.jsonl",

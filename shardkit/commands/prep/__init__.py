@@ -51,6 +51,7 @@ import numpy as np
 
 from shardkit import __version__
 from shardkit.commands.prep import resume
+from shardkit.commands.prep.datasets import DatasetLines
 from shardkit.commands.prep.read import SourceTask, apply_duplicates, check_source_path, read_source, reject_lines
 from shardkit.commands.prep.write import OutputShards, output_leftovers
 from shardkit.commands.validate.duplicates import DuplicateKeys
@@ -171,18 +172,19 @@ def run_prep(corpora: Sequence[CorpusSource], out_dir: str, settings: PrepSettin
     from shardkit.run.lifecycle import claimed_output_dir
 
     options = options or RunOptions()
-    sources = _check_args(corpora, settings, checks, options)
+    sources, datasets = _check_args(corpora, settings, checks, options)
     paths = [s for s, _ in sources]
-    inputs = paths + [os.path.abspath(p) for p in index_files]
+    inputs = paths + sorted(set(datasets.values())) + [os.path.abspath(p) for p in index_files]
     with claimed_output_dir(out_dir, inputs, "prep", urls=False) as (out_dir, _):
         weights = [float(c.weight) for c in corpora]
-        spec = _spec(sources, settings, checks, weights)
+        spec = _spec(sources, settings, checks, weights, datasets)
         previous = None if options.overwrite else _finished(out_dir, spec)
         if previous is not None:
             return previous
         saved = _resume_point(out_dir, spec, options.overwrite)
         totals = index_totals(index_files, paths) if index_files else None
         run = _Run(out_dir, sources, settings, checks, totals, options.events, weights)
+        run.take_datasets(datasets)
         if saved is not None:
             run.restore(saved)
         return run.execute(options, spec)
@@ -198,17 +200,19 @@ def _resume_point(out_dir: str, spec: str, overwrite: bool) -> dict | None:
 
 
 def _check_args(corpora: Sequence[CorpusSource], settings: PrepSettings, checks: ValidateOptions,
-                options: RunOptions) -> list[tuple[str, int]]:
-    """``(source path, corpus position)`` in list order; refuses what prep cannot do before any output."""
+                options: RunOptions) -> tuple[list[tuple[str, int]], dict[str, str]]:
+    """``(source path, corpus position)`` in list order, and the dataset of each tar of a NeMo tarred dataset or
+    Shar folder (:mod:`.datasets`); refuses what prep cannot do before any output."""
     check_corpora(corpora)
     check_options(checks)
     _check_settings(settings)
     if options.split is not None:
         raise UsageError("prep takes no --split: every output shard takes utterances from every source")
-    sources = _source_shards(corpora)
+    datasets: dict[str, str] = {}
+    sources = _source_shards(corpora, datasets)
     if not sources:
         raise UsageError("no source shards given")
-    return sources
+    return sources, datasets
 
 
 def _check_settings(settings: PrepSettings) -> None:
@@ -224,11 +228,12 @@ def _check_settings(settings: PrepSettings) -> None:
     check_layout_settings(settings.layout, settings.codec)
 
 
-def _source_shards(corpora: Sequence[CorpusSource]) -> list[tuple[str, int]]:
-    """Every corpus' source shards, ``(path, corpus position)`` in list order; an index among the sources, a
+def _source_shards(corpora: Sequence[CorpusSource], datasets: dict[str, str]) -> list[tuple[str, int]]:
+    """Every corpus' source shards, ``(path, corpus position)`` in list order (a NeMo tarred dataset's or Shar
+    folder's tars, each noted in ``datasets`` with its manifest or folder); an index among the sources, a
     pipe or standard input, or a shard in two corpora is refused."""
+    from shardkit.commands.prep.datasets import expand_corpus
     from shardkit.io.indexfile import is_index_file
-    from shardkit.io.inputs import expand_shards
 
     sources: list[tuple[str, int]] = []
     owner: dict[str, str] = {}
@@ -237,7 +242,9 @@ def _source_shards(corpora: Sequence[CorpusSource]) -> list[tuple[str, int]]:
         if index is not None:
             raise UsageError(f"corpus {corpus.name!r}: {index} is an index; give it with --index and the shards "
                              f"as sources")
-        for path in expand_shards(list(corpus.sources)):
+        for path, dataset in expand_corpus(list(corpus.sources)):
+            if dataset is not None:
+                datasets[path] = dataset
             check_source_path(path)
             if path in owner:
                 raise UsageError(f"{path} is given to corpus {owner[path]!r} and to corpus {corpus.name!r}")
@@ -247,13 +254,18 @@ def _source_shards(corpora: Sequence[CorpusSource]) -> list[tuple[str, int]]:
 
 
 def _spec(sources: list[tuple[str, int]], settings: PrepSettings, checks: ValidateOptions,
-          weights: list[float]) -> str:
+          weights: list[float], datasets: dict[str, str] | None = None) -> str:
     """Digest of what decides the output: the sources (size, mtime), the corpus of each, the corpus weights,
-    every option."""
+    every option, and a dataset's manifest or cuts files (with none, the digest of a run before datasets)."""
     decides = settings.recorded() | {"checkpoint_bytes": None}  # resume points never change the output bytes
     h = hashlib.sha256(repr((__version__, decides, asdict(checks) | {"threads": 0}, weights)).encode())
     for (path, corpus), stamp in zip(sources, source_stamps([p for p, _ in sources])):
         h.update(repr((corpus, stamp)).encode("utf-8", "surrogateescape"))
+    if datasets:
+        from shardkit.commands.prep.datasets import metadata_files
+
+        metadata = metadata_files(list(datasets.values()))
+        h.update(repr(list(zip(metadata, source_stamps(metadata)))).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
@@ -333,6 +345,12 @@ class _Run:
         self.checkpoint_at = 0  # placed_bytes at the last resume point
         self.saved_outputs: list | None = None
         self.layout_written: dict | None = None  # a trainer's layout: what was written for the whole dataset
+        self.datasets: dict[str, str] = {}  # a tar of a NeMo tarred dataset or Shar folder -> that dataset
+        self.dataset_lines = DatasetLines({})
+
+    def take_datasets(self, datasets: dict[str, str]) -> None:
+        """Which sources are tars of a NeMo tarred dataset or Shar folder (:mod:`.datasets`)."""
+        self.datasets, self.dataset_lines = datasets, DatasetLines(datasets)
 
     def execute(self, options: RunOptions, spec: str) -> PrepReport:
         started = time.perf_counter()
@@ -366,16 +384,20 @@ class _Run:
 
     # reading, in list order
     def _stream(self, options: RunOptions) -> None:
-        tasks = [SourceTask(path, corpus, self.checks, self.settings.audio, self.settings.flac_level)
-                 for path, corpus in self.sources[self.start:]]
+        tasks = [SourceTask(path, corpus, self.checks, self.settings.audio, self.settings.flac_level,
+                            self.datasets.get(path)) for path, corpus in self.sources[self.start:]]
         self.events.stage("read+check", len(tasks))
         if self.saved_outputs is not None:
             self._open_outputs(self.planner.num_shards, self.saved_outputs)
         for index, result in options.run_tasks(read_source, tasks, ordered=True, **_task_options(tasks, options)):
             apply_duplicates(result, self.duplicates)
+            self.dataset_lines.take(result)
             self._take(result)
             self.events.done(result)
             self._after_source(self.start + index + 1)
+        findings, rejects = self.dataset_lines.leftovers()  # NeMo lines no tar held: reported, never skipped
+        self.findings.extend(findings)
+        self.rejects.extend(rejects)
 
     def _after_source(self, read: int) -> None:
         """Once ``read`` sources are taken: the shard count fixed when the pool is full, the pool's rounds
@@ -410,7 +432,7 @@ class _Run:
             "seen_bytes": self.seen_bytes, "seen_seconds": self.seen_seconds, "seq": self.seq,
             "estimate_note": self.estimate_note, "duplicates": self.duplicates.first,
             "placed_bytes": self.placed_bytes, "next_copy": self.next_copy, "copy_keys": sorted(self.copy_keys),
-            "weighted": self.weighted})
+            "weighted": self.weighted, **self.dataset_lines.state()})
         self.checkpoint_at = self.placed_bytes
 
     def restore(self, state: dict) -> None:
@@ -425,6 +447,7 @@ class _Run:
                      "placed_bytes", "next_copy", "weighted"):
             setattr(self, name, state[name])
         self.duplicates.first = state["duplicates"]
+        self.dataset_lines.restore(state)
         self.checkpoint_at = self.placed_bytes
         self.start = state["next_source"]
         self.saved_outputs = list(zip(state["shards"], state["prefixes"]))

@@ -30,6 +30,7 @@ class SourceTask:
     options: v.ValidateOptions
     audio: str = "keep"  # as convert --audio: keep, flac or wav (lossless), before the checks
     flac_level: int | None = None
+    dataset: str | None = None  # a tar of a NeMo tarred dataset (its manifest) or Shar folder: see .datasets
 
 
 def read_source(task: SourceTask) -> dict:
@@ -39,6 +40,10 @@ def read_source(task: SourceTask) -> dict:
     ``accepted``: ``[key, seconds, [(name, data, sha256 digest), ...]]`` per utterance without a finding, in shard
     order, and ``corpus``.
     """
+    if task.dataset is not None:
+        from shardkit.commands.prep.datasets import read_dataset_tar
+
+        return read_dataset_tar(task)
     started = time.perf_counter()
     path, options = task.path, task.options
     result = {"shard": path, "corpus": task.corpus, "bytes": None, "codec": None, "utterances": 0, "members": 0,
