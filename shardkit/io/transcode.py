@@ -3,8 +3,10 @@
 Only lossless, exactly reversible conversions happen: integer PCM WAV (8/16/24-bit) to FLAC at
 the same bit depth, rate and channels, and FLAC back to WAV. Everything else (lossy formats,
 float or 32-bit WAV, members that do not decode) is kept byte for byte and reported, so nothing
-is lost and nothing is silently re-encoded. Every encoded member is decoded again at once and
-must give exactly the source's samples; a mismatch fails the shard.
+is lost and nothing is silently re-encoded. Every encoded member is proven to give exactly the
+source's samples, and a mismatch fails the shard: FLAC through libFLAC's verify mode (``io.libflac``: each
+frame decoded as it is made) where a libFLAC writing soundfile's very bytes is found, otherwise (and for
+WAV) by decoding the finished member again.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import soundfile as sf
 
 from shardkit.errors import AudioError, VerificationError
-from shardkit.io import interrupts
+from shardkit.io import interrupts, libflac
 from shardkit.io.audio import (
     AUDIO_HEADER,
     DECODED_TOO_LONG,
@@ -41,6 +43,7 @@ from shardkit.io.tar import AUDIO_EXTENSIONS, split_key
 # FLAC holds integer PCM up to 24 bits; libsndfile's subtypes for each depth
 _WAV_TO_FLAC_SUBTYPE = {"PCM_U8": "PCM_S8", "PCM_16": "PCM_16", "PCM_24": "PCM_24"}
 _FLAC_TO_WAV_SUBTYPE = {"PCM_S8": "PCM_U8", "PCM_16": "PCM_16", "PCM_24": "PCM_24"}
+_FLAC_BITS = {"PCM_S8": 8, "PCM_16": 16, "PCM_24": 24}
 
 
 def pcm_digest(samples: np.ndarray, sample_rate: int) -> str:
@@ -126,8 +129,8 @@ def transcode_member(name: str, data: bytes, target: str, flac_level: int | None
     info = {"key": key, "member": name, "action": "kept"}
     try:
         facts = _transcodable(data, target, max_decoded_seconds)
-        encoded, done = _stream_transcode(data, facts, target, flac_level)
-        if verify and not _same_samples(encoded, data, done["subtype"]):
+        encoded, done, proven = _stream_transcode(data, facts, target, flac_level, verify)
+        if verify and not proven and not _same_samples(encoded, data, done["subtype"]):
             raise VerificationError(f"{target} encoding did not reproduce the samples exactly", member=name)
     except Kept as kept:
         info["reason"] = kept.reason
@@ -182,9 +185,11 @@ def _refuse_too_long(facts: dict, max_seconds: float | None) -> None:
         raise Kept(message, DECODED_TOO_LONG)
 
 
-def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | None) -> tuple[bytes, dict]:
+def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | None,
+                      verify: bool) -> tuple[bytes, dict, bool]:
     """Decode ``data`` with libsndfile block by block into the ``target`` encoder; check the decode against
-    the header ``facts`` (and a FLAC's MD5 signature). ``(encoded, facts of the samples written)``."""
+    the header ``facts`` (and a FLAC's MD5 signature). ``(encoded, facts of the samples written, proven)``,
+    ``proven`` when the encoder itself verified every sample (libFLAC's verify mode)."""
     mapping = _WAV_TO_FLAC_SUBTYPE if target == "flac" else _FLAC_TO_WAV_SUBTYPE
     expected_md5 = flac_md5(data)
     try:
@@ -194,17 +199,46 @@ def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | N
             dtype = np.dtype("int16" if subtype in _NARROW_SUBTYPES else "int32")
             digest = hashlib.sha256(f"{rate}:{channels}:{dtype.str}:".encode())
             md5 = PcmMd5(flac_bits(data)) if expected_md5 is not None else None
-            buf = io.BytesIO()
-            kwargs = {"compression_level": flac_level / 8} if target == "flac" and flac_level is not None else {}
-            with sf.SoundFile(buf, "w", rate, channels, mapping[subtype], format=target.upper(), **kwargs) as out:
+            out = _open_encoder(target, rate, channels, mapping[subtype], flac_level, verify)
+            try:
                 frames = _copy_blocks(src, out, dtype, facts["frames"], digest, md5)
-    except Kept:
+                encoded = out.finish()
+            finally:
+                out.close()
+    except (Kept, VerificationError):
         raise
     except Exception as err:  # libsndfile's generic errors, an encoder refusing its input
         raise Kept(f"does not transcode ({type(err).__name__}: {stable_message(err)})", "decode") from None
     _refuse_other_decode(frames, facts["frames"], md5, expected_md5)
-    return buf.getvalue(), {"pcm_sha256": digest.hexdigest(), "frames": frames, "sample_rate": rate,
-                            "channels": channels, "subtype": subtype}
+    return encoded, {"pcm_sha256": digest.hexdigest(), "frames": frames, "sample_rate": rate,
+                     "channels": channels, "subtype": subtype}, verify and isinstance(out, libflac.VerifiedEncoder)
+
+
+class _SoundfileEncoder:
+    """soundfile's writer into memory, with the ``write``/``finish``/``close`` of ``libflac.VerifiedEncoder``."""
+
+    def __init__(self, target: str, rate: int, channels: int, subtype: str, flac_level: int | None):
+        self.buf = io.BytesIO()
+        kwargs = {"compression_level": flac_level / 8} if target == "flac" and flac_level is not None else {}
+        self.file = sf.SoundFile(self.buf, "w", rate, channels, subtype, format=target.upper(), **kwargs)
+
+    def write(self, block: np.ndarray) -> None:
+        self.file.write(block)
+
+    def finish(self) -> bytes:
+        self.file.close()
+        return self.buf.getvalue()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _open_encoder(target: str, rate: int, channels: int, subtype: str, flac_level: int | None, verify: bool):
+    """libFLAC (in verify mode when ``verify``) for FLAC where it writes soundfile's bytes, else soundfile."""
+    lib = libflac.encoder_library(flac_level) if target == "flac" else None
+    if lib is not None:
+        return libflac.VerifiedEncoder(lib, rate, channels, _FLAC_BITS[subtype], flac_level, verify)
+    return _SoundfileEncoder(target, rate, channels, subtype, flac_level)
 
 
 def _refuse_other_decode(frames: int, header_frames: int, md5, expected_md5: bytes | None) -> None:
