@@ -57,7 +57,7 @@ def _load(path: str):
     lib.FLAC__stream_encoder_init_stream.argtypes = [ctypes.c_void_p, _WRITE, _SEEK, _TELL, ctypes.c_void_p,
                                                      ctypes.c_void_p]
     lib.FLAC__stream_encoder_process_interleaved.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
-    for name in ("delete", "finish", "get_state"):
+    for name in ("delete", "finish", "get_state", "get_verify"):
         getattr(lib, "FLAC__stream_encoder_" + name).argtypes = [ctypes.c_void_p]
     return lib
 
@@ -169,6 +169,8 @@ class VerifiedEncoder:
             state = lib.FLAC__stream_encoder_get_state(self.handle)
             self.close()
             raise ValueError(f"libFLAC refused the stream (encoder state {state})")
+        # read back: a proof counts only if libFLAC really runs its verify decoder
+        self.verifying = bool(lib.FLAC__stream_encoder_get_verify(self.handle))
         self._wide = np.empty((0, channels), np.int32)
         self.frames = 0
 
@@ -186,8 +188,7 @@ class VerifiedEncoder:
         shift = block.dtype.itemsize * 8 - self.bits
         if len(self._wide) < len(block):
             self._wide = np.empty((len(block), self.channels), np.int32)
-        wide = self._wide[:len(block)]
-        np.right_shift(block, shift, out=wide, casting="unsafe")
+        wide = _widen(block, shift, self._wide[:len(block)])
         ok = self.lib.FLAC__stream_encoder_process_interleaved(self.handle, wide.ctypes.data, len(block))
         # what libFLAC was given (and verified its frames against) must be the caller's samples
         if ok and not np.array_equal(np.left_shift(wide, shift) if shift else wide, block):
@@ -221,6 +222,11 @@ class VerifiedEncoder:
 
     def __del__(self):
         self.close()
+
+
+def _widen(block: np.ndarray, shift: int, out: np.ndarray) -> np.ndarray:
+    """``block``'s samples right-justified into ``out`` (int32, libFLAC's input)."""
+    return np.right_shift(block, shift, out=out, casting="unsafe")
 
 
 def _check_streaminfo(data: bytes, expected: tuple, head_size: int) -> None:

@@ -211,11 +211,13 @@ def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | N
         raise Kept(f"does not transcode ({type(err).__name__}: {stable_message(err)})", "decode") from None
     _refuse_other_decode(frames, facts["frames"], md5, expected_md5)
     return encoded, {"pcm_sha256": digest.hexdigest(), "frames": frames, "sample_rate": rate,
-                     "channels": channels, "subtype": subtype}, verify and isinstance(out, libflac.VerifiedEncoder)
+                     "channels": channels, "subtype": subtype}, out.verifying
 
 
 class _SoundfileEncoder:
     """soundfile's writer into memory, with the ``write``/``finish``/``close`` of ``libflac.VerifiedEncoder``."""
+
+    verifying = False  # its bytes are proven by decoding them again (``_same_samples``)
 
     def __init__(self, target: str, rate: int, channels: int, subtype: str, flac_level: int | None):
         self.buf = io.BytesIO()

@@ -1,0 +1,146 @@
+"""FLAC through libFLAC's verify mode (shardkit.io.libflac): soundfile's very bytes, every sample proven, and
+soundfile plus a second decode when no such libFLAC is found."""
+
+import io
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from shardkit.errors import VerificationError
+from shardkit.io import libflac, transcode
+from shardkit.io.synth import speech_like
+from shardkit.io.transcode import read_pcm, transcode_member
+
+
+def wav(samples, rate, subtype="PCM_16"):
+    buf = io.BytesIO()
+    sf.write(buf, samples, rate, format="WAV", subtype=subtype)
+    return buf.getvalue()
+
+
+CASES = {
+    "16bit-mono-16k": (speech_like(2.3, 16000, seed=1), 16000, "PCM_16"),
+    "16bit-stereo-44k1": (speech_like(0.7, 44100, seed=2, channels=2), 44100, "PCM_16"),
+    "24bit-mono-8k": (speech_like(0.77, 8000, seed=3).astype(np.int32) << 16, 8000, "PCM_24"),
+    "24bit-stereo-48k": (speech_like(0.4, 48000, seed=4, channels=2).astype(np.int32) << 16, 48000, "PCM_24"),
+    "8bit-mono-8k": (speech_like(0.3, 8000, seed=5), 8000, "PCM_U8"),
+    "one-frame": (np.array([7], np.int16), 16000, "PCM_16"),
+    "silence": (np.zeros(1600, np.int16), 16000, "PCM_16"),
+    "full-scale": (np.array([32767, -32768] * 3000, np.int16), 16000, "PCM_16"),
+}
+
+
+@pytest.fixture
+def direct():
+    """libFLAC's direct path, or a skip naming why it is not here (pyFLAC, in the `flac` extra, brings it)."""
+    libflac.encoder_library.cache_clear()
+    if libflac.encoder_library(None) is None:
+        pytest.skip("no libFLAC writing soundfile's bytes here (pip install shardkit[flac])")
+    yield
+    libflac.encoder_library.cache_clear()
+
+
+@pytest.fixture
+def soundfile_only(monkeypatch):
+    """The fallback: no libFLAC found."""
+    monkeypatch.setenv(libflac.LIBRARY_ENV, "none")
+    libflac._libraries.cache_clear()
+    libflac.encoder_library.cache_clear()
+    yield
+    monkeypatch.delenv(libflac.LIBRARY_ENV)
+    libflac._libraries.cache_clear()
+    libflac.encoder_library.cache_clear()
+
+
+def _transcode_all(level):
+    return {case: transcode_member("c/k.wav", wav(*CASES[case]), "flac", level) for case in CASES}
+
+
+@pytest.mark.parametrize("level", [None, 0, 3, 8])
+def test_direct_path_writes_soundfiles_bytes_and_the_same_report(direct, request, level):
+    fast = _transcode_all(level)
+    request.getfixturevalue("soundfile_only")
+    assert libflac.encoder_library(level) is None
+    slow = _transcode_all(level)
+    for case in CASES:
+        assert fast[case][2]["action"] == "transcoded", case
+        assert fast[case] == slow[case], case
+        samples, rate, subtype = CASES[case]
+        decoded = read_pcm(fast[case][1])
+        assert np.array_equal(decoded[0], read_pcm(wav(samples, rate, subtype))[0]) and decoded[1] == rate
+
+
+def test_direct_path_proves_by_libflacs_verify_mode_and_does_not_decode_again(direct, monkeypatch):
+    monkeypatch.setattr(transcode, "_same_samples", lambda *a: pytest.fail("decoded again"))
+    _, flac, info = transcode_member("c/k.wav", wav(*CASES["16bit-stereo-44k1"]), "flac")
+    assert info["action"] == "transcoded" and flac[:4] == b"fLaC"
+
+
+def test_a_wrong_sample_handed_to_libflac_is_caught(direct, monkeypatch):
+    real = libflac._widen
+
+    def off_by_one(block, shift, out):
+        real(block, shift, out)
+        out[len(out) // 2] += 1
+        return out
+
+    monkeypatch.setattr(libflac, "_widen", off_by_one)
+    with pytest.raises(VerificationError, match="samples handed to libFLAC differ"):
+        transcode_member("c/k.wav", wav(*CASES["16bit-mono-16k"]), "flac")
+
+
+def test_without_verify_libflac_runs_without_its_verify_decoder_and_nothing_is_claimed(direct):
+    encoder = libflac.VerifiedEncoder(libflac.encoder_library(None), 16000, 1, 16, None, verify=False)
+    assert not encoder.verifying
+    encoder.close()
+    _, flac, info = transcode_member("c/k.wav", wav(*CASES["16bit-mono-16k"]), "flac", verify=False)
+    assert info["action"] == "transcoded" and np.array_equal(read_pcm(flac)[0], read_pcm(wav(*CASES["16bit-mono-16k"]))[0])
+
+
+def test_soundfile_path_catches_an_encoder_writing_a_wrong_sample(soundfile_only, monkeypatch):
+    real = transcode._SoundfileEncoder.write
+
+    def flips_a_sample(self, block):
+        block = block.copy()
+        block[len(block) // 2] ^= 1
+        real(self, block)
+
+    monkeypatch.setattr(transcode._SoundfileEncoder, "write", flips_a_sample)
+    with pytest.raises(VerificationError, match="did not reproduce the samples"):
+        transcode_member("c/k.wav", wav(*CASES["16bit-mono-16k"]), "flac")
+
+
+def test_a_write_aimed_into_the_frames_fails_the_stream():
+    sink = libflac._Sink()
+    head, frame = (b"h" * 8), (b"\xff\xf8" + b"f" * 30)
+    assert sink.write(head, len(head), 0) == 0 and sink.write(frame, len(frame), 4096) == 0
+    sink.position = 4  # libFLAC's closing rewrite of STREAMINFO lands inside the metadata: fine
+    assert sink.write(b"ok", 2, 0) == 0 and sink.value() == b"hhhhokhh" + frame
+    sink.position = 7  # one that would reach into the first frame is refused
+    assert sink.write(b"no", 2, 0) == libflac._WRITE_FATAL
+    sink.position = 3  # and so is a frame anywhere but at the end
+    assert sink.write(frame, len(frame), 4096) == libflac._WRITE_FATAL
+    assert sink.value() == b"hhhhokhh" + frame
+
+
+def test_streaminfo_that_states_other_facts_is_refused(direct):
+    encoder = libflac.VerifiedEncoder(libflac.encoder_library(None), 16000, 1, 16, None)
+    encoder.write(CASES["16bit-mono-16k"][0].reshape(-1, 1))
+    encoder.frames += 1  # as if a block had been lost on the way
+    with pytest.raises(VerificationError, match="states"):
+        encoder.finish()
+
+
+def test_a_libflac_writing_other_bytes_than_soundfile_is_not_used(monkeypatch):
+    real_write = sf.write
+
+    def another_level(file, data, rate, **kwargs):  # soundfile's bytes at another level: they differ
+        real_write(file, data, rate, **{**kwargs, "compression_level": 1.0})
+
+    libflac.encoder_library.cache_clear()
+    monkeypatch.setattr(sf, "write", another_level)
+    try:
+        assert libflac.encoder_library(0) is None
+    finally:
+        libflac.encoder_library.cache_clear()
