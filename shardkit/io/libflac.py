@@ -21,6 +21,7 @@ import functools
 import glob
 import importlib.util
 import io
+import itertools
 import os
 
 import numpy as np
@@ -140,6 +141,29 @@ class _Sink:
         return bytes(self.head) + b"".join(self.frames)
 
 
+# the callbacks are made once (a ctypes callback per encoder costs more than the encoder's setup); each encoder
+# passes its key as libFLAC's client data, which finds its sink
+_SINKS: dict[int, _Sink] = {}
+_KEYS = itertools.count(1)
+
+
+@_WRITE
+def _write(_encoder, buffer, size, samples, _frame, key):
+    return _SINKS[key].write(buffer, size, samples)
+
+
+@_SEEK
+def _seek(_encoder, offset, key):
+    _SINKS[key].position = offset
+    return 0
+
+
+@_TELL
+def _tell(_encoder, offset, key):
+    offset[0] = _SINKS[key].position
+    return 0
+
+
 class VerifiedEncoder:
     """One FLAC stream: ``write`` blocks of samples (frames x channels, integer), then ``finish`` for the bytes.
 
@@ -151,10 +175,8 @@ class VerifiedEncoder:
     def __init__(self, lib, sample_rate: int, channels: int, bits: int, level: int | None, verify: bool = True):
         self.lib, self.sample_rate, self.bits, self.channels = lib, sample_rate, bits, channels
         self.sink = _Sink()
-        # ctypes callbacks must outlive the encoder: they are kept on the object
-        self._write = _WRITE(lambda _e, buffer, size, samples, _frame, _d: self.sink.write(buffer, size, samples))
-        self._seek = _SEEK(self._seek_to)
-        self._tell = _TELL(self._tell_at)
+        self.key = next(_KEYS)
+        _SINKS[self.key] = self.sink
         self.handle = ctypes.c_void_p(lib.FLAC__stream_encoder_new())
         if not self.handle:
             raise MemoryError("libFLAC could not allocate an encoder")
@@ -165,7 +187,7 @@ class VerifiedEncoder:
                    for call, value in settings):
             self.close()
             raise ValueError(f"libFLAC refused {channels} channels, {bits} bits, {sample_rate} Hz, level {level}")
-        if lib.FLAC__stream_encoder_init_stream(self.handle, self._write, self._seek, self._tell, None, None) != 0:
+        if lib.FLAC__stream_encoder_init_stream(self.handle, _write, _seek, _tell, None, self.key) != 0:
             state = lib.FLAC__stream_encoder_get_state(self.handle)
             self.close()
             raise ValueError(f"libFLAC refused the stream (encoder state {state})")
@@ -173,14 +195,6 @@ class VerifiedEncoder:
         self.verifying = bool(lib.FLAC__stream_encoder_get_verify(self.handle))
         self._wide = np.empty((0, channels), np.int32)
         self.frames = 0
-
-    def _seek_to(self, _encoder, offset, _data) -> int:
-        self.sink.position = offset
-        return 0
-
-    def _tell_at(self, _encoder, offset, _data) -> int:
-        offset[0] = self.sink.position
-        return 0
 
     def write(self, block: np.ndarray) -> None:
         """Encode ``block`` (frames x channels) of samples as soundfile reads them: left-justified in int16 (8 and
@@ -219,6 +233,7 @@ class VerifiedEncoder:
         if self.handle:
             self.lib.FLAC__stream_encoder_delete(self.handle)
             self.handle = ctypes.c_void_p()
+        _SINKS.pop(self.key, None)
 
     def __del__(self):
         self.close()
