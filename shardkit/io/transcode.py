@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import sys
 
 import numpy as np
 import soundfile as sf
@@ -33,6 +34,7 @@ from shardkit.io.audio import (
     flac_md5,
     header_facts,
     open_soundfile,
+    parse_wav_header,
     read_to_end,
     sniff_format,
     stable_message,
@@ -193,7 +195,7 @@ def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | N
     mapping = _WAV_TO_FLAC_SUBTYPE if target == "flac" else _FLAC_TO_WAV_SUBTYPE
     expected_md5 = flac_md5(data)
     try:
-        with open_soundfile(io.BytesIO(data)) as src:
+        with _open_source(data, target, flac_level) as src:
             subtype, rate, channels = src.subtype, src.samplerate, src.channels
             _refuse_other_stream(src, facts, mapping, target)
             dtype = np.dtype("int16" if subtype in _NARROW_SUBTYPES else "int32")
@@ -212,6 +214,39 @@ def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | N
     _refuse_other_decode(frames, facts["frames"], md5, expected_md5)
     return encoded, {"pcm_sha256": digest.hexdigest(), "frames": frames, "sample_rate": rate,
                      "channels": channels, "subtype": subtype}, out.verifying
+
+
+def _open_source(data: bytes, target: str, flac_level: int | None):
+    """The source's samples to encode: a 16-bit PCM WAV's data chunk as it is where libFLAC encodes it to FLAC
+    (those bytes are the samples libsndfile decodes, on a little-endian machine), libsndfile's decoder otherwise."""
+    if target == "flac" and sys.byteorder == "little" and libflac.encoder_library(flac_level) is not None:
+        info = parse_wav_header(data)
+        if info.is_pcm and info.bits == 16:
+            return _PcmWav(data, info)
+    return open_soundfile(io.BytesIO(data))
+
+
+class _PcmWav:
+    """A 16-bit PCM WAV's samples, straight from its data chunk, read block by block like a ``soundfile.SoundFile``."""
+
+    subtype = "PCM_16"
+
+    def __init__(self, data: bytes, info):
+        self.samplerate, self.channels = info.sample_rate, info.channels
+        self.samples = np.frombuffer(data, "<i2", info.frames_present * info.channels,
+                                     info.data_offset).reshape(-1, info.channels)
+        self.done = 0
+
+    def read(self, frames: int, dtype: str, always_2d: bool = True) -> np.ndarray:
+        block = self.samples[self.done:self.done + frames]
+        self.done += len(block)
+        return block
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.samples = None
 
 
 class _SoundfileEncoder:
