@@ -72,6 +72,7 @@ def main(argv=None):
 
     from shardkit.commands.convert import ConvertSettings, convert_shard
     from shardkit.io import libflac, transcode
+    from shardkit.io.audio import parse_wav_header
     from shardkit.io.tar import iter_shard_members
 
     root = os.path.dirname(HERE)
@@ -123,6 +124,14 @@ def main(argv=None):
                 enc.finish()
         return run
 
+    def wav_blocks(opener):
+        def run():
+            for w in wavs:
+                with opener(w) as src:
+                    while len(src.read(1 << 16, dtype="int16", always_2d=True)):
+                        pass
+        return run
+
     def sf_encode():
         for x, r in pcm:
             sf.write(io.BytesIO(), x, r, format="FLAC", subtype="PCM_16")
@@ -168,7 +177,9 @@ def main(argv=None):
         # the parts (profile)
         "tar read (iter_shard_members)": lambda: [None for p in paths for _ in iter_shard_members(p)],
         "WAV header parse (sniff + header_facts)": lambda: [transcode._transcodable(w, "flac", None) for w in wavs],
-        "WAV decode (libsndfile, int16 blocks)": lambda: [sf.read(io.BytesIO(w), dtype="int16") for w in wavs],
+        "WAV decode (libsndfile, int16 blocks; before)": wav_blocks(lambda w: sf.SoundFile(io.BytesIO(w))),
+        "WAV samples from the data chunk (after)":
+            wav_blocks(lambda w: transcode._PcmWav(w, parse_wav_header(w))),
         "sample digest (SHA-256 of the int16 samples)": lambda: [transcode.pcm_digest(x, r) for x, r in pcm],
         "sample comparison (np.array_equal)": lambda: [np.array_equal(a, x) for a, (x, _) in zip(decoded, pcm)],
         "FLAC decode alone (soundfile; the old path's verification)":

@@ -149,7 +149,10 @@ _KEYS = itertools.count(1)
 
 @_WRITE
 def _write(_encoder, buffer, size, samples, _frame, key):
-    return _SINKS[key].write(buffer, size, samples)
+    try:
+        return _SINKS[key].write(buffer, size, samples)
+    except BaseException:  # noqa: BLE001 - ctypes would print and drop it (a Ctrl-C: io.interrupts raises it
+        return _WRITE_FATAL  # again after the member); the encoder must stop rather than lose a frame
 
 
 @_SEEK

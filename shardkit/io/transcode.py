@@ -122,8 +122,9 @@ def transcode_member(name: str, data: bytes, target: str, flac_level: int | None
     ``info`` is None for non-audio members, else a dict with ``key``, ``member``, ``action``
     ("transcoded" or "kept"), the reason when kept (with ``problem: true`` and its ``check`` when the
     member's header and its decode disagree, or it does not decode), and ``pcm_sha256`` when samples
-    were transcoded. The samples written are exactly those libsndfile decodes, streamed in blocks, and
-    only when they agree with the header's facts; the written member is decoded again and compared.
+    were transcoded. The samples written are exactly those libsndfile decodes (a 16-bit PCM WAV's data
+    chunk), streamed in blocks, and only when they agree with the header's facts; with ``verify`` the
+    written member is proven to decode to them (libFLAC's verify mode, else a second decode).
     """
     key, ext = split_key(name)
     if ext.lower() not in AUDIO_EXTENSIONS:
