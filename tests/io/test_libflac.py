@@ -144,3 +144,17 @@ def test_a_libflac_writing_other_bytes_than_soundfile_is_not_used(monkeypatch):
         assert libflac.encoder_library(0) is None
     finally:
         libflac.encoder_library.cache_clear()
+
+
+def test_an_exception_inside_the_write_callback_stops_the_encoder_instead_of_losing_a_frame(direct, monkeypatch):
+    def interrupted(self, buffer, size, samples):
+        if samples:
+            raise KeyboardInterrupt  # what a Ctrl-C landing in the callback looks like
+        return real(self, buffer, size, samples)
+
+    real = libflac._Sink.write
+    monkeypatch.setattr(libflac._Sink, "write", interrupted)
+    encoder = libflac.VerifiedEncoder(libflac.encoder_library(None), 16000, 1, 16, None)
+    with pytest.raises(RuntimeError, match="encoder stopped"):
+        encoder.write(CASES["16bit-mono-16k"][0].reshape(-1, 1))
+        encoder.finish()
