@@ -196,7 +196,7 @@ def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | N
     mapping = _WAV_TO_FLAC_SUBTYPE if target == "flac" else _FLAC_TO_WAV_SUBTYPE
     expected_md5 = flac_md5(data)
     try:
-        with _open_source(data, target, flac_level) as src:
+        with _open_source(data, target) as src:
             subtype, rate, channels = src.subtype, src.samplerate, src.channels
             _refuse_other_stream(src, facts, mapping, target)
             dtype = np.dtype("int16" if subtype in _NARROW_SUBTYPES else "int32")
@@ -217,10 +217,10 @@ def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | N
                      "channels": channels, "subtype": subtype}, out.verifying
 
 
-def _open_source(data: bytes, target: str, flac_level: int | None):
-    """The source's samples to encode: a 16-bit PCM WAV's data chunk as it is where libFLAC encodes it to FLAC
-    (those bytes are the samples libsndfile decodes, on a little-endian machine), libsndfile's decoder otherwise."""
-    if target == "flac" and sys.byteorder == "little" and libflac.encoder_library(flac_level) is not None:
+def _open_source(data: bytes, target: str):
+    """The source's samples to encode: a 16-bit PCM WAV's data chunk as it is (those bytes are the samples
+    libsndfile decodes, on a little-endian machine), libsndfile's decoder otherwise."""
+    if target == "flac" and sys.byteorder == "little":
         info = parse_wav_header(data)
         if info.is_pcm and info.bits == 16:
             return _PcmWav(data, info)
@@ -272,8 +272,9 @@ class _SoundfileEncoder:
 
 
 def _open_encoder(target: str, rate: int, channels: int, subtype: str, flac_level: int | None, verify: bool):
-    """libFLAC (in verify mode when ``verify``) for FLAC where it writes soundfile's bytes, else soundfile."""
-    lib = libflac.encoder_library(flac_level) if target == "flac" else None
+    """libFLAC in verify mode for a verified FLAC where it writes soundfile's bytes, else soundfile (whose own
+    libFLAC build encodes faster than the ones beside it: without verify mode, it wins)."""
+    lib = libflac.encoder_library(flac_level) if target == "flac" and verify else None
     if lib is not None:
         return libflac.VerifiedEncoder(lib, rate, channels, _FLAC_BITS[subtype], flac_level, verify)
     return _SoundfileEncoder(target, rate, channels, subtype, flac_level)

@@ -90,10 +90,11 @@ def test_a_wrong_sample_handed_to_libflac_is_caught(direct, monkeypatch):
         transcode_member("c/k.wav", wav(*CASES["16bit-mono-16k"]), "flac")
 
 
-def test_without_verify_libflac_runs_without_its_verify_decoder_and_nothing_is_claimed(direct):
+def test_without_verify_soundfile_encodes_and_libflac_claims_no_proof(direct, monkeypatch):
     encoder = libflac.VerifiedEncoder(libflac.encoder_library(None), 16000, 1, 16, None, verify=False)
     assert not encoder.verifying
     encoder.close()
+    monkeypatch.setattr(libflac, "VerifiedEncoder", lambda *a, **k: pytest.fail("libFLAC used without verify"))
     _, flac, info = transcode_member("c/k.wav", wav(*CASES["16bit-mono-16k"]), "flac", verify=False)
     assert info["action"] == "transcoded" and np.array_equal(read_pcm(flac)[0], read_pcm(wav(*CASES["16bit-mono-16k"]))[0])
 
@@ -158,3 +159,15 @@ def test_an_exception_inside_the_write_callback_stops_the_encoder_instead_of_los
     with pytest.raises(RuntimeError, match="encoder stopped"):
         encoder.write(CASES["16bit-mono-16k"][0].reshape(-1, 1))
         encoder.finish()
+
+
+@pytest.mark.parametrize("container", ["WAV", "WAVEX"])
+def test_16bit_samples_read_from_the_data_chunk_are_libsndfiles(container):
+    samples = speech_like(0.9, 22050, seed=9, channels=3)
+    buf = io.BytesIO()
+    sf.write(buf, samples, 22050, format=container, subtype="PCM_16")
+    source = buf.getvalue()
+    _, flac, info = transcode_member("c/k.wav", source, "flac")
+    by_libsndfile, rate, _ = read_pcm(source)
+    assert info["pcm_sha256"] == transcode.pcm_digest(by_libsndfile, rate)
+    assert np.array_equal(read_pcm(flac)[0], by_libsndfile) and info["frames"] == len(samples)
