@@ -44,11 +44,11 @@ def cpu_now() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def cli(root: str, paths: list[str], out: str) -> None:
+def cli(root: str, paths: list[str], out: str, *extra: str) -> None:
     """`convert --codec none --audio flac -j1` from the checkout at ``root``."""
     shutil.rmtree(out, ignore_errors=True)
     p = subprocess.run([sys.executable, "-m", "shardkit", "convert", *paths, "-o", out, "--codec", "none", "--audio",
-                        "flac", "-j1", "-q", "--json"], cwd=root, env={**os.environ, "PYTHONPATH": root},
+                        "flac", "-j1", "-q", "--json", *extra], cwd=root, env={**os.environ, "PYTHONPATH": root},
                        capture_output=True, text=True, check=True)
     report = json.loads(p.stdout)
     assert report["failed"] == 0 and report["audio"]["kept"] == 0 and report["audio"]["transcoded"] > 0, report
@@ -201,6 +201,9 @@ def main(argv=None):
         # the CLI, before and after
         "CLI before (baseline), verified": lambda: cli(os.path.abspath(args.baseline), paths, cli_out),
         "CLI after (this checkout), verified": lambda: cli(root, paths, cli_out),
+        "CLI before (baseline), --no-verify": lambda: cli(os.path.abspath(args.baseline), paths, cli_out,
+                                                          "--no-verify"),
+        "CLI after (this checkout), --no-verify": lambda: cli(root, paths, cli_out, "--no-verify"),
     }
     if shutil.which("flac") is None:
         configs = {k: v for k, v in configs.items() if not k.startswith("flac CLI")}
@@ -235,6 +238,9 @@ def main(argv=None):
               "rows": rows,
               "ratios": {"CLI before / limit": rows["CLI before (baseline), verified"]["vs_limit_per_round"],
                          "CLI after / limit": rows["CLI after (this checkout), verified"]["vs_limit_per_round"],
+                         "CLI --no-verify after / encode alone": round(median(
+                             [a / b for a, b in zip(cpu["FLAC encode alone (soundfile)"],
+                                                    cpu["CLI after (this checkout), --no-verify"])]), 3),
                          "after / before (CPU, per round)": round(median(
                              [a / b for a, b in zip(cpu["CLI before (baseline), verified"],
                                                     cpu["CLI after (this checkout), verified"])]), 3)}}

@@ -138,6 +138,7 @@ class _Sink:
         return 0
 
     def value(self) -> bytes:
+        """The stream's bytes: the metadata as last rewritten, then every frame."""
         return bytes(self.head) + b"".join(self.frames)
 
 
@@ -233,6 +234,7 @@ class VerifiedEncoder:
         raise RuntimeError(f"libFLAC's encoder stopped (state {state})")
 
     def close(self) -> None:
+        """Free libFLAC's encoder (again: a no-op)."""
         if self.handle:
             self.lib.FLAC__stream_encoder_delete(self.handle)
             self.handle = ctypes.c_void_p()
