@@ -272,8 +272,8 @@ class _SoundfileEncoder:
 
 
 def _open_encoder(target: str, rate: int, channels: int, subtype: str, flac_level: int | None, verify: bool):
-    """libFLAC in verify mode for a verified FLAC where it writes soundfile's bytes, else soundfile (whose own
-    libFLAC build encodes faster than the ones beside it: without verify mode, it wins)."""
+    """libFLAC in verify mode for a verified FLAC where it writes soundfile's bytes, else soundfile (without
+    verify mode libFLAC's path gains nothing: the encoders alone run level, benchmarks/results/2026-11-28-flac.md)."""
     lib = libflac.encoder_library(flac_level) if target == "flac" and verify else None
     if lib is not None:
         return libflac.VerifiedEncoder(lib, rate, channels, _FLAC_BITS[subtype], flac_level, verify)
