@@ -178,12 +178,12 @@ class VerifiedEncoder:
 
     def __init__(self, lib, sample_rate: int, channels: int, bits: int, level: int | None, verify: bool = True):
         self.lib, self.sample_rate, self.bits, self.channels = lib, sample_rate, bits, channels
-        self.sink = _Sink()
-        self.key = next(_KEYS)
-        _SINKS[self.key] = self.sink
         self.handle = ctypes.c_void_p(lib.FLAC__stream_encoder_new())
         if not self.handle:
             raise MemoryError("libFLAC could not allocate an encoder")
+        self.sink = _Sink()
+        self.key = next(_KEYS)
+        _SINKS[self.key] = self.sink
         settings = (("set_verify", int(verify)), ("set_do_md5", 1), ("set_channels", channels),
                     ("set_bits_per_sample", bits), ("set_sample_rate", sample_rate),
                     ("set_compression_level", _DEFAULT_LEVEL if level is None else level))
@@ -238,10 +238,11 @@ class VerifiedEncoder:
         if self.handle:
             self.lib.FLAC__stream_encoder_delete(self.handle)
             self.handle = ctypes.c_void_p()
-        _SINKS.pop(self.key, None)
+            _SINKS.pop(self.key, None)
 
     def __del__(self):
-        self.close()
+        if getattr(self, "handle", None):  # one its owner never closed (closed ones, at exit too: nothing to do)
+            self.close()
 
 
 def _widen(block: np.ndarray, shift: int, out: np.ndarray) -> np.ndarray:
