@@ -145,14 +145,12 @@ def main(argv=None):
     def on_path(fallback: bool):
         def run():
             os.environ[libflac.LIBRARY_ENV] = "none" if fallback else ""
-            libflac._libraries.cache_clear()
             libflac.encoder_library.cache_clear()
             try:
                 for i, w in enumerate(wavs):
                     transcode.transcode_member(f"u{i}.wav", w, "flac")
             finally:
                 os.environ.pop(libflac.LIBRARY_ENV)
-                libflac._libraries.cache_clear()
                 libflac.encoder_library.cache_clear()
         return run
 

@@ -38,28 +38,32 @@ _TELL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_
 _DEFAULT_LEVEL = 5  # libsndfile's when no level is asked for
 
 
-def _candidates() -> list[str]:
-    """libFLAC builds to try, in order: $SHARDKIT_LIBFLAC, pyFLAC's bundled one, the system's."""
-    found = [os.environ[LIBRARY_ENV]] if os.environ.get(LIBRARY_ENV) else []
+def _candidates():
+    """libFLAC builds to try, in order: $SHARDKIT_LIBFLAC, pyFLAC's bundled one, the system's (looked up only
+    when the others do not serve: ctypes.util runs ldconfig for it)."""
+    if os.environ.get(LIBRARY_ENV):
+        yield os.environ[LIBRARY_ENV]
     spec = importlib.util.find_spec("pyflac")  # finds the package without importing it (no cffi modules loaded)
     for folder in (spec.submodule_search_locations or []) if spec else []:
-        found += sorted(glob.glob(os.path.join(folder, "libraries", "linux-x86_64", "libFLAC*.so*")))
+        yield from sorted(glob.glob(os.path.join(folder, "libraries", "*", "libFLAC*.so*")))
     system = ctypes.util.find_library("FLAC")
-    return found + ([system] if system else [])
+    if system:
+        yield system
 
 
+@functools.cache
 def _load(path: str):
     """The library at ``path`` with the signatures used here, or None when it does not load."""
-    try:
+    try:  # another machine's build (pyFLAC ships several) or a library without these symbols: not used
         lib = ctypes.CDLL(path)
         lib.FLAC__stream_encoder_new.restype = ctypes.c_void_p
+        lib.FLAC__stream_encoder_init_stream.argtypes = [ctypes.c_void_p, _WRITE, _SEEK, _TELL, ctypes.c_void_p,
+                                                         ctypes.c_void_p]
+        lib.FLAC__stream_encoder_process_interleaved.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
+        for name in ("delete", "finish", "get_state", "get_verify"):
+            getattr(lib, "FLAC__stream_encoder_" + name).argtypes = [ctypes.c_void_p]
     except (OSError, AttributeError):
         return None
-    lib.FLAC__stream_encoder_init_stream.argtypes = [ctypes.c_void_p, _WRITE, _SEEK, _TELL, ctypes.c_void_p,
-                                                     ctypes.c_void_p]
-    lib.FLAC__stream_encoder_process_interleaved.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
-    for name in ("delete", "finish", "get_state", "get_verify"):
-        getattr(lib, "FLAC__stream_encoder_" + name).argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -90,18 +94,12 @@ def _same_as_soundfile(lib, level: int | None) -> bool:
 
 
 @functools.cache
-def _libraries() -> tuple:
-    """The libFLAC builds that load here, in the order of ``_candidates``."""
-    if os.environ.get(LIBRARY_ENV, "").lower() == "none":
-        return ()
-    return tuple(lib for lib in map(_load, _candidates()) if lib is not None)
-
-
-@functools.cache
 def encoder_library(level: int | None):
     """The first libFLAC that writes exactly soundfile's bytes at ``level`` (None: the default), or None (then
     soundfile encodes, and a decode verifies). Probed once per process and level."""
-    for lib in _libraries():
+    if os.environ.get(LIBRARY_ENV, "").lower() == "none":
+        return None
+    for lib in filter(None, map(_load, _candidates())):
         try:
             if _same_as_soundfile(lib, level):
                 return lib

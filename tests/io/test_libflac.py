@@ -45,11 +45,9 @@ def direct():
 def soundfile_only(monkeypatch):
     """The fallback: no libFLAC found."""
     monkeypatch.setenv(libflac.LIBRARY_ENV, "none")
-    libflac._libraries.cache_clear()
     libflac.encoder_library.cache_clear()
     yield
     monkeypatch.delenv(libflac.LIBRARY_ENV)
-    libflac._libraries.cache_clear()
     libflac.encoder_library.cache_clear()
 
 
