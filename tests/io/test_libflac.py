@@ -6,6 +6,8 @@ import io
 import numpy as np
 import pytest
 import soundfile as sf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shardkit.errors import VerificationError
 from shardkit.io import libflac, transcode
@@ -169,3 +171,25 @@ def test_16bit_samples_read_from_the_data_chunk_are_libsndfiles(container):
     by_libsndfile, rate, _ = read_pcm(source)
     assert info["pcm_sha256"] == transcode.pcm_digest(by_libsndfile, rate)
     assert np.array_equal(read_pcm(flac)[0], by_libsndfile) and info["frames"] == len(samples)
+
+
+_SUBTYPES = {8: "PCM_U8", 16: "PCM_16", 24: "PCM_24"}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.integers(1, 9000), channels=st.integers(1, 3), bits=st.sampled_from([8, 16, 24]),
+       rate=st.sampled_from([8000, 16000, 44100]), level=st.sampled_from([None, 0, 5, 8]), seed=st.integers(0, 99))
+def test_any_signal_gives_soundfiles_bytes_and_decodes_to_the_source(direct, frames, channels, bits, rate, level,
+                                                                     seed):
+    rng = np.random.default_rng(seed)
+    walk = np.cumsum(rng.normal(0, 2 ** (bits - 6), (frames, channels)), axis=0)  # speech-like: correlated
+    top = 2 ** (bits - 1)
+    samples = np.clip(np.round(walk), -top, top - 1).astype(np.int32) << (32 - bits)
+    source = wav(samples, rate, _SUBTYPES[bits])
+    _, flac, info = transcode_member("c/k.wav", source, "flac", level)
+    by_libsndfile = read_pcm(source)[0]
+    assert info["action"] == "transcoded" and np.array_equal(read_pcm(flac)[0], by_libsndfile)
+    reference = io.BytesIO()
+    sf.write(reference, by_libsndfile, rate, format="FLAC", subtype={8: "PCM_S8"}.get(bits, _SUBTYPES[bits]),
+             **({} if level is None else {"compression_level": level / 8}))
+    assert flac == reference.getvalue()
