@@ -9,8 +9,8 @@ kept are exactly the bytes the verify decoder read.
 
 soundfile (libsndfile) has its own libFLAC built in but does not export it, so this module loads a
 libFLAC of the same version beside it (pyFLAC's bundled one, or the system's) and uses it only when a
-probe encodes to exactly soundfile's bytes at every level: the members written are the ones
-soundfile would write. Without such a library, transcoding falls back to soundfile plus a decode.
+probe (8, 16 and 24 bits, one and two channels) encodes to exactly soundfile's bytes at the level asked
+for: the members written are the ones soundfile would write. Without such a library, transcoding falls back to soundfile plus a decode.
 """
 
 from __future__ import annotations
