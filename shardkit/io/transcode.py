@@ -231,6 +231,9 @@ class _PcmWav:
     """A 16-bit PCM WAV's samples, straight from its data chunk, read block by block like a ``soundfile.SoundFile``."""
 
     subtype = "PCM_16"
+    # the samples are in memory already (the member's bytes): a larger block only widens the int32 copy libFLAC
+    # takes (1 MiB a channel), and a member of up to 16 s at 16 kHz goes in one call, without per-block Python
+    block_frames = 1 << 18
 
     def __init__(self, data: bytes, info):
         self.samplerate, self.channels = info.sample_rate, info.channels
@@ -304,7 +307,7 @@ def _copy_blocks(src, out, dtype, max_frames: int, digest, md5) -> int:
     """Decode ``src`` block by block into ``out``, hashing the samples (and the FLAC MD5); the frames decoded,
     stopping at the first block past ``max_frames`` (the caller reports the excess)."""
     frames = 0
-    while len(block := src.read(_BLOCK, dtype=dtype.name, always_2d=True)):
+    while len(block := src.read(getattr(src, "block_frames", _BLOCK), dtype=dtype.name, always_2d=True)):
         frames += len(block)
         if frames > max_frames:
             break

@@ -193,3 +193,15 @@ def test_any_signal_gives_soundfiles_bytes_and_decodes_to_the_source(direct, fra
     sf.write(reference, by_libsndfile, rate, format="FLAC", subtype={8: "PCM_S8"}.get(bits, _SUBTYPES[bits]),
              **({} if level is None else {"compression_level": level / 8}))
     assert flac == reference.getvalue()
+
+
+def test_a_member_of_several_blocks_gives_soundfiles_bytes(direct):
+    samples = speech_like(2.0, 16000, seed=11, channels=2)
+    samples = np.concatenate([samples] * 9)  # 288 k frames: more than one of the WAV reader's blocks
+    assert len(samples) > transcode._PcmWav.block_frames
+    source = wav(samples, 16000)
+    _, flac, info = transcode_member("c/k.wav", source, "flac")
+    reference = io.BytesIO()
+    sf.write(reference, samples, 16000, format="FLAC", subtype="PCM_16")
+    assert flac == reference.getvalue() and info["frames"] == len(samples)
+    assert info["pcm_sha256"] == transcode.pcm_digest(read_pcm(source)[0], 16000)
