@@ -186,7 +186,7 @@ def main(argv=None):
         "**soundfile encode + decode (the limit)**": sf_encode_decode,
         "libFLAC encode (io.libflac, verify mode off)": with_encoder(False),
         "libFLAC encode + verify mode (io.libflac)": with_encoder(True),
-        "transcode_member, soundfile + decode (before; the fallback)": on_path(True),
+        "transcode_member, the fallback: soundfile + a second decode": on_path(True),
         "transcode_member, libFLAC verify mode (after)": on_path(False),
         "convert's side (tar, digests, index, read-back, fsync), finished members": convert_side,
         "Python start-up + imports": startup,
