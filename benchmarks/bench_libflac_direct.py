@@ -9,7 +9,9 @@ Encodes the same speech-like audio (``shardkit.io.synth``, 16 kHz mono int16) wi
   signature on or off, at levels 0 (fixed predictors), 3 (the cheapest LPC level) and 5.
 
 CPU seconds, best of ``--repeat`` (this process only). A direct libFLAC path would have to beat
-libsndfile's encode + decode to be worth a binding of shardkit's own.
+libsndfile's encode + decode to be worth a binding of shardkit's own; issue 39 made that binding
+(``shardkit.io.libflac``, verify mode on, MD5 on, soundfile's bytes), measured against the old path by
+``benchmarks/bench_flac_verified.py``.
 
     flock /tmp/shardkit-bench.lock .venv/bin/python benchmarks/bench_libflac_direct.py --minutes 10 --repeat 5
 """

@@ -32,7 +32,8 @@ Examples:
                    "last shards of a run, when fewer shards remain than jobs].")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every written shard back and compare member names and digests; with --audio, also "
-                   "decode every transcoded member and compare its samples with the source's.")
+                   "prove every transcoded member decodes to the source's samples (libFLAC's verify mode, or a "
+                   "second decode).")
 @click.option("--keep-tree/--flat", "keep_tree", default=None,
               help="Outputs mirror the input folders below their common parent (--keep-tree), or all go "
                    "directly in OUT_DIR (--flat; two inputs with one file name are then an error) "

@@ -3,20 +3,23 @@
 Only lossless, exactly reversible conversions happen: integer PCM WAV (8/16/24-bit) to FLAC at
 the same bit depth, rate and channels, and FLAC back to WAV. Everything else (lossy formats,
 float or 32-bit WAV, members that do not decode) is kept byte for byte and reported, so nothing
-is lost and nothing is silently re-encoded. Every encoded member is decoded again at once and
-must give exactly the source's samples; a mismatch fails the shard.
+is lost and nothing is silently re-encoded. Every encoded member is proven to give exactly the
+source's samples, and a mismatch fails the shard: FLAC through libFLAC's verify mode (``io.libflac``: each
+frame decoded as it is made) where a libFLAC writing soundfile's very bytes is found, otherwise (and for
+WAV) by decoding the finished member again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import sys
 
 import numpy as np
 import soundfile as sf
 
 from shardkit.errors import AudioError, VerificationError
-from shardkit.io import interrupts
+from shardkit.io import interrupts, libflac
 from shardkit.io.audio import (
     AUDIO_HEADER,
     DECODED_TOO_LONG,
@@ -31,6 +34,7 @@ from shardkit.io.audio import (
     flac_md5,
     header_facts,
     open_soundfile,
+    parse_wav_header,
     read_to_end,
     sniff_format,
     stable_message,
@@ -41,6 +45,7 @@ from shardkit.io.tar import AUDIO_EXTENSIONS, split_key
 # FLAC holds integer PCM up to 24 bits; libsndfile's subtypes for each depth
 _WAV_TO_FLAC_SUBTYPE = {"PCM_U8": "PCM_S8", "PCM_16": "PCM_16", "PCM_24": "PCM_24"}
 _FLAC_TO_WAV_SUBTYPE = {"PCM_S8": "PCM_U8", "PCM_16": "PCM_16", "PCM_24": "PCM_24"}
+_FLAC_BITS = {"PCM_S8": 8, "PCM_16": 16, "PCM_24": 24}
 
 
 def pcm_digest(samples: np.ndarray, sample_rate: int) -> str:
@@ -117,8 +122,9 @@ def transcode_member(name: str, data: bytes, target: str, flac_level: int | None
     ``info`` is None for non-audio members, else a dict with ``key``, ``member``, ``action``
     ("transcoded" or "kept"), the reason when kept (with ``problem: true`` and its ``check`` when the
     member's header and its decode disagree, or it does not decode), and ``pcm_sha256`` when samples
-    were transcoded. The samples written are exactly those libsndfile decodes, streamed in blocks, and
-    only when they agree with the header's facts; the written member is decoded again and compared.
+    were transcoded. The samples written are exactly those libsndfile decodes (a 16-bit PCM WAV's data
+    chunk), streamed in blocks, and only when they agree with the header's facts; with ``verify`` the
+    written member is proven to decode to them (libFLAC's verify mode, else a second decode).
     """
     key, ext = split_key(name)
     if ext.lower() not in AUDIO_EXTENSIONS:
@@ -126,8 +132,8 @@ def transcode_member(name: str, data: bytes, target: str, flac_level: int | None
     info = {"key": key, "member": name, "action": "kept"}
     try:
         facts = _transcodable(data, target, max_decoded_seconds)
-        encoded, done = _stream_transcode(data, facts, target, flac_level)
-        if verify and not _same_samples(encoded, data, done["subtype"]):
+        encoded, done, proven = _stream_transcode(data, facts, target, flac_level, verify)
+        if verify and not proven and not _same_samples(encoded, data, done["subtype"]):
             raise VerificationError(f"{target} encoding did not reproduce the samples exactly", member=name)
     except Kept as kept:
         info["reason"] = kept.reason
@@ -182,29 +188,99 @@ def _refuse_too_long(facts: dict, max_seconds: float | None) -> None:
         raise Kept(message, DECODED_TOO_LONG)
 
 
-def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | None) -> tuple[bytes, dict]:
+def _stream_transcode(data: bytes, facts: dict, target: str, flac_level: int | None,
+                      verify: bool) -> tuple[bytes, dict, bool]:
     """Decode ``data`` with libsndfile block by block into the ``target`` encoder; check the decode against
-    the header ``facts`` (and a FLAC's MD5 signature). ``(encoded, facts of the samples written)``."""
+    the header ``facts`` (and a FLAC's MD5 signature). ``(encoded, facts of the samples written, proven)``,
+    ``proven`` when the encoder itself verified every sample (libFLAC's verify mode)."""
     mapping = _WAV_TO_FLAC_SUBTYPE if target == "flac" else _FLAC_TO_WAV_SUBTYPE
     expected_md5 = flac_md5(data)
     try:
-        with open_soundfile(io.BytesIO(data)) as src:
+        with _open_source(data, target) as src:
             subtype, rate, channels = src.subtype, src.samplerate, src.channels
             _refuse_other_stream(src, facts, mapping, target)
             dtype = np.dtype("int16" if subtype in _NARROW_SUBTYPES else "int32")
             digest = hashlib.sha256(f"{rate}:{channels}:{dtype.str}:".encode())
             md5 = PcmMd5(flac_bits(data)) if expected_md5 is not None else None
-            buf = io.BytesIO()
-            kwargs = {"compression_level": flac_level / 8} if target == "flac" and flac_level is not None else {}
-            with sf.SoundFile(buf, "w", rate, channels, mapping[subtype], format=target.upper(), **kwargs) as out:
+            out = _open_encoder(target, rate, channels, mapping[subtype], flac_level, verify)
+            try:
                 frames = _copy_blocks(src, out, dtype, facts["frames"], digest, md5)
-    except Kept:
+                encoded = out.finish()
+            finally:
+                out.close()
+    except (Kept, VerificationError):
         raise
     except Exception as err:  # libsndfile's generic errors, an encoder refusing its input
         raise Kept(f"does not transcode ({type(err).__name__}: {stable_message(err)})", "decode") from None
     _refuse_other_decode(frames, facts["frames"], md5, expected_md5)
-    return buf.getvalue(), {"pcm_sha256": digest.hexdigest(), "frames": frames, "sample_rate": rate,
-                            "channels": channels, "subtype": subtype}
+    return encoded, {"pcm_sha256": digest.hexdigest(), "frames": frames, "sample_rate": rate,
+                     "channels": channels, "subtype": subtype}, out.verifying
+
+
+def _open_source(data: bytes, target: str):
+    """The source's samples to encode: a 16-bit PCM WAV's data chunk as it is (those bytes are the samples
+    libsndfile decodes, on a little-endian machine), libsndfile's decoder otherwise."""
+    if target == "flac" and sys.byteorder == "little":
+        info = parse_wav_header(data)
+        if info.is_pcm and info.bits == 16:
+            return _PcmWav(data, info)
+    return open_soundfile(io.BytesIO(data))
+
+
+class _PcmWav:
+    """A 16-bit PCM WAV's samples, straight from its data chunk, read block by block like a ``soundfile.SoundFile``."""
+
+    subtype = "PCM_16"
+    # the samples are in memory already (the member's bytes): a larger block only widens the int32 copy libFLAC
+    # takes (1 MiB a channel), and a member of up to 16 s at 16 kHz goes in one call, without per-block Python
+    block_frames = 1 << 18
+
+    def __init__(self, data: bytes, info):
+        self.samplerate, self.channels = info.sample_rate, info.channels
+        self.samples = np.frombuffer(data, "<i2", info.frames_present * info.channels,
+                                     info.data_offset).reshape(-1, info.channels)
+        self.done = 0
+
+    def read(self, frames: int, dtype: str, always_2d: bool = True) -> np.ndarray:
+        block = self.samples[self.done:self.done + frames]
+        self.done += len(block)
+        return block
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.samples = None
+
+
+class _SoundfileEncoder:
+    """soundfile's writer into memory, with the ``write``/``finish``/``close`` of ``libflac.VerifiedEncoder``."""
+
+    verifying = False  # its bytes are proven by decoding them again (``_same_samples``)
+
+    def __init__(self, target: str, rate: int, channels: int, subtype: str, flac_level: int | None):
+        self.buf = io.BytesIO()
+        kwargs = {"compression_level": flac_level / 8} if target == "flac" and flac_level is not None else {}
+        self.file = sf.SoundFile(self.buf, "w", rate, channels, subtype, format=target.upper(), **kwargs)
+
+    def write(self, block: np.ndarray) -> None:
+        self.file.write(block)
+
+    def finish(self) -> bytes:
+        self.file.close()
+        return self.buf.getvalue()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _open_encoder(target: str, rate: int, channels: int, subtype: str, flac_level: int | None, verify: bool):
+    """libFLAC in verify mode for a verified FLAC where it writes soundfile's bytes, else soundfile (without
+    verify mode libFLAC's path gains nothing: the encoders alone run level, benchmarks/results/2026-11-28-flac.md)."""
+    lib = libflac.encoder_library(flac_level) if target == "flac" and verify else None
+    if lib is not None:
+        return libflac.VerifiedEncoder(lib, rate, channels, _FLAC_BITS[subtype], flac_level, verify)
+    return _SoundfileEncoder(target, rate, channels, subtype, flac_level)
 
 
 def _refuse_other_decode(frames: int, header_frames: int, md5, expected_md5: bytes | None) -> None:
@@ -231,7 +307,7 @@ def _copy_blocks(src, out, dtype, max_frames: int, digest, md5) -> int:
     """Decode ``src`` block by block into ``out``, hashing the samples (and the FLAC MD5); the frames decoded,
     stopping at the first block past ``max_frames`` (the caller reports the excess)."""
     frames = 0
-    while len(block := src.read(_BLOCK, dtype=dtype.name, always_2d=True)):
+    while len(block := src.read(getattr(src, "block_frames", _BLOCK), dtype=dtype.name, always_2d=True)):
         frames += len(block)
         if frames > max_frames:
             break

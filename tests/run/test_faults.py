@@ -320,6 +320,29 @@ def test_sigint_inside_soundfiles_callback_stops_convert_audio_flac_with_130_and
     assert json.loads(rerun.stdout)["ok"] + json.loads(rerun.stdout)["skipped"] == len(shards)
 
 
+def test_sigint_inside_libflacs_write_callback_stops_convert_audio_flac_with_130_and_a_rerun_resumes(make_shards,
+                                                                                                    tmp_path):
+    """Ctrl-C while libFLAC calls back into Python (the verified FLAC path writes each frame through a ctypes
+    callback, which would print and drop the raise): the encoder stops, the run exits 130, and resumes."""
+    from shardkit.io import libflac
+
+    if libflac.encoder_library(None) is None:
+        pytest.skip("no libFLAC writing soundfile's bytes here (pip install shardkit[flac])")
+    shards = make_shards("none", utts_per_shard=2)
+    out = str(tmp_path / "out")
+    args = ["convert", *shards, "--audio", "flac", "-j", "1", "-o", out]
+    proc = _start(args, SHARDKIT_TEST_SIGINT_IN_LIBFLAC=2)  # during the first member's encoding
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr
+    assert one_document(stdout) == {"command": "convert", "error": "interrupted", "exit_code": 130}
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert leftovers(out) == []
+    rerun = subprocess.run([sys.executable, "-m", "shardkit", *args, "--json"], capture_output=True, text=True,
+                           env=_env(), timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["ok"] + json.loads(rerun.stdout)["skipped"] == len(shards)
+
+
 SIGNALLED = [("convert", signal.SIGTERM, []), ("convert", signal.SIGTERM, ["-j", "2"]),
              ("convert", signal.SIGINT, ["-j", "2"]), ("index", signal.SIGTERM, []),
              ("balance", signal.SIGTERM, []), ("prep", signal.SIGTERM, []), ("make", signal.SIGTERM, []),

@@ -7,12 +7,15 @@ forkserver, pool workers) started with this folder first on PYTHONPATH. Nothing 
 - ``SHARDKIT_TEST_SIGINT_IN_SOUNDFILE=N``: the N-th write libsndfile makes through soundfile's virtual I/O
   (a cffi callback, where FLAC transcoding writes) sends SIGINT to this process: the raise happens inside
   the callback, which cffi swallows, as a Ctrl-C 3 s into `convert --audio flac` did.
+- ``SHARDKIT_TEST_SIGINT_IN_LIBFLAC=N``: the N-th frame libFLAC hands to ``shardkit.io.libflac``'s write
+  callback (a ctypes callback, which would print and drop the raise) sends SIGINT to this process.
 """
 
 import os
 
 _STALL_AT = int(os.environ.get("SHARDKIT_TEST_STALL_COMMIT") or 0)
 _SIGINT_AT = int(os.environ.get("SHARDKIT_TEST_SIGINT_IN_SOUNDFILE") or 0)
+_SIGINT_IN_LIBFLAC_AT = int(os.environ.get("SHARDKIT_TEST_SIGINT_IN_LIBFLAC") or 0)
 
 
 def _stall_commits():
@@ -62,7 +65,26 @@ def _signal_in_soundfile():
     soundfile.SoundFile._init_virtual_io = init_virtual_io
 
 
+def _signal_in_libflac():
+    import signal
+
+    from shardkit.io import libflac
+
+    original = libflac._Sink.write
+    frames = [0]
+
+    def write(self, buffer, size, samples):
+        frames[0] += bool(samples)
+        if samples and frames[0] == _SIGINT_IN_LIBFLAC_AT:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, buffer, size, samples)
+
+    libflac._Sink.write = write
+
+
 if _STALL_AT:
     _stall_commits()
+if _SIGINT_IN_LIBFLAC_AT:
+    _signal_in_libflac()
 if _SIGINT_AT:
     _signal_in_soundfile()
