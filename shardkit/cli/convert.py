@@ -72,6 +72,7 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     data.list and convert.json are published the same way. A rerun checks each finished output's
     size and sha256 (reading the object back) against convert.json.
     """
+    _start_workers_early(executor, jobs)
     from shardkit.cli._outcome import zstd_note
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.convert import ConvertSettings, run_convert
@@ -141,3 +142,18 @@ def _print_audio(audio_summary: dict, audio: str) -> None:
     for problem in audio_summary["undecodable_kept"]:
         click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
                    f"{problem['reason']}", err=True)
+
+
+# shardkit.commands.convert.WORKER_MODULES, named here so that the server starts before this process imports
+# them itself (a test checks that the two lists agree)
+_WORKER_MODULES = ["shardkit.commands.convert", "indexed_bzip2", "pyzstd"]
+
+
+def _start_workers_early(executor: str, jobs: int | None) -> None:
+    """The pool's forkserver, started before the imports of the command: its imports overlap this process's."""
+    import os
+
+    if executor == "local" and (jobs or os.cpu_count() or 1) > 1:
+        from shardkit.run.executor import start_forkserver
+
+        start_forkserver(_WORKER_MODULES)

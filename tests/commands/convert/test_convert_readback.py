@@ -16,6 +16,8 @@ from shardkit.commands.convert import (
     task_threads,
     threads_per_task,
 )
+from shardkit.io import readback as readback_module
+from shardkit.io.readback import ReadBackWhileWriting
 from shardkit.io.tar import TarWriter, iter_shard_members
 
 
@@ -98,3 +100,43 @@ def test_default_threads_give_the_same_bytes_for_any_jobs(make_shards, tmp_path)
         manifest = json.load(open(out / "convert.json"))
         assert manifest["settings"]["threads"] == threads
     assert len({tuple(v) for v in outputs.values()}) == 1
+
+
+@pytest.mark.parametrize("codec", ["zst", "none"])
+def test_readback_reads_the_file_not_the_bytes_handed_to_it(make_shards, tmp_path, monkeypatch, codec):
+    """A byte damaged in the temporary file itself, after the writer handed it over, fails the shard:
+    the read-back beside the writing reads the file through its own descriptor."""
+    src = make_shards("bz2", utts_per_shard=3)[0]
+    real_verify = ReadBackWhileWriting.verify
+
+    def damaged_then_verified(self, tmp):
+        with open(tmp, "r+b") as f:
+            f.seek(os.path.getsize(tmp) // 3)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return real_verify(self, tmp)
+
+    monkeypatch.setattr(ReadBackWhileWriting, "verify", damaged_then_verified)
+    dst = str(tmp_path / f"out.tar{'.zst' if codec == 'zst' else ''}")
+    entry = convert_shard(src, dst, ConvertSettings(codec=codec))
+    assert entry["status"] == "failed"
+    assert ("does not read back as written" in entry["error"] if codec == "none"
+            else "zst stream is truncated or corrupt" in entry["error"])
+    assert not os.path.exists(dst) and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("codec", ["zst", "gz", "none"])
+def test_readback_beside_the_writing_gives_the_bytes_of_an_unverified_write(make_shards, tmp_path, monkeypatch,
+                                                                           codec):
+    """With a wake-up for every write, the read-back runs interleaved with the writing (as on MiB-sized
+    shards); the shard is the same bytes as written without it, and its members read back."""
+    monkeypatch.setattr(readback_module, "NOTIFY_BYTES", 1)
+    src = make_shards("bz2", utts_per_shard=3)[0]
+    suffix = {"zst": ".zst", "gz": ".gz", "none": ""}[codec]
+    verified = convert_shard(src, str(tmp_path / f"v.tar{suffix}"), ConvertSettings(codec=codec))
+    unverified = convert_shard(src, str(tmp_path / f"u.tar{suffix}"), ConvertSettings(codec=codec, verify=False))
+    assert verified["status"] == unverified["status"] == "ok"
+    assert verified["output"]["sha256"] == unverified["output"]["sha256"]
+    assert open(tmp_path / f"v.tar{suffix}", "rb").read() == open(tmp_path / f"u.tar{suffix}", "rb").read()
+    assert verified["members"] == unverified["members"] > 0
