@@ -89,6 +89,12 @@ class ReadBackWhileWriting:
         self._pos += len(data)
         return data
 
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False  # a stream that grows: the decoders read it front to back (bz2 through the stdlib's)
+
     def _run(self) -> None:
         try:
             source = self if self._codec == "none" else ChunkReader(
