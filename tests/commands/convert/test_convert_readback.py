@@ -140,3 +140,21 @@ def test_readback_beside_the_writing_gives_the_bytes_of_an_unverified_write(make
     assert verified["output"]["sha256"] == unverified["output"]["sha256"]
     assert open(tmp_path / f"v.tar{suffix}", "rb").read() == open(tmp_path / f"u.tar{suffix}", "rb").read()
     assert verified["members"] == unverified["members"] > 0
+
+
+def test_the_cli_starts_the_forkserver_with_the_modules_the_workers_need():
+    """The CLI names them before importing the command (so its own imports overlap the server's); the
+    library preloads the same list for a caller without the CLI."""
+    from shardkit.cli import convert as cli_convert
+
+    assert cli_convert._WORKER_MODULES == convert_module.WORKER_MODULES
+
+
+def test_a_pool_run_preloads_the_workers_modules(make_shards, tmp_path, monkeypatch):
+    from shardkit.run import executor
+
+    asked = []
+    monkeypatch.setattr(executor, "preload_in_forkserver", asked.append)
+    report = run_convert(make_shards("bz2", utts_per_shard=2), str(tmp_path / "o"), ConvertSettings(),
+                         RunOptions(jobs=2))
+    assert report.exit_code == 0 and asked == [convert_module.WORKER_MODULES]
