@@ -15,7 +15,8 @@ Three parts, on the bz2 corpus of `bench_convert.py` (`benchmarks/common.py:make
    (forkserver pool), against the pipeline on the same shards: what a run pays before and after its work.
 3. **Shape of the whole machine** (defaults: -j = cores, threads chosen per task): per shard, when its
    task started and ended relative to the run's start, the index assembly after the last one, and the
-   run's wall and CPU seconds, against `lbzip2 -dc -nC | zstd -3 -TC` per shard. With --baseline-root
+   run's wall and CPU seconds, against `lbzip2 -dc -nC | zstd -3 -TC` per shard; and this code with -j1
+   (one process, no pool: each shard decoded on every core in turn, as lbzip2 does). With --baseline-root
    (another checkout), its run is measured in the same rounds.
 """
 
@@ -205,40 +206,46 @@ def measure_startup(tiny: list[str], work: str, repeat: int, roots: dict[str, st
 
 _SHAPE = r"""
 import json, os, sys, time
-t0 = time.perf_counter()
-marks = {}
-try:  # as the CLI does: the pool's forkserver starts before the command's imports (where the code has it)
-    from shardkit.cli.convert import _start_workers_early
-    _start_workers_early("local", None)
-except ImportError:
-    pass
-from shardkit.commands import convert
-from shardkit.run.options import RunOptions
-marks["imported"] = time.perf_counter() - t0
-index_beside = convert.index_beside
 
-def timed(*args, **kwargs):
-    marks["index start"] = time.perf_counter() - t0
-    out = index_beside(*args, **kwargs)
-    marks["index end"] = time.perf_counter() - t0
-    return out
 
-convert.index_beside = timed
-tasks = []
+def main(out, shards):
+    t0 = time.perf_counter()
+    marks = {}
+    jobs = int(os.environ.get("SHAPE_JOBS") or 0) or None
+    try:  # as the CLI does: the pool's forkserver starts before the command's imports (where the code has it)
+        from shardkit.cli.convert import _start_workers_early
+        _start_workers_early("local", jobs)
+    except ImportError:
+        pass
+    from shardkit.commands import convert
+    from shardkit.run.options import RunOptions
+    marks["imported"] = time.perf_counter() - t0
+    index_beside = convert.index_beside
 
-def on_event(event):
-    if event.kind == "done" and isinstance(event.result, dict):
-        end = time.perf_counter() - t0
-        tasks.append({"shard": os.path.basename(event.result["source"]["path"]),
-                      "start": round(end - event.result["seconds"], 3), "end": round(end, 3)})
+    def timed(*args, **kwargs):
+        marks["index start"] = time.perf_counter() - t0
+        result = index_beside(*args, **kwargs)
+        marks["index end"] = time.perf_counter() - t0
+        return result
 
-if __name__ == "__main__":
-    out, shards = sys.argv[1], sys.argv[2:]
+    convert.index_beside = timed
+    tasks = []
+
+    def on_event(event):
+        if event.kind == "done" and isinstance(event.result, dict):
+            end = time.perf_counter() - t0
+            tasks.append({"shard": os.path.basename(event.result["source"]["path"]),
+                          "start": round(end - event.result["seconds"], 3), "end": round(end, 3)})
+
     report = convert.run_convert(shards, out, convert.ConvertSettings(codec="zst", level=3, threads=None),
-                                 RunOptions(on_event=on_event))
-    assert report.exit_code == 0
+                                 RunOptions(jobs=jobs, on_event=on_event))
+    assert report.exit_code == 0, [e["error"] for e in report.shards]
     marks["returned"] = time.perf_counter() - t0
     print(json.dumps({"marks": {k: round(v, 3) for k, v in marks.items()}, "tasks": tasks}))
+
+
+if __name__ == "__main__":  # pool workers import this file as __mp_main__: nothing may run then
+    main(sys.argv[1], sys.argv[2:])
 """
 
 
@@ -253,13 +260,14 @@ def measure_shape(shards: list[str], work: str, repeat: int, roots: dict[str, st
     for _ in range(repeat):
         cpu, wall = shell_cpu(pipe)
         runs.setdefault(f"lbzip2 -dc -n{cores} | zstd -3 -T{cores}", []).append({"wall": wall, "cpu": cpu})
-        for label, root in roots.items():
+        for label, root, jobs in [(label, root, "") for label, root in roots.items()] + [("this", roots["this"], "1")]:
             out = os.path.join(work, f"shape-out-{label}")
             shutil.rmtree(out, ignore_errors=True)
-            env = {**os.environ, "PYTHONPATH": root}
+            env = {**os.environ, "PYTHONPATH": root, "SHAPE_JOBS": jobs}
             cpu, wall, proc = counted_run([sys.executable, script, out, *shards], env=env, capture_output=True,
                                           text=True)
-            runs.setdefault(f"{label}: shardkit convert (defaults)", []).append(
+            how = "-j1, threads = cores (no pool)" if jobs else "(defaults)"
+            runs.setdefault(f"{label}: shardkit convert {how}", []).append(
                 {"wall": wall, "cpu": cpu, **json.loads(proc.stdout.strip().splitlines()[-1])})
     pipe_walls = [r["wall"] for r in runs[f"lbzip2 -dc -n{cores} | zstd -3 -T{cores}"]]
     summary = {}
