@@ -72,7 +72,7 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     data.list and convert.json are published the same way. A rerun checks each finished output's
     size and sha256 (reading the object back) against convert.json.
     """
-    _start_workers_early(executor, jobs)
+    _start_workers_early(executor, jobs, shards)
     from shardkit.cli._outcome import zstd_note
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.convert import ConvertSettings, run_convert
@@ -149,11 +149,16 @@ def _print_audio(audio_summary: dict, audio: str) -> None:
 _WORKER_MODULES = ["shardkit.commands.convert", "indexed_bzip2", "pyzstd"]
 
 
-def _start_workers_early(executor: str, jobs: int | None) -> None:
-    """The pool's forkserver, started before the imports of the command: its imports overlap this process's."""
-    import os
+def _start_workers_early(executor: str, jobs: int | None, shards=()) -> None:
+    """The pool's forkserver, started before the imports of the command: its imports overlap this process's.
+    Not for a run that will have no pool (one job, or bz2 files few enough for one process)."""
+    from shardkit.io.codecs import bz2_fits_one_process
+    from shardkit.run.executor import usable_cores
 
-    if executor == "local" and (jobs or os.cpu_count() or 1) > 1:
-        from shardkit.run.executor import start_forkserver
+    if executor != "local" or (jobs or usable_cores()) <= 1:
+        return
+    if jobs is None and bz2_fits_one_process(list(shards), usable_cores()):
+        return
+    from shardkit.run.executor import start_forkserver
 
-        start_forkserver(_WORKER_MODULES)
+    start_forkserver(_WORKER_MODULES)

@@ -15,7 +15,7 @@ from typing import Callable
 
 from shardkit import __version__
 from shardkit.errors import ShardkitError, UsageError, printable
-from shardkit.io.codecs import CODECS, open_writer
+from shardkit.io.codecs import CODECS, bz2_fits_one_process, open_writer
 from shardkit.io.files import (
     AtomicFile,
     HashingFile,
@@ -49,6 +49,7 @@ from shardkit.run.lifecycle import (
     this_run,
     this_run_counts,
 )
+from shardkit.run.executor import usable_cores
 from shardkit.run.options import RunOptions
 from shardkit.run.split import slice_path, slice_record, with_list
 
@@ -550,8 +551,12 @@ def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options:
               results: dict[int, dict]) -> None:
     """Run the tasks left; each finished entry is journaled, reported and stored in ``results``."""
     tasks = [args for _, args in todo]
+    jobs = options.jobs
+    if jobs is None and options.executor == "local" and settings.threads is None and bz2_fits_one_process(
+            [src for src, _, _ in tasks], usable_cores()):
+        jobs = 1  # no pool: each shard's bz2 decoded on every core in turn (threads_per_task gives it them all)
     # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
-    extra = threads_per_task(tasks, options.jobs, options.executor) if settings.threads is None else {}
+    extra = threads_per_task(tasks, jobs, options.executor) if settings.threads is None else {}
     if options.executor == "local":
         from shardkit.run.executor import preload_in_forkserver
 
@@ -559,7 +564,7 @@ def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options:
     if len(tasks) > 1:
         import_in_background(INDEX_MODULES)
     events = options.events
-    for k, entry in options.run_tasks(_task, tasks, on_error=_task_failed, **extra):
+    for k, entry in options.run_tasks(_task, tasks, on_error=_task_failed, jobs=jobs, **extra):
         entry["this_run"] = this_run(entry["status"])
         results[todo[k][0]] = entry
         journal.append(entry)

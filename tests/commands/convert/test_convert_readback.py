@@ -158,3 +158,49 @@ def test_a_pool_run_preloads_the_workers_modules(make_shards, tmp_path, monkeypa
     report = run_convert(make_shards("bz2", utts_per_shard=2), str(tmp_path / "o"), ConvertSettings(),
                          RunOptions(jobs=2))
     assert report.exit_code == 0 and asked == [convert_module.WORKER_MODULES]
+
+
+def _jobs_asked(monkeypatch) -> list:
+    from shardkit.run.options import RunOptions as Options
+
+    asked, real = [], Options.run_tasks
+
+    def spy(self, fn, tasks, **kwargs):
+        asked.append(kwargs.get("jobs", self.jobs))
+        return real(self, fn, tasks, **kwargs)
+
+    monkeypatch.setattr(Options, "run_tasks", spy)
+    return asked
+
+
+def test_a_small_bz2_run_decodes_in_one_process_each_shard_on_every_core(make_shards, tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(convert_module, "usable_cores", lambda: 2)
+    asked = _jobs_asked(monkeypatch)
+    sources = make_shards("bz2", utts_per_shard=2)
+    report = run_convert(sources, str(tmp_path / "small"), ConvertSettings(threads=None), RunOptions())
+    assert report.exit_code == 0 and asked == [1]  # no pool
+    manifest = json.load(open(tmp_path / "small" / "convert.json"))
+    assert manifest["settings"]["threads"] is None
+    # past the size per core, or with jobs or threads given, the pool as before
+    from shardkit.io import codecs
+
+    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES_PER_CORE", 1)
+    run_convert(sources, str(tmp_path / "big"), ConvertSettings(threads=None), RunOptions())
+    run_convert(sources, str(tmp_path / "j2"), ConvertSettings(threads=None), RunOptions(jobs=2))
+    assert asked == [1, None, 2]
+
+
+def test_the_one_process_rule_takes_only_local_bz2_files_within_the_size(make_shards, tmp_path, monkeypatch):
+    from shardkit.io import codecs
+
+    bz2 = make_shards("bz2", utts_per_shard=2)
+    total = sum(os.path.getsize(p) for p in bz2)
+    assert codecs.bz2_fits_one_process(bz2, 1)
+    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES_PER_CORE", (total + 1) // 2)
+    assert codecs.bz2_fits_one_process(bz2, 2) and not codecs.bz2_fits_one_process(bz2, 1)
+    assert not codecs.bz2_fits_one_process(make_shards("gz", utts_per_shard=2), 2)
+    assert not codecs.bz2_fits_one_process(bz2 + [str(tmp_path / "missing.tar.bz2")], 2)
+    assert not codecs.bz2_fits_one_process(bz2 + ["-"], 2)
+    assert not codecs.bz2_fits_one_process([str(tmp_path)], 2)
+    assert not codecs.bz2_fits_one_process([], 2)
