@@ -29,7 +29,8 @@ Examples:
 @jobs_option
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Decompressor threads per task for bz2/gz [default: cores // jobs, and more for the "
-                   "last shards of a run, when fewer shards remain than jobs].")
+                   "last shards of a run, when fewer shards remain than jobs; without -j, bz2 files within "
+                   "32 MiB per core run in one process, each shard on every core in turn].")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every written shard back and compare member names and digests; with --audio, also "
                    "decode every transcoded member and compare its samples with the source's.")

@@ -260,7 +260,7 @@ def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, thre
 
 # Below this many bytes of bz2 per core, a run decodes each shard on every core in turn, in one process (as
 # lbzip2 spreads one file over the cores), rather than one shard per core in a pool of processes: the pool's
-# start-up (a forkserver importing the task's modules, ~0.6 CPU-s on 2 cores) costs more than indexed_bzip2's
+# start-up (a forkserver importing the task's modules: 0.5-0.8 CPU-s on 2 cores) costs more than indexed_bzip2's
 # threads lose on so little data (benchmarks/results/2026-11-28-convert-reader.md).
 ONE_PROCESS_BZ2_BYTES_PER_CORE = 32 << 20
 
