@@ -152,11 +152,13 @@ _WORKER_MODULES = ["shardkit.commands.convert", "indexed_bzip2", "pyzstd"]
 
 def _start_workers_early(executor: str, jobs: int | None, shards=()) -> None:
     """The pool's forkserver, started before the imports of the command: its imports overlap this process's.
-    Not for a run that will have no pool (one job, or bz2 files few enough for one process)."""
+    Not for a run that will have no pool (one job, one shard file, or bz2 files few enough for one process)."""
+    import os
+
     from shardkit.io.codecs import bz2_fits_one_process
     from shardkit.run.executor import usable_cores
 
-    if executor != "local" or (jobs or usable_cores()) <= 1:
+    if executor != "local" or (jobs or usable_cores()) <= 1 or (len(shards) == 1 and os.path.isfile(shards[0])):
         return
     if jobs is None and bz2_fits_one_process(list(shards), usable_cores()):
         return

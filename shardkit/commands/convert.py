@@ -41,6 +41,7 @@ from shardkit.io.tar import (
     iter_shard_members,
     split_key,
 )
+from shardkit.run.executor import usable_cores
 from shardkit.run.lifecycle import (
     Journal,
     claimed_output_dir,
@@ -49,7 +50,6 @@ from shardkit.run.lifecycle import (
     this_run,
     this_run_counts,
 )
-from shardkit.run.executor import usable_cores
 from shardkit.run.options import RunOptions
 from shardkit.run.split import slice_path, slice_record, with_list
 

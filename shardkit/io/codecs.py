@@ -268,13 +268,18 @@ ONE_PROCESS_BZ2_BYTES_PER_CORE = 32 << 20
 def bz2_fits_one_process(paths: list[str], cores: int) -> bool:
     """Whether ``paths`` are all local bz2 files (by their magic bytes) holding at most
     ``ONE_PROCESS_BZ2_BYTES_PER_CORE`` per core together: a run of them is best decoded in one process."""
+    import stat
+
     total = 0
     for path in paths:
         try:
+            # a regular file before opening it: opening a FIFO would wait for a writer
+            if path == "-" or not stat.S_ISREG(os.stat(path).st_mode):
+                return False
             with open(path, "rb") as f:
                 head = f.read(16)
                 total += os.fstat(f.fileno()).st_size
-        except (OSError, ValueError):  # a URL, '-', a folder, a missing file: not for this rule
+        except (OSError, ValueError):  # a URL, a missing or unreadable file: not for this rule
             return False
         if detect_codec(head) != "bz2" or total > ONE_PROCESS_BZ2_BYTES_PER_CORE * cores:
             return False

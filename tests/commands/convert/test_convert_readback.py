@@ -204,3 +204,11 @@ def test_the_one_process_rule_takes_only_local_bz2_files_within_the_size(make_sh
     assert not codecs.bz2_fits_one_process(bz2 + ["-"], 2)
     assert not codecs.bz2_fits_one_process([str(tmp_path)], 2)
     assert not codecs.bz2_fits_one_process([], 2)
+
+
+def test_the_one_process_rule_never_opens_a_fifo(tmp_path):
+    from shardkit.io import codecs
+
+    fifo = tmp_path / "shard.tar.bz2"
+    os.mkfifo(fifo)
+    assert not codecs.bz2_fits_one_process([str(fifo)], 2)  # returns at once: no writer ever comes
