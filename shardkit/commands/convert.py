@@ -551,10 +551,7 @@ def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options:
               results: dict[int, dict]) -> None:
     """Run the tasks left; each finished entry is journaled, reported and stored in ``results``."""
     tasks = [args for _, args in todo]
-    jobs = options.jobs
-    if jobs is None and options.executor == "local" and settings.threads is None and bz2_fits_one_process(
-            [src for src, _, _ in tasks], usable_cores()):
-        jobs = 1  # no pool: each shard's bz2 decoded on every core in turn (threads_per_task gives it them all)
+    jobs = _jobs(tasks, settings, options)
     # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
     extra = threads_per_task(tasks, jobs, options.executor) if settings.threads is None else {}
     if options.executor == "local":
@@ -569,6 +566,14 @@ def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options:
         results[todo[k][0]] = entry
         journal.append(entry)
         events.done(entry, nbytes=entry.get("tar_bytes") or 0)
+
+
+def _jobs(tasks: list[tuple], settings: ConvertSettings, options: RunOptions) -> int | None:
+    """``options.jobs``; unset, 1 for local bz2 files few enough for one process (``io.codecs.bz2_fits_one_process``):
+    no pool, each shard's bz2 decoded on every core in turn (``threads_per_task`` gives it them all)."""
+    if options.jobs is not None or options.executor != "local" or settings.threads is not None:
+        return options.jobs
+    return 1 if bz2_fits_one_process([src for src, _, _ in tasks], usable_cores()) else None
 
 
 # What a pool worker imports to convert a shard. Imported once by the forkserver, every worker forked from it
