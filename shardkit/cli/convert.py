@@ -29,7 +29,8 @@ Examples:
 @jobs_option
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Decompressor threads per task for bz2/gz [default: cores // jobs, and more for the "
-                   "last shards of a run, when fewer shards remain than jobs].")
+                   "last shards of a run, when fewer shards remain than jobs; without -j, bz2 files within "
+                   "32 MiB per core run in one process, each shard on every core in turn].")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every written shard back and compare member names and digests; with --audio, also "
                    "prove every transcoded member decodes to the source's samples (libFLAC's verify mode, or a "
@@ -73,6 +74,7 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     data.list and convert.json are published the same way. A rerun checks each finished output's
     size and sha256 (reading the object back) against convert.json.
     """
+    _start_workers_early(executor, jobs, shards)
     from shardkit.cli._outcome import zstd_note
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.convert import ConvertSettings, run_convert
@@ -142,3 +144,25 @@ def _print_audio(audio_summary: dict, audio: str) -> None:
     for problem in audio_summary["undecodable_kept"]:
         click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
                    f"{problem['reason']}", err=True)
+
+
+# shardkit.commands.convert.WORKER_MODULES, named here so that the server starts before this process imports
+# them itself (a test checks that the two lists agree)
+_WORKER_MODULES = ["shardkit.commands.convert", "indexed_bzip2", "pyzstd"]
+
+
+def _start_workers_early(executor: str, jobs: int | None, shards=()) -> None:
+    """The pool's forkserver, started before the imports of the command: its imports overlap this process's.
+    Not for a run that will have no pool (one job, one shard file, or bz2 files few enough for one process)."""
+    import os
+
+    from shardkit.io.codecs import bz2_fits_one_process
+    from shardkit.run.executor import usable_cores
+
+    if executor != "local" or (jobs or usable_cores()) <= 1 or (len(shards) == 1 and os.path.isfile(shards[0])):
+        return
+    if jobs is None and bz2_fits_one_process(list(shards), usable_cores()):
+        return
+    from shardkit.run.executor import start_forkserver
+
+    start_forkserver(_WORKER_MODULES)

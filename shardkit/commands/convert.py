@@ -15,7 +15,7 @@ from typing import Callable
 
 from shardkit import __version__
 from shardkit.errors import ShardkitError, UsageError, printable
-from shardkit.io.codecs import CODECS, open_writer
+from shardkit.io.codecs import CODECS, bz2_fits_one_process, open_writer
 from shardkit.io.files import (
     AtomicFile,
     HashingFile,
@@ -31,6 +31,7 @@ from shardkit.io.files import (
 )
 from shardkit.io.indexfile import ShardRecords, index_beside, with_side_parts
 from shardkit.io.inputs import expand_shards, plan_output_paths
+from shardkit.io.readback import ReadBackWhileWriting
 from shardkit.io.remote import STDIN
 from shardkit.io.tar import (
     DEFAULT_MAX_MEMBER_BYTES,
@@ -40,6 +41,7 @@ from shardkit.io.tar import (
     iter_shard_members,
     split_key,
 )
+from shardkit.run.executor import usable_cores
 from shardkit.run.lifecycle import (
     Journal,
     claimed_output_dir,
@@ -47,7 +49,6 @@ from shardkit.run.lifecycle import (
     remote_journal_dir,  # noqa: F401  (moved to lifecycle; still importable from here)
     this_run,
     this_run_counts,
-    verify_members,
 )
 from shardkit.run.options import RunOptions
 from shardkit.run.split import slice_path, slice_record, with_list
@@ -161,35 +162,52 @@ def convert_shard(src: str, dst: str, settings: ConvertSettings, transform: Call
 
 def _write_converted(src: str, dst: str, settings: ConvertSettings, transform: Callable | None, result: dict) -> None:
     """Copy ``src``'s members into ``dst`` under a temporary name, verify, publish; fills ``result`` in."""
-    from shardkit.io.remote import is_local
-
     with AtomicFile(dst) as target:
-        hashing = HashingFile(target.file)
-        out = open_writer(hashing, settings.codec, settings.level)
-        # the index of what is written, as a by-product: each member's data offset and the audio header
-        copy = _MemberCopy(TarWriter(out), ShardRecords.for_shard(dst), src, transform)
+        # the read-back runs beside the writing, over the file as it grows (io.readback): the same proof as
+        # reading it back after the last byte, without that second pass as each shard's serial tail
+        readback = ReadBackWhileWriting(target.tmp, settings.codec, shard=dst,
+                                        max_member_bytes=max(settings.max_member_bytes, 1 << 31)) \
+            if settings.verify else None
         try:
-            copy.copy_all(iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
-                                             threads=settings.threads or 1,
-                                             stream_over=None if transform else STREAM_MEMBER_BYTES))
-        except ShardkitError as err:
-            result["lost"] = copy.salvaged(err) if settings.salvage else None
-            if result["lost"] is None:
-                raise
-        result["tar_bytes"] = copy.tar.close()
-        out.close()
-        result["members"] = len(copy.written)
-        result["samples"] = copy.samples
-        result["members_digest"] = combine_digests(copy.written)
-        if copy.transcoded:
-            result["transcoded"] = copy.transcoded
-        if is_local(src) and _source_info(src) != result["source"]:
-            raise ShardkitError("source changed while it was being converted; convert it again", shard=src)
-        # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
-        readback = verify_members(copy.written, shard=dst, max_member_bytes=max(settings.max_member_bytes, 1 << 31))
-        target.commit(readback if settings.verify else None)
+            hashing = HashingFile(readback.wrap(target.file) if readback else target.file)
+            copy = _copy_into(src, dst, hashing, settings, transform, result)
+            if readback is not None:
+                readback.expected = copy.written
+            # fsync, verify, then rename and fsync the folder (a URL: upload to a temporary key, move)
+            target.commit(readback.verify if readback else None)
+        finally:
+            if readback is not None:
+                readback.close()
     result["index_error"] = copy.indexed.save()
     result["output"] = {"path": dst, "size": hashing.size, "sha256": hashing.sha256.hexdigest()}
+
+
+def _copy_into(src: str, dst: str, hashing: HashingFile, settings: ConvertSettings, transform: Callable | None,
+               result: dict) -> "_MemberCopy":
+    """Every member of ``src`` through the output codec into ``hashing``; fills ``result`` in."""
+    from shardkit.io.remote import is_local
+
+    out = open_writer(hashing, settings.codec, settings.level)
+    # the index of what is written, as a by-product: each member's data offset and the audio header
+    copy = _MemberCopy(TarWriter(out), ShardRecords.for_shard(dst), src, transform)
+    try:
+        copy.copy_all(iter_shard_members(src, max_member_bytes=settings.max_member_bytes,
+                                         threads=settings.threads or 1,
+                                         stream_over=None if transform else STREAM_MEMBER_BYTES))
+    except ShardkitError as err:
+        result["lost"] = copy.salvaged(err) if settings.salvage else None
+        if result["lost"] is None:
+            raise
+    result["tar_bytes"] = copy.tar.close()
+    out.close()
+    result["members"] = len(copy.written)
+    result["samples"] = copy.samples
+    result["members_digest"] = combine_digests(copy.written)
+    if copy.transcoded:
+        result["transcoded"] = copy.transcoded
+    if is_local(src) and _source_info(src) != result["source"]:
+        raise ShardkitError("source changed while it was being converted; convert it again", shard=src)
+    return copy
 
 
 class _MemberCopy:
@@ -533,14 +551,53 @@ def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options:
               results: dict[int, dict]) -> None:
     """Run the tasks left; each finished entry is journaled, reported and stored in ``results``."""
     tasks = [args for _, args in todo]
+    jobs = _jobs(tasks, settings, options)
     # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
-    extra = threads_per_task(tasks, options.jobs, options.executor) if settings.threads is None else {}
+    extra = threads_per_task(tasks, jobs, options.executor) if settings.threads is None else {}
+    if options.executor == "local":
+        from shardkit.run.executor import preload_in_forkserver
+
+        preload_in_forkserver(WORKER_MODULES)
+    if len(tasks) > 1:
+        import_in_background(INDEX_MODULES)
     events = options.events
-    for k, entry in options.run_tasks(_task, tasks, on_error=_task_failed, **extra):
+    for k, entry in options.run_tasks(_task, tasks, on_error=_task_failed, jobs=jobs, **extra):
         entry["this_run"] = this_run(entry["status"])
         results[todo[k][0]] = entry
         journal.append(entry)
         events.done(entry, nbytes=entry.get("tar_bytes") or 0)
+
+
+def _jobs(tasks: list[tuple], settings: ConvertSettings, options: RunOptions) -> int | None:
+    """``options.jobs``; unset, 1 for local bz2 files few enough for one process (``io.codecs.bz2_fits_one_process``):
+    no pool, each shard's bz2 decoded on every core in turn (``threads_per_task`` gives it them all)."""
+    if options.jobs is not None or options.executor != "local" or settings.threads is not None:
+        return options.jobs
+    return 1 if bz2_fits_one_process([src for src, _, _ in tasks], usable_cores()) else None
+
+
+# What a pool worker imports to convert a shard. Imported once by the forkserver, every worker forked from it
+# starts with them; before, each worker imported them itself, about 0.35 CPU-s each, while the run waited
+# (benchmarks/results/2026-11-28-convert-reader.md). Optional ones missing are skipped by the forkserver.
+WORKER_MODULES = ["shardkit.commands.convert", "indexed_bzip2", "pyzstd"]
+# What index.parquet's assembly imports after the last shard: imported while the shards convert, so the
+# run's serial tail (one core busy, the others idle) does not include it.
+INDEX_MODULES = ["pyarrow.parquet"]
+
+
+def import_in_background(modules: list[str]) -> None:
+    """Import ``modules`` in a daemon thread (a missing one is left to its user to report)."""
+    import importlib
+    import threading
+
+    def load():
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass
+
+    threading.Thread(target=load, name="shardkit-imports", daemon=True).start()
 
 
 def _write_manifest(files: _RunFiles, settings: ConvertSettings, ordered: list[dict], listed: list[str]) -> None:

@@ -258,6 +258,34 @@ def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, thre
                                  shard=shard) from err
 
 
+# Below this many bytes of bz2 per core, a run decodes each shard on every core in turn, in one process (as
+# lbzip2 spreads one file over the cores), rather than one shard per core in a pool of processes: the pool's
+# start-up (a forkserver importing the task's modules: 0.5-0.8 CPU-s on 2 cores) costs more than indexed_bzip2's
+# threads lose on so little data (benchmarks/results/2026-11-28-convert-reader.md).
+ONE_PROCESS_BZ2_BYTES_PER_CORE = 32 << 20
+
+
+def bz2_fits_one_process(paths: list[str], cores: int) -> bool:
+    """Whether ``paths`` are all local bz2 files (by their magic bytes) holding at most
+    ``ONE_PROCESS_BZ2_BYTES_PER_CORE`` per core together: a run of them is best decoded in one process."""
+    import stat
+
+    total = 0
+    for path in paths:
+        try:
+            # a regular file before opening it: opening a FIFO would wait for a writer
+            if path == "-" or not stat.S_ISREG(os.stat(path).st_mode):
+                return False
+            with open(path, "rb") as f:
+                head = f.read(16)
+                total += os.fstat(f.fileno()).st_size
+        except (OSError, ValueError):  # a URL, a missing or unreadable file: not for this rule
+            return False
+        if detect_codec(head) != "bz2" or total > ONE_PROCESS_BZ2_BYTES_PER_CORE * cores:
+            return False
+    return bool(paths)
+
+
 def open_writer(f: BinaryIO, codec: str, level: int | None = None) -> BinaryIO:
     """A writable file object that compresses into ``f``; closing it finishes the stream only."""
     return CODECS[codec].open_writer(f, level)

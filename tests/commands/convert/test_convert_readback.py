@@ -16,6 +16,8 @@ from shardkit.commands.convert import (
     task_threads,
     threads_per_task,
 )
+from shardkit.io import readback as readback_module
+from shardkit.io.readback import ReadBackWhileWriting
 from shardkit.io.tar import TarWriter, iter_shard_members
 
 
@@ -98,3 +100,115 @@ def test_default_threads_give_the_same_bytes_for_any_jobs(make_shards, tmp_path)
         manifest = json.load(open(out / "convert.json"))
         assert manifest["settings"]["threads"] == threads
     assert len({tuple(v) for v in outputs.values()}) == 1
+
+
+@pytest.mark.parametrize("codec", ["zst", "none"])
+def test_readback_reads_the_file_not_the_bytes_handed_to_it(make_shards, tmp_path, monkeypatch, codec):
+    """A byte damaged in the temporary file itself, after the writer handed it over, fails the shard:
+    the read-back beside the writing reads the file through its own descriptor."""
+    src = make_shards("bz2", utts_per_shard=3)[0]
+    real_verify = ReadBackWhileWriting.verify
+
+    def damaged_then_verified(self, tmp):
+        with open(tmp, "r+b") as f:
+            f.seek(os.path.getsize(tmp) // 3)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return real_verify(self, tmp)
+
+    monkeypatch.setattr(ReadBackWhileWriting, "verify", damaged_then_verified)
+    dst = str(tmp_path / f"out.tar{'.zst' if codec == 'zst' else ''}")
+    entry = convert_shard(src, dst, ConvertSettings(codec=codec))
+    assert entry["status"] == "failed"
+    assert ("does not read back as written" in entry["error"] if codec == "none"
+            else "zst stream is truncated or corrupt" in entry["error"])
+    assert not os.path.exists(dst) and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("codec", ["zst", "gz", "none"])
+def test_readback_beside_the_writing_gives_the_bytes_of_an_unverified_write(make_shards, tmp_path, monkeypatch,
+                                                                           codec):
+    """With a wake-up for every write, the read-back runs interleaved with the writing (as on MiB-sized
+    shards); the shard is the same bytes as written without it, and its members read back."""
+    monkeypatch.setattr(readback_module, "NOTIFY_BYTES", 1)
+    src = make_shards("bz2", utts_per_shard=3)[0]
+    suffix = {"zst": ".zst", "gz": ".gz", "none": ""}[codec]
+    verified = convert_shard(src, str(tmp_path / f"v.tar{suffix}"), ConvertSettings(codec=codec))
+    unverified = convert_shard(src, str(tmp_path / f"u.tar{suffix}"), ConvertSettings(codec=codec, verify=False))
+    assert verified["status"] == unverified["status"] == "ok"
+    assert verified["output"]["sha256"] == unverified["output"]["sha256"]
+    assert open(tmp_path / f"v.tar{suffix}", "rb").read() == open(tmp_path / f"u.tar{suffix}", "rb").read()
+    assert verified["members"] == unverified["members"] > 0
+
+
+def test_the_cli_starts_the_forkserver_with_the_modules_the_workers_need():
+    """The CLI names them before importing the command (so its own imports overlap the server's); the
+    library preloads the same list for a caller without the CLI."""
+    from shardkit.cli import convert as cli_convert
+
+    assert cli_convert._WORKER_MODULES == convert_module.WORKER_MODULES
+
+
+def test_a_pool_run_preloads_the_workers_modules(make_shards, tmp_path, monkeypatch):
+    from shardkit.run import executor
+
+    asked = []
+    monkeypatch.setattr(executor, "preload_in_forkserver", asked.append)
+    report = run_convert(make_shards("bz2", utts_per_shard=2), str(tmp_path / "o"), ConvertSettings(),
+                         RunOptions(jobs=2))
+    assert report.exit_code == 0 and asked == [convert_module.WORKER_MODULES]
+
+
+def _jobs_asked(monkeypatch) -> list:
+    from shardkit.run.options import RunOptions as Options
+
+    asked, real = [], Options.run_tasks
+
+    def spy(self, fn, tasks, **kwargs):
+        asked.append(kwargs.get("jobs", self.jobs))
+        return real(self, fn, tasks, **kwargs)
+
+    monkeypatch.setattr(Options, "run_tasks", spy)
+    return asked
+
+
+def test_a_small_bz2_run_decodes_in_one_process_each_shard_on_every_core(make_shards, tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(convert_module, "usable_cores", lambda: 2)
+    asked = _jobs_asked(monkeypatch)
+    sources = make_shards("bz2", utts_per_shard=2)
+    report = run_convert(sources, str(tmp_path / "small"), ConvertSettings(threads=None), RunOptions())
+    assert report.exit_code == 0 and asked == [1]  # no pool
+    manifest = json.load(open(tmp_path / "small" / "convert.json"))
+    assert manifest["settings"]["threads"] is None
+    # past the size per core, or with jobs or threads given, the pool as before
+    from shardkit.io import codecs
+
+    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES_PER_CORE", 1)
+    run_convert(sources, str(tmp_path / "big"), ConvertSettings(threads=None), RunOptions())
+    run_convert(sources, str(tmp_path / "j2"), ConvertSettings(threads=None), RunOptions(jobs=2))
+    assert asked == [1, None, 2]
+
+
+def test_the_one_process_rule_takes_only_local_bz2_files_within_the_size(make_shards, tmp_path, monkeypatch):
+    from shardkit.io import codecs
+
+    bz2 = make_shards("bz2", utts_per_shard=2)
+    total = sum(os.path.getsize(p) for p in bz2)
+    assert codecs.bz2_fits_one_process(bz2, 1)
+    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES_PER_CORE", (total + 1) // 2)
+    assert codecs.bz2_fits_one_process(bz2, 2) and not codecs.bz2_fits_one_process(bz2, 1)
+    assert not codecs.bz2_fits_one_process(make_shards("gz", utts_per_shard=2), 2)
+    assert not codecs.bz2_fits_one_process(bz2 + [str(tmp_path / "missing.tar.bz2")], 2)
+    assert not codecs.bz2_fits_one_process(bz2 + ["-"], 2)
+    assert not codecs.bz2_fits_one_process([str(tmp_path)], 2)
+    assert not codecs.bz2_fits_one_process([], 2)
+
+
+def test_the_one_process_rule_never_opens_a_fifo(tmp_path):
+    from shardkit.io import codecs
+
+    fifo = tmp_path / "shard.tar.bz2"
+    os.mkfifo(fifo)
+    assert not codecs.bz2_fits_one_process([str(fifo)], 2)  # returns at once: no writer ever comes
