@@ -213,6 +213,21 @@ COMMANDS = (
 
 
 @dataclass(frozen=True)
+class Profile:
+    """Where the seconds of one measurement go, against the alternative a user would script: the first
+    table of the newest section of ``file`` whose heading matches ``section``, copied whole (with the machine
+    and the command of that section)."""
+
+    what: str
+    file: str
+    section: str
+
+
+# issue 39: one profile per row of the issue's table, each from the results file its branch wrote
+PROFILES: tuple[Profile, ...] = ()
+
+
+@dataclass(frozen=True)
 class Measured:
     row: Row
     figure: str
@@ -278,6 +293,30 @@ def advice_section() -> list[str]:
     ]
 
 
+def profile_section(sections_of) -> list[str]:
+    if not PROFILES:
+        return []
+    out = ["## Where the time goes", "",
+           "Per measurement, where shardkit's seconds go against the tool a user would otherwise script "
+           "(the table as measured, copied from its results file).", ""]
+    for profile in PROFILES:
+        pattern = re.compile(profile.section)
+        found = [s for s in sections_of(profile.file) if pattern.search(s.title) and s.tables]
+        if not found:
+            raise ResultsError(f"{profile.file}: no section with a table matches {profile.section!r}")
+        section = found[-1]
+        if not section.machine or not section.command:
+            raise ResultsError(f"{profile.file}: {section.title!r} names no machine or no command")
+        table = section.tables[0]
+        out += [f"### {profile.what}", "",
+                f"Machine: {section.machine}. Command: {code(section.command)}. "
+                f"From `benchmarks/results/{profile.file}.md` ({cell(section.title)}).", "",
+                "| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header)]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in table.rows]
+        out.append("")
+    return out
+
+
 def render(sections_of=None) -> str:
     cache: dict[str, list] = {}
 
@@ -309,6 +348,7 @@ def render(sections_of=None) -> str:
             out.append(f"| {cell(row.what)} | {cell(m.figure)} | {cell(m.machine)} | {code(m.command)} | "
                        f"{code(m.file)} ({cell(m.section)}) |")
         out.append("")
+    out += profile_section(sections_of)
     out += advice_section()
     return "\n".join(out)
 
