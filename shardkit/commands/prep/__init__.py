@@ -342,7 +342,7 @@ class _Run:
         self.events.stage("read+check", len(tasks))
         if self.saved_outputs is not None:
             self._open_outputs(self.planner.num_shards, self.saved_outputs)
-        for index, result in options.run_tasks(read_source, tasks, ordered=True, **_task_options(tasks, options)):
+        for index, result in _read(tasks, [path for path, _ in self.sources], options):
             apply_duplicates(result, self.duplicates)
             self._take(result)
             self.events.done(result)
@@ -590,6 +590,17 @@ def _writer_threads() -> int:
     from shardkit.run.executor import usable_cores
 
     return max(1, min(usable_cores(), 16))
+
+
+def _read(tasks: list[SourceTask], paths: list[str], options: RunOptions):
+    """``(index, read result)`` per task in list order: in this process with every source decoded in parallel
+    blocks when :func:`.pipeline.reads_in_process` says so, else by ``run_tasks`` (a pool, inline, or Ray)."""
+    from shardkit.commands.prep.pipeline import read_in_process, reads_in_process
+    from shardkit.run.executor import usable_cores
+
+    if reads_in_process(paths, options.executor, options.jobs):
+        return read_in_process(tasks, options.jobs or usable_cores())
+    return options.run_tasks(read_source, tasks, ordered=True, **_task_options(tasks, options))
 
 
 def _task_options(tasks: list[SourceTask], options: RunOptions) -> dict:
