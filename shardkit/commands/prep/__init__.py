@@ -2,8 +2,9 @@
 
 What ``convert`` + ``validate --quarantine`` + ``balance`` do in three passes and two copies, in one:
 
-* :mod:`.read` (worker processes, ``run.executor``): each source shard is decompressed once (all
-  codecs; bz2 through indexed_bzip2 with the cores the other tasks leave idle), each utterance is
+* :mod:`.read` (worker processes, ``run.executor``; for bz2 sources on up to 8 cores, reader threads of
+  this process, every core decoding one source's blocks: :mod:`.pipeline`): each source shard is
+  decompressed once (all codecs; bz2 through indexed_bzip2 with the cores the other tasks leave idle), each utterance is
   checked by validate's own checks (its audio decoded once), and the utterances without a finding
   come back with their member bytes; rejected ones are listed (``rejects.jsonl``: shard, member,
   key, checks, reasons) and never reach a training shard.

@@ -12,7 +12,7 @@ import pytest
 from support import corpus
 from shardkit.commands.prep import PrepSettings, pipeline, run_prep
 from shardkit.commands.prep.read import SourceTask
-from shardkit.commands.validate import ValidateOptions
+from shardkit.commands.validate.options import ValidateOptions
 from shardkit.errors import ShardkitError
 from shardkit.io.mix import CorpusSource
 from shardkit.io.synth import CorpusSpec, encode, speech_like, write_shards
