@@ -234,9 +234,8 @@ def markdown(results: dict) -> str:
         lines += ["", f"{n}: phases (s from the interpreter's start): " +
                   ", ".join(f"{k} {v}" for k, v in tl["phases"].items()),
                   f"{n}: CPU s by role: " + ", ".join(f"{k} {v}" for k, v in tl["cpu_s_by_role"].items()), "",
-                  f"| {n}: cores busy per {tl['step_s']} s | " + " ".join(
-                      f"{i * tl['step_s']:g}" for i in range(0, len(next(iter(tl['cores_busy'].values()))), 4)) + " |",
-                  "|---|---|"]
+                  f"| {n}: cores busy, one character per {tl['step_s']:g} s (. idle, 1-9 tenths, # one or more) "
+                  f"| 0 to {tl['phases']['end']} s |", "|---|---|"]
         for r, row in tl["cores_busy"].items():
             lines.append(f"| {r} | " + " ".join(_bar(x) for x in row) + " |")
     return "\n".join(lines)
