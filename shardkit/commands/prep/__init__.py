@@ -41,6 +41,7 @@ the bulk of the work, over many machines; this process plans and writes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -343,11 +344,13 @@ class _Run:
         self.events.stage("read+check", len(tasks))
         if self.saved_outputs is not None:
             self._open_outputs(self.planner.num_shards, self.saved_outputs)
-        for index, result in _read(tasks, [path for path, _ in self.sources], options):
-            apply_duplicates(result, self.duplicates)
-            self._take(result)
-            self.events.done(result)
-            self._after_source(self.start + index + 1)
+        # closed here, not whenever the error that ends the run is collected: the readers stop with the run
+        with contextlib.closing(_read(tasks, [path for path, _ in self.sources], options)) as results:
+            for index, result in results:
+                apply_duplicates(result, self.duplicates)
+                self._take(result)
+                self.events.done(result)
+                self._after_source(self.start + index + 1)
 
     def _after_source(self, read: int) -> None:
         """Once ``read`` sources are taken: the shard count fixed when the pool is full, the pool's rounds

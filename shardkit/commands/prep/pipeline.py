@@ -26,7 +26,7 @@ import dataclasses
 import threading
 from typing import Iterator, Sequence
 
-from shardkit.commands.prep.read import SourceTask, read_source
+from shardkit.commands.prep.read import SourceTask, Stopped, read_source
 
 BLOCK_DECODE_CORES = 8  # cores whose bz2 blocks one process decodes while one thread per source parses and checks
 READ_AHEAD = 2  # sources read at once: the next one starts while the current one's last blocks decode
@@ -77,29 +77,52 @@ def read_in_process(tasks: Sequence[SourceTask], cores: int) -> Iterator[tuple[i
                                                                                       threads=cores))
                 running.append(_SourceReader(task, stop))
                 started += 1
+                running[-1].start()
             yield index, running.popleft().result()
     finally:
+        # the readers end before this returns, their sources closed (see _SourceReader)
         stop.set()
+        for reader in running:
+            reader.join()
 
 
 class _SourceReader:
-    """One source read by :func:`read_source` in a daemon thread (it dies with the process: a Ctrl-C never
-    waits for a source to end)."""
+    """One source read by :func:`read_source` in a thread. Not a daemon: an indexed_bzip2 file still decoding
+    when the interpreter finalizes aborts the process (SIGABRT, not 130/143), so the interpreter's exit waits
+    for it; the run's ``stop`` ends it at its next utterance."""
 
     def __init__(self, task: SourceTask, stop: threading.Event):
         self.task, self.stop = task, stop
         self._done = threading.Event()
         self._result: dict | None = None
         self._error: BaseException | None = None
-        threading.Thread(target=self._run, name=f"prep-reader-{task.path}", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name=f"prep-reader-{task.path}")
+
+    def start(self) -> None:
+        """Start reading (after the caller holds this reader: a signal may end the run at any line)."""
+        self._thread.start()
 
     def _run(self) -> None:
+        import traceback
+
         try:
             self._result = read_source(self.task, stop=self.stop)
+        except Stopped:
+            pass  # the run is ending: nobody takes this result
         except BaseException as err:  # noqa: BLE001 - handed to the main thread, which raises it
+            # the traceback's frames would keep the scan's open source (and its decoder threads) alive
+            traceback.clear_frames(err.__traceback__)
             self._error = err
         finally:
             self._done.set()
+
+    def join(self) -> None:
+        """Wait for the thread to end (after ``stop``: at its next utterance, its source closed); one a signal
+        kept from starting is left to the interpreter's exit, which waits for it."""
+        try:
+            self._thread.join()
+        except RuntimeError:  # not started
+            pass
 
     def result(self) -> dict:
         """The source's result once read; a signal received meanwhile raises here, in the main thread."""

@@ -137,3 +137,61 @@ def test_a_signal_stops_the_reading_and_its_reader_threads(bz2_mix, monkeypatch)
     while any(t.name.startswith("prep-reader-") for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not any(t.name.startswith("prep-reader-") for t in threading.enumerate())
+
+
+_SIGTERM_WHILE_READING = """
+import os, signal, sys
+import shardkit.commands.prep.pipeline as pipeline
+import shardkit.commands.prep.resume as resume
+from shardkit.cli import main
+
+resume.POOL_FACTOR = 0  # resume points as often as --checkpoint-mb allows: this small corpus has several
+saved, real_save, real_read = [], resume.save, pipeline.read_source
+
+def counting_save(out_dir, state):
+    real_save(out_dir, state)
+    saved.append(state["next_source"])
+
+def read_then_stop(task, stop=None):
+    if len(saved) >= 2:  # preempted while a reader thread reads a source after a resume point
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real_read(task, stop)
+
+resume.save, pipeline.read_source = counting_save, read_then_stop
+main(sys.argv[1:])
+"""
+
+
+def test_sigterm_while_reading_in_process_exits_143_and_the_rerun_continues(tmp_path):
+    """The scheduler's SIGTERM reaches the main thread while it waits on a reader thread: exit 143 and one
+    JSON document, the last resume point kept, and the rerun (in process again) ends byte-identical."""
+    import os
+    import subprocess
+    import sys
+
+    from shardkit.commands.prep import resume
+
+    source = str(tmp_path / "src" / "long")
+    write_shards(list(corpus((CorpusSpec("long", 60, 2.0, 4.0, "en"),))), source, utts_per_shard=4, codec="bz2")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+
+    def args(folder):
+        return ["prep", "--world-size", "2", "--num-workers", "2", "--codec", "none", "--sample-rate", "16000",
+                "--channels", "1", "-o", str(folder), "-j", "2", "--pool-mb", "1", "--corpus", f"long={source}"]
+
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "shardkit", *args(reference), "-q"], env=env, check=True)
+    stopped = subprocess.run([sys.executable, "-c", _SIGTERM_WHILE_READING, *args(out), "--checkpoint-mb", "1",
+                              "--json"], env=env, capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 143, stopped.stderr
+    assert json.loads(stopped.stdout) == {"command": "prep", "error": "terminated", "exit_code": 143}
+    state = resume._PlainUnpickler(open(out / resume.RESUME, "rb")).load()
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(".partial")) == \
+        sorted(os.path.basename(e["tmp"]) for e in state["shards"])
+    rerun = subprocess.run([sys.executable, "-m", "shardkit", *args(out), "--json"], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["resumed_at_source"] == state["next_source"] > 0
+    listed = [(folder / "data.list").read_text().split() for folder in (reference, out)]
+    assert [open(p, "rb").read() for p in listed[1]] == [open(p, "rb").read() for p in listed[0]]
+    assert not any(p.name.endswith(".partial") for p in out.iterdir()) and not (out / resume.RESUME).exists()
