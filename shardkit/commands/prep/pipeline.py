@@ -162,8 +162,13 @@ def corpora_read_in_process(corpus_specs: Sequence[str], executor: str, jobs: in
     from shardkit.io.inputs import expand_shards
     from shardkit.io.mix import parse_corpus_spec
 
+    from shardkit.io.remote import is_local
+
     try:
-        paths = [path for spec in corpus_specs for path in expand_shards(list(parse_corpus_spec(spec).sources))]
+        sources = [source for spec in corpus_specs for source in parse_corpus_spec(spec).sources]
+        if not all(is_local(source) for source in sources):  # a remote list is fetched once, by the run
+            return False
+        paths = expand_shards(sources)
     except (ShardkitError, OSError):
         return False
     return bool(paths) and reads_in_process(paths, executor, jobs)

@@ -83,6 +83,7 @@ def test_which_runs_read_in_process(bz2_mix, tmp_path):
     assert pipeline.corpora_read_in_process(specs, "local", 2)
     assert not pipeline.corpora_read_in_process(specs + [f"g={gz}"], "local", 2)
     assert not pipeline.corpora_read_in_process(["no spec"], "local", 2)
+    assert not pipeline.corpora_read_in_process(specs + ["r=https://example.org/data.list"], "local", 2)
 
 
 def _tasks(folders) -> list[SourceTask]:
