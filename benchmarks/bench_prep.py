@@ -14,7 +14,7 @@ and the chain list the same utterances (keys, repeats aside).
 
 ``--baseline DIR`` (a checkout of earlier code, e.g. ``git archive <commit> | tar -x -C DIR``) adds
 "prep@base" and "stage@base" to each repeat, interleaved with the others: before/after in one run.
-``--no-chain`` leaves the (slow) three-command chain out.
+``--no-chain`` leaves the (slow) three-command chain out, ``--no-stage`` run.sh's stage 2 (prep alone).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def parse_args():
                    "2.75: the issue's 2.9 h, ~340 MB as plain tar).")
     p.add_argument("--baseline", default=None, help="A checkout of earlier code to run as prep@base and stage@base.")
     p.add_argument("--no-chain", action="store_true", help="Leave out the three-command chain.")
+    p.add_argument("--no-stage", action="store_true", help="Leave out run.sh's stage 2 (prep alone against the floor).")
     p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
                    help="Before each repeat, wait up to S seconds for a second in which the machine is >= 90%% idle "
                         "(a shared VM: other people's jobs); the repeat says whether it found one.")
@@ -162,6 +163,14 @@ def listed(work: str) -> tuple[int, set[str]]:
     return sum(os.path.getsize(s) for s in shards), keys
 
 
+def shard_digests(work: str) -> list[str]:
+    """sha256 of each training shard data/train/data.list lists, in list order."""
+    from shardkit.io.files import file_sha256
+
+    with open(os.path.join(work, "data", "train", "data.list")) as f:
+        return [file_sha256(s) for s in f.read().split()]
+
+
 def become_subreaper() -> None:
     """Orphaned descendants (a command's forkserver, which reaps its pool workers, and resource tracker) are
     re-parented to this process, so that reaping them adds their CPU time to RUSAGE_CHILDREN."""
@@ -219,8 +228,9 @@ def main(args):
                "stage": lambda w: run_stage(corpora, w, cores),
                "stage@base": lambda w: run_stage(corpora, w, cores, base),
                "chain": lambda w: run_chain(corpora, w, cores)}
-    for name in (["prep@base", "stage@base"] if base is None else []) + (["chain"] if args.no_chain else []):
-        del runners[name]
+    for name in (["prep@base", "stage@base"] if base is None else []) + (["chain"] if args.no_chain else []) + (
+            ["stage", "stage@base"] if args.no_stage else []):
+        runners.pop(name, None)
     rows = {name: [] for name in runners}
     peaks = {name: [] for name in runners if name != "floor"}
     quiet = []
@@ -240,6 +250,9 @@ def main(args):
                 runners[name](work)
                 rows[name].append(time.perf_counter() - t)
                 cpu[name].append(children_cpu() - used)
+            if name == "prep@base":  # before and after write the same shards, byte for byte
+                assert shard_digests(work) == shard_digests(os.path.join(args.work_dir, "work-prep")), \
+                    "prep and prep@base wrote different shards"
             if name != "floor":
                 final, keys = listed(work)
                 peaks[name].append(peak.peak / final)
