@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -305,11 +306,15 @@ class _ParquetColumns:
         self.hashes = np.empty(total, np.uint64)
         self.kept = np.empty(total, np.int64) if with_rows else None  # with a part: the file's rows kept
 
-    def put(self, group: int, durations: np.ndarray, shards: np.ndarray, hashes: np.ndarray, rows) -> None:
+    def group_out(self, group: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where row group ``group``'s read writes its durations and key hashes (the reading thread writes
+        them in place: no fresh arrays per row group, whose pages would be faulted in once more)."""
         span = slice(self.ends[group], self.ends[group + 1])
-        self.durations[span] = durations
+        return self.durations[span], self.hashes[span]
+
+    def put(self, group: int, shards: np.ndarray, rows) -> None:
+        span = slice(self.ends[group], self.ends[group + 1])
         self.shards[span] = shards
-        self.hashes[span] = hashes
         if self.kept is not None:
             self.kept[span] = rows
 
@@ -336,7 +341,7 @@ def _read_parquet(path: str, state: _LoadState):
     with ThreadPoolExecutor(read_threads()) as pool, ExitStack() as on_error:
         # an error (or Ctrl-C) stops the reads not yet started, rather than reading the rest of the file first
         on_error.push(lambda kind, *_: kind is not None and pool.shutdown(wait=False, cancel_futures=True))
-        reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
+        reads = [pool.submit(_read_group, path, (group, starts[group]), plausibility, state, columns.group_out(group))
                  for group in range(pf.num_row_groups)]
         for group, read in enumerate(reads):
             _take_group(read.result(), (group, starts[group], starts[group + 1]), path, state, columns)
@@ -359,13 +364,13 @@ def _take_group(read: tuple, where: tuple[int, int, int], path: str, state: _Loa
     from shardkit.io.indexfile import dictionary_codes
 
     group, start, stop = where
-    d, shard_column, h, marked, rows, trainer = read
+    shard_column, marked, rows, trainer = read
     state.repeat_like.update(marked)
     try:
         shards = dictionary_codes(shard_column, state.shards, state.shard_ids)
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, stop, err, path) from None
-    columns.put(group, d, shards, h, None if rows is None else rows + start)
+    columns.put(group, shards, None if rows is None else rows + start)
     if trainer is not None:
         state.trainer_parts.append(trainer)
 
@@ -404,12 +409,15 @@ def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -
     return ShardkitError(f"row group {group} (rows {start}-{stop - 1}): {err} in the shard or key column", shard=path)
 
 
-def _read_group(path: str, group: int, start: int, plausibility: list[str], state: _LoadState):
-    """One row group: (durations, its shard column, key hashes, marked keys, part rows, trainer columns),
-    checked; its key strings are not kept.
+def _read_group(path: str, where: tuple[int, int], plausibility: list[str], state: _LoadState,
+                out: tuple[np.ndarray, np.ndarray]):
+    """One row group (``where``: its number and first row), checked, its durations and key hashes written into
+    ``out`` (the file's columns, :meth:`_ParquetColumns.group_out`); returns (its shard column, marked keys,
+    part rows, trainer columns). Its key strings are not kept.
     Each read opens the file itself (a pyarrow reader is not shared between threads)."""
     from shardkit.io.indexfile import check_durations, key_hashes, open_parquet_index, read_row_group
 
+    group, start = where
     pf = open_parquet_index(path)
     columns = ["shard", "key", "duration", *plausibility]
     if state.trainer:  # --wenet-conf: the filter's columns, in this same read (absent ones: the filter's error)
@@ -418,6 +426,7 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
         extra = [*TRAINER_FIELDS, *(["members"] if state.want_txt else [])]
         columns += [c for c in extra if c not in columns and c in pf.schema_arrow.names]
     table = read_row_group(pf, path, group, columns)
+    durations_out, hashes_out = out
     try:
         d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         check_durations(d, path=path, first_row=start)
@@ -427,9 +436,13 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
         marked = _repeat_like(keys)
         rows = None if state.part is None else _part_rows(state.row + start, table.num_rows, state.part)
         if rows is None:
-            read = d, table.column("shard"), key_hashes(keys), marked, None
+            durations_out[:] = d
+            key_hashes(keys, hashes_out, _scratch("hashing", len(keys), np.uint64))
+            read = table.column("shard"), marked, None
         else:
-            read = d[rows], table.column("shard").take(rows), key_hashes(keys.take(rows)), marked, rows
+            durations_out[:] = d[rows]
+            key_hashes(keys.take(rows), hashes_out, _scratch("hashing", len(rows), np.uint64))
+            read = table.column("shard").take(rows), marked, rows
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, start + table.num_rows, err, path) from None
     return (*read, _trainer_columns(table, path, group, start, rows, state))
@@ -448,14 +461,56 @@ def _trainer_columns(table, path: str, group: int, start: int, rows: np.ndarray 
                             shard=path) from None
 
 
+def _whole_integers(column) -> bool:
+    """Whether a column is integers with no null (each value known and finite), in one chunk."""
+    import pyarrow as pa
+
+    return column.num_chunks == 1 and pa.types.is_integer(column.type) and not column.null_count
+
+
+_SCRATCH = threading.local()  # per reading thread: arrays a row group's checks work in, reused by the next
+
+
+def _scratch(name: str, n: int, dtype) -> np.ndarray:
+    """The calling thread's scratch array ``name`` of ``n`` items (grown when a larger row group needs it):
+    reused from row group to row group, so that its pages are faulted in once, not once a row group."""
+    have = getattr(_SCRATCH, name, None)
+    if have is None or len(have) < n or have.dtype != dtype:
+        have = np.empty(n, dtype)
+        setattr(_SCRATCH, name, have)
+    return have[:n]
+
+
+def _implausible_rows(durations: np.ndarray, rate: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Rows whose frames (seconds x a known rate) exceed what their bytes can hold: the float test of
+    :func:`_check_plausible`, on integer columns with no nulls (each value known and finite), in scratch."""
+    from shardkit.planning.plausible import MAX_FRAMES_PER_BYTE
+
+    n = len(durations)
+    frames, most = _scratch("frames", n, np.float64), _scratch("most", n, np.float64)
+    over, known = _scratch("over", n, np.bool_), _scratch("known", n, np.bool_)
+    np.multiply(durations, rate, out=frames)
+    np.maximum(size, 0, out=most, casting="unsafe")  # the float path's values: the cast is monotone
+    most *= MAX_FRAMES_PER_BYTE
+    np.greater(frames, most, out=over)
+    np.greater(rate, 0, out=known)
+    over &= known
+    return np.flatnonzero(over) if over.any() else np.zeros(0, np.int64)
+
+
 def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState) -> None:
     """The first row whose seconds its bytes cannot hold (``planning.plausible``), as an error naming it."""
     from shardkit.planning.plausible import MAX_FRAMES_PER_BYTE
 
-    rate = table.column("sample_rate").to_numpy(zero_copy_only=False).astype(np.float64)
-    size = table.column("bytes").to_numpy(zero_copy_only=False).astype(np.float64)
-    known = np.isfinite(rate) & (rate > 0) & np.isfinite(size)
-    bad = np.flatnonzero(known & (durations * rate > np.maximum(size, 0) * MAX_FRAMES_PER_BYTE))
+    rate_column, size_column = table.column("sample_rate"), table.column("bytes")
+    if _whole_integers(rate_column) and _whole_integers(size_column):
+        rate, size = rate_column.to_numpy(), size_column.to_numpy()
+        bad = _implausible_rows(durations, rate, size)
+    else:  # nulls (unknown rates or sizes) or floats: as floats, an unknown value never refuses a row
+        rate = rate_column.to_numpy(zero_copy_only=False).astype(np.float64)
+        size = size_column.to_numpy(zero_copy_only=False).astype(np.float64)
+        known = np.isfinite(rate) & (rate > 0) & np.isfinite(size)
+        bad = np.flatnonzero(known & (durations * rate > np.maximum(size, 0) * MAX_FRAMES_PER_BYTE))
     if len(bad):
         row = int(bad[0])
         why = impossible_duration(float(durations[row]), float(rate[row]), float(size[row]))
