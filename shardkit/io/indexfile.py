@@ -274,10 +274,12 @@ def _group_rows(pf, group: int) -> tuple[int, int]:
     return start, start + pf.metadata.row_group(group).num_rows
 
 
-def read_row_group(pf, path: str, group: int, columns: list[str]):
-    """One row group's columns as a pyarrow Table; damage is an error naming the file, group and rows."""
+def read_row_group(pf, path: str, group: int, columns: list[str], *, threads: bool = True):
+    """One row group's columns as a pyarrow Table; damage is an error naming the file, group and rows.
+    ``threads=False``: its columns decoded in the calling thread (a caller reading row groups in threads of
+    its own: pyarrow's pool would only add hand-offs)."""
     try:
-        return pf.read_row_group(group, columns=columns)
+        return pf.read_row_group(group, columns=columns, use_threads=threads)
     except Exception as err:
         start, stop = _group_rows(pf, group)
         raise ShardkitError(f"row group {group} (rows {start}-{stop - 1}) cannot be read ({err})",

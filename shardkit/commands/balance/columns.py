@@ -425,7 +425,7 @@ def _read_group(path: str, where: tuple[int, int], plausibility: list[str], stat
 
         extra = [*TRAINER_FIELDS, *(["members"] if state.want_txt else [])]
         columns += [c for c in extra if c not in columns and c in pf.schema_arrow.names]
-    table = read_row_group(pf, path, group, columns)
+    table = read_row_group(pf, path, group, columns, threads=False)  # this pool's threads decode in parallel
     durations_out, hashes_out = out
     try:
         d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
