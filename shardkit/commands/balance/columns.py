@@ -399,7 +399,13 @@ def _holds_mark(buffer) -> bool:
     rest checked there (~8x faster than a copy of the buffer searched by bytes; a key buffer is ~14 MB)."""
     data = np.frombuffer(buffer, np.uint8)
     mark = np.frombuffer(REPEAT_MARK.encode("utf-8"), np.uint8)
-    at = np.flatnonzero(data[:len(data) - len(mark) + 1] == mark[0])
+    if len(data) < len(mark):
+        return False
+    searched = data[:len(data) - len(mark) + 1]
+    first = np.equal(searched, mark[0], out=_scratch("mark_bytes", len(searched), np.bool_))  # no fresh pages
+    if not first.any():
+        return False
+    at = np.flatnonzero(first)
     for i in range(1, len(mark)):
         at = at[data[at + i] == mark[i]]
     return bool(len(at))
