@@ -409,17 +409,23 @@ def key_hashes(keys, out: np.ndarray | None = None, scratch: np.ndarray | None =
     """
     import pyarrow as pa
 
+    out = np.empty(len(keys), np.uint64) if out is None else out
     if isinstance(keys, pa.ChunkedArray):
-        out = np.empty(len(keys), np.uint64) if out is None else out
         at = 0
         for chunk in keys.chunks:
-            key_hashes(chunk, out[at:at + len(chunk)], scratch)
+            _hash_array(chunk, out[at:at + len(chunk)], scratch)
             at += len(chunk)
         return out
+    return _hash_array(keys, out, scratch)
+
+
+def _hash_array(keys, out: np.ndarray, scratch: np.ndarray | None) -> np.ndarray:
+    """:func:`key_hashes` of one pyarrow string array, into ``out``."""
+    import pyarrow as pa
+
     if pa.types.is_large_string(keys.type):
         keys = keys.cast(pa.string())
     n = len(keys)
-    out = np.empty(n, np.uint64) if out is None else out
     if n == 0:
         return out
     if keys.null_count:
