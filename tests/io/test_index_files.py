@@ -244,6 +244,25 @@ def test_a_key_in_two_parquet_corpora_is_refused(tmp_path):
         _plan_index_files({"a": [a], "b": [b]}, num_shards=8)
 
 
+def test_the_unique_key_check_sorts_the_loads_hashes_in_place_and_still_names_a_clash(tmp_path, monkeypatch):
+    from shardkit.commands.balance import columns, sources
+
+    a = indexfile.write_index_file(str(tmp_path / "a.parquet"), [index_records("zh", 300, 0)])
+    b = indexfile.write_index_file(str(tmp_path / "b.parquet"), [index_records("en", 200, 1)])
+    mix = columns.load_columns(["a", "b"], [[a], [b]])
+    pool, joined = mix.hash_pool, np.concatenate([c.key_hash for c in mix.corpora])
+    assert len(pool) == 500 and np.array_equal(pool, joined)  # the corpora's hashes are the pool's slices
+    monkeypatch.setattr(sources.np, "concatenate", lambda *a, **k: pytest.fail("a joined copy of the hashes"))
+    sources.check_unique_keys(mix)
+    assert np.array_equal(pool, np.sort(joined)) and mix.hash_pool is None
+    monkeypatch.undo()
+    clash = index_records("en", 200, 1)
+    clash[150]["key"] = "zh/S0005/U0000299"
+    b = indexfile.write_index_file(str(tmp_path / "b.parquet"), [clash])
+    with pytest.raises(ShardkitError, match=r"key 'zh/S0005/U0000299' appears twice"):
+        _plan_index_files({"a": [a], "b": [b]}, num_shards=8)
+
+
 def test_without_pyarrow_jsonl_works_and_parquet_is_a_clear_usage_error(make_shards, tmp_path, monkeypatch):
     shards = make_shards("none")
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)

@@ -61,6 +61,9 @@ class MixColumns:
     repeat_like: set[str] | None = None
     # per index file, its completeness marks and source stamps (shardkit.io.indexmarks.IndexMarks)
     index_marks: dict = field(default_factory=dict)
+    # the one array whose consecutive slices are the corpora's key_hash, in corpus order (load_columns, one
+    # Parquet file a corpus): check_unique_keys sorts it in place instead of a joined copy (None: not so)
+    hash_pool: np.ndarray | None = None
 
 
 @dataclass
@@ -191,6 +194,7 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], par
     and with ``txt_members`` the ``.txt`` member's offset and size), so that the index is read once.
     """
     state = _LoadState(None if part is None else (part[0] - 1, part[1]), trainer_columns, txt_members)
+    state.hash_pool = _hash_pool(index_files) if part is None else None
     corpora = []
     for c, (name, paths) in enumerate(zip(names, index_files)):
         corpora.append(_load_corpus(state, c, name, paths, names))
@@ -199,7 +203,23 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], par
     if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
         sys.modules["pyarrow"].default_memory_pool().release_unused()
     return MixColumns(list(names), corpora, state.shards, state.files, repeat_like=state.repeat_like,
-                      index_marks=state.marks)
+                      index_marks=state.marks, hash_pool=state.hash_pool)
+
+
+def _hash_pool(index_files: Sequence[Sequence[str]]) -> np.ndarray | None:
+    """One uint64 array for every key hash of a mix of one Parquet file a corpus (the footers say the rows),
+    else None. A footer that cannot be read gives None: the read itself then reports it, in order."""
+    from shardkit.io.indexfile import is_parquet
+
+    if not all(len(paths) == 1 and is_parquet(paths[0]) for paths in index_files):
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        total = sum(pq.read_metadata(paths[0]).num_rows for paths in index_files)
+    except Exception:  # noqa: BLE001 (missing pyarrow, a damaged file: the read names it)
+        return None
+    return np.empty(total, np.uint64)
 
 
 def _load_corpus(state: _LoadState, c: int, name: str, paths: Sequence[str], names: Sequence[str]) -> CorpusColumns:
@@ -255,6 +275,18 @@ class _LoadState:
         self.want_txt = want_txt  # ... and the .txt members' places
         self.trainer_parts: list = []  # the corpus' TrainerBlocks so far, in row order
         self.marks: dict = {}  # index file -> its IndexMarks (completeness, source stamps)
+        self.hash_pool: np.ndarray | None = None  # MixColumns.hash_pool, filled file by file from hash_at
+        self.hash_at = 0
+
+    def hashes_out(self, count: int) -> np.ndarray:
+        """Where the next ``count`` key hashes go: the pool's next slice, or a fresh array (no pool, or a
+        file whose rows differ from its footer's count: then the pool is given up)."""
+        pool = self.hash_pool
+        if pool is None or self.hash_at + count > len(pool):
+            self.hash_pool = None
+            return np.empty(count, np.uint64)
+        self.hash_at += count
+        return pool[self.hash_at - count:self.hash_at]
 
     def take_trainer_columns(self):
         """The corpus' trainer columns as one TrainerBlock (None unless asked); the next corpus starts afresh."""
@@ -298,12 +330,12 @@ class _ParquetColumns:
     file's metadata: no list of parts joined at the end (at 20 M utterances a join is ~0.4 GB of fresh pages
     copied once more)."""
 
-    def __init__(self, kept_per_group: list[int], with_rows: bool):
+    def __init__(self, kept_per_group: list[int], with_rows: bool, hashes: np.ndarray):
         total = int(sum(kept_per_group))
         self.ends = np.cumsum([0, *kept_per_group]).tolist()
         self.durations = np.empty(total, np.float64)
         self.shards = np.empty(total, np.int32)
-        self.hashes = np.empty(total, np.uint64)
+        self.hashes = hashes
         self.kept = np.empty(total, np.int64) if with_rows else None  # with a part: the file's rows kept
 
     def group_out(self, group: int) -> tuple[np.ndarray, np.ndarray]:
@@ -337,7 +369,8 @@ def _read_parquet(path: str, state: _LoadState):
     plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
     plausibility = plausibility if len(plausibility) == 2 else []
     starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
-    columns = _ParquetColumns(_kept_sizes(starts, state), state.part is not None)
+    kept = _kept_sizes(starts, state)
+    columns = _ParquetColumns(kept, state.part is not None, state.hashes_out(int(sum(kept))))
     with ThreadPoolExecutor(read_threads()) as pool, ExitStack() as on_error:
         # an error (or Ctrl-C) stops the reads not yet started, rather than reading the rest of the file first
         on_error.push(lambda kind, *_: kind is not None and pool.shutdown(wait=False, cancel_futures=True))
