@@ -235,22 +235,21 @@ def _every_hash(mix: MixColumns) -> np.ndarray:
     hashes are its consecutive slices and can be read again from their files (no joined copy: at 100 M
     utterances, 0.8 GB fewer pages), else a joined copy."""
     pool, mix.hash_pool = mix.hash_pool, None
-    hashes = [corpus.key_hash for corpus in mix.corpora]
-    if pool is not None and all(isinstance(corpus.keys, IndexKeys) for corpus in mix.corpora) and \
-            sum(len(h) for h in hashes if h is not None) == len(pool) and _slices_of(pool, hashes):
+    readable = all(isinstance(corpus.keys, IndexKeys) for corpus in mix.corpora)
+    if pool is not None and readable and _slices_of(pool, [corpus.key_hash for corpus in mix.corpora]):
         return pool
     return np.concatenate([_hashes(corpus) for corpus in mix.corpora] or [np.zeros(0, np.uint64)])
 
 
 def _slices_of(pool: np.ndarray, parts: list) -> bool:
-    """Whether ``parts`` are ``pool``'s consecutive slices, in order, from its start."""
+    """Whether ``parts`` are ``pool``'s consecutive slices, in order, covering it."""
     at = 0
+    start = pool.__array_interface__["data"][0]
     for part in parts:
-        if part is None or not np.may_share_memory(part, pool) or \
-                part.__array_interface__["data"][0] != pool.__array_interface__["data"][0] + 8 * at:
+        if part is None or not np.may_share_memory(part, pool) or part.__array_interface__["data"][0] != start + 8 * at:
             return False
         at += len(part)
-    return True
+    return at == len(pool)
 
 
 def _refuse_first_duplicate(mix: MixColumns, dups: np.ndarray) -> None:
