@@ -99,7 +99,8 @@ def write_parquet(path: str, corpus: str, durations: np.ndarray) -> None:
                                                          pa.array(["wav"])).cast(pa.string()),
                 "bytes": pa.array(wav + 30), "sample_rate": pa.array(np.full(n, 16000, np.int32)),
                 "channels": pa.array(np.ones(n, np.int16)), "frames": pa.array(frames), "duration": pa.array(d),
-                "text_chars": pa.array(np.full(n, 20, np.int32)), "members": members}
+                "text_chars": pa.array(np.full(n, 20, np.int32)), "members": members,
+                "text": pa.nulls(n, pa.string())}  # transcripts live in the shards' .txt members
             table = pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema()], schema=schema())
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         writer.close()

@@ -274,10 +274,12 @@ def _group_rows(pf, group: int) -> tuple[int, int]:
     return start, start + pf.metadata.row_group(group).num_rows
 
 
-def read_row_group(pf, path: str, group: int, columns: list[str]):
-    """One row group's columns as a pyarrow Table; damage is an error naming the file, group and rows."""
+def read_row_group(pf, path: str, group: int, columns: list[str], *, threads: bool = True):
+    """One row group's columns as a pyarrow Table; damage is an error naming the file, group and rows.
+    ``threads=False``: its columns decoded in the calling thread (a caller reading row groups in threads of
+    its own: pyarrow's pool would only add hand-offs)."""
     try:
-        return pf.read_row_group(group, columns=columns)
+        return pf.read_row_group(group, columns=columns, use_threads=threads)
     except Exception as err:
         start, stop = _group_rows(pf, group)
         raise ShardkitError(f"row group {group} (rows {start}-{stop - 1}) cannot be read ({err})",
@@ -396,29 +398,49 @@ _MASKS = np.array([(1 << (8 * n)) - 1 for n in range(8)] + [(1 << 64) - 1], np.u
 _K0, _K1 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-def key_hashes(keys) -> np.ndarray:
+def key_hashes(keys, out: np.ndarray | None = None, scratch: np.ndarray | None = None) -> np.ndarray:
     """A 64-bit hash per string of a pyarrow string array (or chunked array): equal keys, equal hashes.
 
     Eight bytes at a time through a byte-strided uint64 view of the array's data, so the cost is a
     few numpy passes per 8 bytes of key. A collision is possible (about 2^-64 a pair): callers
-    compare the strings themselves before reporting a duplicate.
+    compare the strings themselves before reporting a duplicate. ``out``: where to write them (a
+    loader's final column), ``scratch``: a uint64 array of at least ``len(keys)`` to work in (a loader's
+    own, reused: no fresh arrays per row group, whose pages would be faulted in again).
     """
     import pyarrow as pa
 
+    out = np.empty(len(keys), np.uint64) if out is None else out
     if isinstance(keys, pa.ChunkedArray):
-        parts = [key_hashes(c) for c in keys.chunks]
-        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+        at = 0
+        for chunk in keys.chunks:
+            _hash_array(chunk, out[at:at + len(chunk)], scratch)
+            at += len(chunk)
+        return out
+    return _hash_array(keys, out, scratch)
+
+
+def _hash_array(keys, out: np.ndarray, scratch: np.ndarray | None) -> np.ndarray:
+    """:func:`key_hashes` of one pyarrow string array, into ``out``."""
+    import pyarrow as pa
+
     if pa.types.is_large_string(keys.type):
         keys = keys.cast(pa.string())
     n = len(keys)
     if n == 0:
-        return np.zeros(0, np.uint64)
+        return out
     if keys.null_count:
         raise ValueError("a null key")
     _, offsets_buf, data_buf = keys.buffers()
-    offsets = np.frombuffer(offsets_buf, np.int32)[keys.offset:keys.offset + n + 1].astype(np.int64)
+    offsets = np.frombuffer(offsets_buf, np.int32)[keys.offset:keys.offset + n + 1]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    return _hash_buffer(data[offsets[0]:offsets[-1]], offsets - offsets[0])
+    first, length = int(offsets[0]), int(offsets[1] - offsets[0])
+    if length > 0 and int(offsets[-1]) - first == n * length and (np.diff(offsets) == length).all():
+        _hash_fixed(data[first:first + n * length], n, length, out,
+                    np.empty(n, np.uint64) if scratch is None else scratch[:n])
+        return out
+    offsets = offsets.astype(np.int64)
+    out[:] = _hash_buffer(data[offsets[0]:offsets[-1]], offsets - offsets[0])
+    return out
 
 
 def hash_strings(keys: list[str]) -> np.ndarray:
@@ -434,7 +456,8 @@ def hash_strings(keys: list[str]) -> np.ndarray:
 def _hash_buffer(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     lengths = offsets[1:] - offsets[:-1]
     if len(lengths) and lengths[0] > 0 and (lengths == lengths[0]).all():
-        return _hash_fixed(data, len(lengths), int(lengths[0]))
+        n = len(lengths)
+        return _hash_fixed(data, n, int(lengths[0]), np.empty(n, np.uint64), np.empty(n, np.uint64))
     data = np.concatenate([data, np.zeros(8, np.uint8)])
     starts = offsets[:-1]
     windows = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
@@ -448,20 +471,41 @@ def _hash_buffer(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return h
 
 
-def _hash_fixed(data: np.ndarray, n: int, length: int) -> np.ndarray:
+def _hash_fixed(data: np.ndarray, n: int, length: int, h: np.ndarray, shifted: np.ndarray) -> np.ndarray:
     """:func:`_hash_buffer` of ``n`` keys of ``length`` bytes each (the usual case: generated and many
-    corpora's keys have one width): the keys as rows of a zero-padded matrix, no gathers, the same hashes."""
+    corpora's keys have one width), written into ``h`` (``shifted``: scratch of the same size): each 8-byte
+    word read in place through a view strided by the key width (no padded copy of the keys), the same hashes."""
     words = -(-length // 8)
-    padded = np.zeros((n, words * 8), np.uint8)
-    padded[:, :length] = data[:n * length].reshape(n, length)
-    columns = padded.view("<u8")
-    h = np.full(n, length + 1, np.uint64)
+    h[:] = length + 1
     h *= _K0  # (in an array: uint64 products wrap, as in _hash_buffer)
     for j in range(words):
-        h ^= columns[:, j]
+        word = _word_column(data, n, length, j, shifted)
+        h ^= word
         h *= _K1
-        h ^= h >> np.uint64(29)
+        np.right_shift(h, np.uint64(29), out=shifted)
+        h ^= shifted
     return h
+
+
+def _word_column(data: np.ndarray, n: int, length: int, j: int, scratch: np.ndarray) -> np.ndarray:
+    """Word ``j`` (bytes 8j..8j+7, zero past the key's end) of each of ``n`` keys of ``length`` bytes packed
+    in ``data``: a strided view of the data where the word is whole, else masked into ``scratch``."""
+    at, tail = 8 * j, length - 8 * j
+    # keys whose 8 bytes from ``at`` lie within the data (a last partial word reads into the next key's bytes,
+    # masked off; the final keys' words would read past the data's end and are padded by hand)
+    inside = min(n, max(0, (len(data) - at - 8) // length + 1))
+    view = np.ndarray(shape=(inside,), dtype="<u8", buffer=data, offset=at, strides=(length,))
+    if tail >= 8:
+        if inside == n:
+            return view
+        scratch[:inside] = view
+    else:
+        np.bitwise_and(view, _MASKS[tail], out=scratch[:inside])
+    for k in range(inside, n):
+        word = np.zeros(8, np.uint8)
+        word[:min(tail, 8)] = data[k * length + at:k * length + at + min(tail, 8)]
+        scratch[k] = word.view("<u8")[0]
+    return scratch
 
 
 def duplicate_hashes(hashes: np.ndarray, *, is_sorted: bool = False) -> np.ndarray:

@@ -195,6 +195,45 @@ def test_key_hashes_find_duplicates_and_only_them():
         assert np.array_equal(alone, indexfile.hash_strings(fixed))
 
 
+def test_key_hashes_of_one_width_read_in_place_equal_the_strings_hashes():
+    import pyarrow as pa
+
+    # widths around the 8-byte words, slices (a buffer that runs on past the keys) and the last keys, whose
+    # final word would read past the data's end: each written into a caller's array, as load_columns does
+    for width in (1, 3, 7, 8, 9, 15, 16, 17, 27):
+        fixed = pa.array([f"{i:0{width}d}"[-width:] for i in range(257)] + ["tail" * width])
+        for keys in (fixed[:257], fixed.slice(5, 200), fixed.slice(256, 1)):
+            out = np.full(len(keys) + 2, 7, np.uint64)
+            indexfile.key_hashes(keys, out[1:-1], np.zeros(len(keys) + 9, np.uint64))
+            assert np.array_equal(out[1:-1], indexfile.hash_strings(keys.to_pylist())), width
+            assert out[0] == 7 and out[-1] == 7  # nothing written outside the caller's span
+
+
+def _impossible_index(tmp_path, unknown_rate: bool):
+    """A Parquet index whose row 1234 claims its seconds at 16 kHz in 1 byte (more frames than bytes can hold),
+    in its second row group; ``unknown_rate``: that row's sample rate is not known (null)."""
+    records = index_records("zh", 3000, 2)
+    records[1234]["bytes"] = 1
+    if unknown_rate:
+        del records[1234]["sample_rate"]
+    old = indexfile.ROW_GROUP_ROWS
+    indexfile.ROW_GROUP_ROWS = 1000
+    try:
+        return indexfile.write_index_file(str(tmp_path / "lie.parquet"), [records])
+    finally:
+        indexfile.ROW_GROUP_ROWS = old
+
+
+def test_seconds_a_parquet_rows_bytes_cannot_hold_are_refused_naming_the_key(tmp_path):
+    path = _impossible_index(tmp_path, unknown_rate=False)
+    with pytest.raises(ShardkitError, match=r"utterance 'zh/S0024/U0001234' of shard rel/zh/shards_000000024.tar "
+                                            r"in corpus 'zh': .* cannot be held in 1 bytes"):
+        _plan_index_files({"zh": [path]})
+    # an unknown sample rate (a null) decides nothing: the same row passes
+    planned = _plan_index_files({"zh": [_impossible_index(tmp_path, unknown_rate=True)]})
+    assert len(np.unique(planned.plan.utt)) == 3000  # row 1234 among them
+
+
 def test_a_key_in_two_parquet_corpora_is_refused(tmp_path):
     a = indexfile.write_index_file(str(tmp_path / "a.parquet"), [index_records("zh", 30, 0)])
     clash = index_records("en", 30, 1)
@@ -202,6 +241,25 @@ def test_a_key_in_two_parquet_corpora_is_refused(tmp_path):
     b = indexfile.write_index_file(str(tmp_path / "b.parquet"), [clash])
     with pytest.raises(ShardkitError, match=r"key 'zh/S0000/U0000004' appears twice: in rel/zh/shards_000000000.tar "
                                             r"\(corpus 'a'\) and in rel/en/shards_000000000.tar \(corpus 'b'\)"):
+        _plan_index_files({"a": [a], "b": [b]}, num_shards=8)
+
+
+def test_the_unique_key_check_sorts_the_loads_hashes_in_place_and_still_names_a_clash(tmp_path, monkeypatch):
+    from shardkit.commands.balance import columns, sources
+
+    a = indexfile.write_index_file(str(tmp_path / "a.parquet"), [index_records("zh", 300, 0)])
+    b = indexfile.write_index_file(str(tmp_path / "b.parquet"), [index_records("en", 200, 1)])
+    mix = columns.load_columns(["a", "b"], [[a], [b]])
+    pool, joined = mix.hash_pool, np.concatenate([c.key_hash for c in mix.corpora])
+    assert len(pool) == 500 and np.array_equal(pool, joined)  # the corpora's hashes are the pool's slices
+    monkeypatch.setattr(sources.np, "concatenate", lambda *a, **k: pytest.fail("a joined copy of the hashes"))
+    sources.check_unique_keys(mix)
+    assert np.array_equal(pool, np.sort(joined)) and mix.hash_pool is None
+    monkeypatch.undo()
+    clash = index_records("en", 200, 1)
+    clash[150]["key"] = "zh/S0005/U0000299"
+    b = indexfile.write_index_file(str(tmp_path / "b.parquet"), [clash])
+    with pytest.raises(ShardkitError, match=r"key 'zh/S0005/U0000299' appears twice"):
         _plan_index_files({"a": [a], "b": [b]}, num_shards=8)
 
 

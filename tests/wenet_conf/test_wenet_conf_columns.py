@@ -187,10 +187,10 @@ def test_balance_with_wenet_conf_reads_each_index_once(tmp_path, monkeypatch, fo
     open_index, read_row_group = indexfile.open_index, indexfile.read_row_group
     monkeypatch.setattr(indexfile, "open_index", lambda path: opened.append(path) or open_index(path))
 
-    def counted_group(pf, path, group, columns):
+    def counted_group(pf, path, group, columns, **how):
         if "frames" in columns:
             groups.append((path, group))
-        return read_row_group(pf, path, group, columns)
+        return read_row_group(pf, path, group, columns, **how)
 
     monkeypatch.setattr(indexfile, "read_row_group", counted_group)
     monkeypatch.setattr(indexfile, "iter_parquet_records", lambda *a, **k: pytest.fail("a per-row read"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -60,6 +61,9 @@ class MixColumns:
     repeat_like: set[str] | None = None
     # per index file, its completeness marks and source stamps (shardkit.io.indexmarks.IndexMarks)
     index_marks: dict = field(default_factory=dict)
+    # the one array whose consecutive slices are the corpora's key_hash, in corpus order (load_columns, one
+    # Parquet file a corpus): check_unique_keys sorts it in place instead of a joined copy (None: not so)
+    hash_pool: np.ndarray | None = None
 
 
 @dataclass
@@ -190,6 +194,7 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], par
     and with ``txt_members`` the ``.txt`` member's offset and size), so that the index is read once.
     """
     state = _LoadState(None if part is None else (part[0] - 1, part[1]), trainer_columns, txt_members)
+    state.hash_pool = _hash_pool(index_files) if part is None else None
     corpora = []
     for c, (name, paths) in enumerate(zip(names, index_files)):
         corpora.append(_load_corpus(state, c, name, paths, names))
@@ -198,7 +203,23 @@ def load_columns(names: Sequence[str], index_files: Sequence[Sequence[str]], par
     if "pyarrow" in sys.modules:  # hand the row groups' buffers back before planning (peak memory)
         sys.modules["pyarrow"].default_memory_pool().release_unused()
     return MixColumns(list(names), corpora, state.shards, state.files, repeat_like=state.repeat_like,
-                      index_marks=state.marks)
+                      index_marks=state.marks, hash_pool=state.hash_pool)
+
+
+def _hash_pool(index_files: Sequence[Sequence[str]]) -> np.ndarray | None:
+    """One uint64 array for every key hash of a mix of one Parquet file a corpus (the footers say the rows),
+    else None. A footer that cannot be read gives None: the read itself then reports it, in order."""
+    from shardkit.io.indexfile import is_parquet
+
+    if not all(len(paths) == 1 and is_parquet(paths[0]) for paths in index_files):
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        total = sum(pq.read_metadata(paths[0]).num_rows for paths in index_files)
+    except Exception:  # noqa: BLE001 (missing pyarrow, a damaged file: the read names it)
+        return None
+    return np.empty(total, np.uint64)
 
 
 def _load_corpus(state: _LoadState, c: int, name: str, paths: Sequence[str], names: Sequence[str]) -> CorpusColumns:
@@ -254,6 +275,18 @@ class _LoadState:
         self.want_txt = want_txt  # ... and the .txt members' places
         self.trainer_parts: list = []  # the corpus' TrainerBlocks so far, in row order
         self.marks: dict = {}  # index file -> its IndexMarks (completeness, source stamps)
+        self.hash_pool: np.ndarray | None = None  # MixColumns.hash_pool, filled file by file from hash_at
+        self.hash_at = 0
+
+    def hashes_out(self, count: int) -> np.ndarray:
+        """Where the next ``count`` key hashes go: the pool's next slice, or a fresh array (no pool, or a
+        file whose rows differ from its footer's count: then the pool is given up)."""
+        pool = self.hash_pool
+        if pool is None or self.hash_at + count > len(pool):
+            self.hash_pool = None
+            return np.empty(count, np.uint64)
+        self.hash_at += count
+        return pool[self.hash_at - count:self.hash_at]
 
     def take_trainer_columns(self):
         """The corpus' trainer columns as one TrainerBlock (None unless asked); the next corpus starts afresh."""
@@ -297,19 +330,23 @@ class _ParquetColumns:
     file's metadata: no list of parts joined at the end (at 20 M utterances a join is ~0.4 GB of fresh pages
     copied once more)."""
 
-    def __init__(self, kept_per_group: list[int], with_rows: bool):
+    def __init__(self, kept_per_group: list[int], with_rows: bool, hashes: np.ndarray):
         total = int(sum(kept_per_group))
         self.ends = np.cumsum([0, *kept_per_group]).tolist()
         self.durations = np.empty(total, np.float64)
         self.shards = np.empty(total, np.int32)
-        self.hashes = np.empty(total, np.uint64)
+        self.hashes = hashes
         self.kept = np.empty(total, np.int64) if with_rows else None  # with a part: the file's rows kept
 
-    def put(self, group: int, durations: np.ndarray, shards: np.ndarray, hashes: np.ndarray, rows) -> None:
+    def group_out(self, group: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where row group ``group``'s read writes its durations and key hashes (the reading thread writes
+        them in place: no fresh arrays per row group, whose pages would be faulted in once more)."""
         span = slice(self.ends[group], self.ends[group + 1])
-        self.durations[span] = durations
+        return self.durations[span], self.hashes[span]
+
+    def put(self, group: int, shards: np.ndarray, rows) -> None:
+        span = slice(self.ends[group], self.ends[group + 1])
         self.shards[span] = shards
-        self.hashes[span] = hashes
         if self.kept is not None:
             self.kept[span] = rows
 
@@ -332,11 +369,12 @@ def _read_parquet(path: str, state: _LoadState):
     plausibility = [c for c in ("sample_rate", "bytes") if c in pf.schema_arrow.names]
     plausibility = plausibility if len(plausibility) == 2 else []
     starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]).tolist()
-    columns = _ParquetColumns(_kept_sizes(starts, state), state.part is not None)
+    kept = _kept_sizes(starts, state)
+    columns = _ParquetColumns(kept, state.part is not None, state.hashes_out(int(sum(kept))))
     with ThreadPoolExecutor(read_threads()) as pool, ExitStack() as on_error:
         # an error (or Ctrl-C) stops the reads not yet started, rather than reading the rest of the file first
         on_error.push(lambda kind, *_: kind is not None and pool.shutdown(wait=False, cancel_futures=True))
-        reads = [pool.submit(_read_group, path, group, starts[group], plausibility, state)
+        reads = [pool.submit(_read_group, path, (group, starts[group]), plausibility, state, columns.group_out(group))
                  for group in range(pf.num_row_groups)]
         for group, read in enumerate(reads):
             _take_group(read.result(), (group, starts[group], starts[group + 1]), path, state, columns)
@@ -359,13 +397,13 @@ def _take_group(read: tuple, where: tuple[int, int, int], path: str, state: _Loa
     from shardkit.io.indexfile import dictionary_codes
 
     group, start, stop = where
-    d, shard_column, h, marked, rows, trainer = read
+    shard_column, marked, rows, trainer = read
     state.repeat_like.update(marked)
     try:
         shards = dictionary_codes(shard_column, state.shards, state.shard_ids)
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, stop, err, path) from None
-    columns.put(group, d, shards, h, None if rows is None else rows + start)
+    columns.put(group, shards, None if rows is None else rows + start)
     if trainer is not None:
         state.trainer_parts.append(trainer)
 
@@ -394,7 +432,13 @@ def _holds_mark(buffer) -> bool:
     rest checked there (~8x faster than a copy of the buffer searched by bytes; a key buffer is ~14 MB)."""
     data = np.frombuffer(buffer, np.uint8)
     mark = np.frombuffer(REPEAT_MARK.encode("utf-8"), np.uint8)
-    at = np.flatnonzero(data[:len(data) - len(mark) + 1] == mark[0])
+    if len(data) < len(mark):
+        return False
+    searched = data[:len(data) - len(mark) + 1]
+    first = np.equal(searched, mark[0], out=_scratch("mark_bytes", len(searched), np.bool_))  # no fresh pages
+    if not first.any():
+        return False
+    at = np.flatnonzero(first)
     for i in range(1, len(mark)):
         at = at[data[at + i] == mark[i]]
     return bool(len(at))
@@ -404,12 +448,15 @@ def _group_error(group: int, start: int, stop: int, err: Exception, path: str) -
     return ShardkitError(f"row group {group} (rows {start}-{stop - 1}): {err} in the shard or key column", shard=path)
 
 
-def _read_group(path: str, group: int, start: int, plausibility: list[str], state: _LoadState):
-    """One row group: (durations, its shard column, key hashes, marked keys, part rows, trainer columns),
-    checked; its key strings are not kept.
+def _read_group(path: str, where: tuple[int, int], plausibility: list[str], state: _LoadState,
+                out: tuple[np.ndarray, np.ndarray]):
+    """One row group (``where``: its number and first row), checked, its durations and key hashes written into
+    ``out`` (the file's columns, :meth:`_ParquetColumns.group_out`); returns (its shard column, marked keys,
+    part rows, trainer columns). Its key strings are not kept.
     Each read opens the file itself (a pyarrow reader is not shared between threads)."""
     from shardkit.io.indexfile import check_durations, key_hashes, open_parquet_index, read_row_group
 
+    group, start = where
     pf = open_parquet_index(path)
     columns = ["shard", "key", "duration", *plausibility]
     if state.trainer:  # --wenet-conf: the filter's columns, in this same read (absent ones: the filter's error)
@@ -417,7 +464,8 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
 
         extra = [*TRAINER_FIELDS, *(["members"] if state.want_txt else [])]
         columns += [c for c in extra if c not in columns and c in pf.schema_arrow.names]
-    table = read_row_group(pf, path, group, columns)
+    table = read_row_group(pf, path, group, columns, threads=False)  # this pool's threads decode in parallel
+    durations_out, hashes_out = out
     try:
         d = table.column("duration").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         check_durations(d, path=path, first_row=start)
@@ -427,9 +475,13 @@ def _read_group(path: str, group: int, start: int, plausibility: list[str], stat
         marked = _repeat_like(keys)
         rows = None if state.part is None else _part_rows(state.row + start, table.num_rows, state.part)
         if rows is None:
-            read = d, table.column("shard"), key_hashes(keys), marked, None
+            durations_out[:] = d
+            key_hashes(keys, hashes_out, _scratch("hashing", len(keys), np.uint64))
+            read = table.column("shard"), marked, None
         else:
-            read = d[rows], table.column("shard").take(rows), key_hashes(keys.take(rows)), marked, rows
+            durations_out[:] = d[rows]
+            key_hashes(keys.take(rows), hashes_out, _scratch("hashing", len(rows), np.uint64))
+            read = table.column("shard").take(rows), marked, rows
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, start + table.num_rows, err, path) from None
     return (*read, _trainer_columns(table, path, group, start, rows, state))
@@ -448,14 +500,56 @@ def _trainer_columns(table, path: str, group: int, start: int, rows: np.ndarray 
                             shard=path) from None
 
 
+def _whole_integers(column) -> bool:
+    """Whether a column is integers with no null (each value known and finite), in one chunk."""
+    import pyarrow as pa
+
+    return column.num_chunks == 1 and pa.types.is_integer(column.type) and not column.null_count
+
+
+_SCRATCH = threading.local()  # per reading thread: arrays a row group's checks work in, reused by the next
+
+
+def _scratch(name: str, n: int, dtype) -> np.ndarray:
+    """The calling thread's scratch array ``name`` of ``n`` items (grown when a larger row group needs it):
+    reused from row group to row group, so that its pages are faulted in once, not once a row group."""
+    have = getattr(_SCRATCH, name, None)
+    if have is None or len(have) < n or have.dtype != dtype:
+        have = np.empty(n, dtype)
+        setattr(_SCRATCH, name, have)
+    return have[:n]
+
+
+def _implausible_rows(durations: np.ndarray, rate: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Rows whose frames (seconds x a known rate) exceed what their bytes can hold: the float test of
+    :func:`_check_plausible`, on integer columns with no nulls (each value known and finite), in scratch."""
+    from shardkit.planning.plausible import MAX_FRAMES_PER_BYTE
+
+    n = len(durations)
+    frames, most = _scratch("frames", n, np.float64), _scratch("most", n, np.float64)
+    over, known = _scratch("over", n, np.bool_), _scratch("known", n, np.bool_)
+    np.multiply(durations, rate, out=frames)
+    np.maximum(size, 0, out=most, casting="unsafe")  # the float path's values: the cast is monotone
+    most *= MAX_FRAMES_PER_BYTE
+    np.greater(frames, most, out=over)
+    np.greater(rate, 0, out=known)
+    over &= known
+    return np.flatnonzero(over) if over.any() else np.zeros(0, np.int64)
+
+
 def _check_plausible(table, durations: np.ndarray, path: str, state: _LoadState) -> None:
     """The first row whose seconds its bytes cannot hold (``planning.plausible``), as an error naming it."""
     from shardkit.planning.plausible import MAX_FRAMES_PER_BYTE
 
-    rate = table.column("sample_rate").to_numpy(zero_copy_only=False).astype(np.float64)
-    size = table.column("bytes").to_numpy(zero_copy_only=False).astype(np.float64)
-    known = np.isfinite(rate) & (rate > 0) & np.isfinite(size)
-    bad = np.flatnonzero(known & (durations * rate > np.maximum(size, 0) * MAX_FRAMES_PER_BYTE))
+    rate_column, size_column = table.column("sample_rate"), table.column("bytes")
+    if _whole_integers(rate_column) and _whole_integers(size_column):
+        rate, size = rate_column.to_numpy(), size_column.to_numpy()
+        bad = _implausible_rows(durations, rate, size)
+    else:  # nulls (unknown rates or sizes) or floats: as floats, an unknown value never refuses a row
+        rate = rate_column.to_numpy(zero_copy_only=False).astype(np.float64)
+        size = size_column.to_numpy(zero_copy_only=False).astype(np.float64)
+        known = np.isfinite(rate) & (rate > 0) & np.isfinite(size)
+        bad = np.flatnonzero(known & (durations * rate > np.maximum(size, 0) * MAX_FRAMES_PER_BYTE))
     if len(bad):
         row = int(bad[0])
         why = impossible_duration(float(durations[row]), float(rate[row]), float(size[row]))

@@ -217,7 +217,7 @@ def check_unique_keys(mix: MixColumns) -> None:
     """
     from shardkit.io.indexfile import duplicate_hashes
 
-    every = np.concatenate([_hashes(corpus) for corpus in mix.corpora] or [np.zeros(0, np.uint64)])
+    every = _every_hash(mix)
     for corpus in mix.corpora:  # the per-corpus hashes of index files can be read again (peak memory)
         if isinstance(corpus.keys, IndexKeys):
             corpus.key_hash = None
@@ -228,6 +228,28 @@ def check_unique_keys(mix: MixColumns) -> None:
         return
     del every
     _refuse_first_duplicate(mix, dups)
+
+
+def _every_hash(mix: MixColumns) -> np.ndarray:
+    """Every key's hash in corpus order, to be sorted in place: the load's pool itself when the corpora's
+    hashes are its consecutive slices and can be read again from their files (no joined copy: at 100 M
+    utterances, 0.8 GB fewer pages), else a joined copy."""
+    pool, mix.hash_pool = mix.hash_pool, None
+    readable = all(isinstance(corpus.keys, IndexKeys) for corpus in mix.corpora)
+    if pool is not None and readable and _slices_of(pool, [corpus.key_hash for corpus in mix.corpora]):
+        return pool
+    return np.concatenate([_hashes(corpus) for corpus in mix.corpora] or [np.zeros(0, np.uint64)])
+
+
+def _slices_of(pool: np.ndarray, parts: list) -> bool:
+    """Whether ``parts`` are ``pool``'s consecutive slices, in order, covering it."""
+    at = 0
+    start = pool.__array_interface__["data"][0]
+    for part in parts:
+        if part is None or not np.may_share_memory(part, pool) or part.__array_interface__["data"][0] != start + 8 * at:
+            return False
+        at += len(part)
+    return at == len(pool)
 
 
 def _refuse_first_duplicate(mix: MixColumns, dups: np.ndarray) -> None:
