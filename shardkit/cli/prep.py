@@ -103,7 +103,7 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     """
     import os
 
-    _start_workers_early(executor, jobs, corpus_specs)
+    _start_workers_early(executor, jobs)
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.prep import PrepSettings, run_prep
     from shardkit.commands.validate.options import ValidateOptions
@@ -126,15 +126,11 @@ def command(corpus_specs, index_files, world_size, num_workers, out_dir, shard_d
     sys.exit(report.exit_code)
 
 
-def _start_workers_early(executor: str, jobs: int | None, corpus_specs) -> None:
-    """The reading's forkserver, started before the imports of the command (its start-up overlaps them), unless
-    the run reads in its own process (bz2 sources: commands.prep.pipeline) and would never use it."""
+def _start_workers_early(executor: str, jobs: int | None) -> None:
+    """The reading's forkserver, started before the imports of the command (its start-up overlaps them)."""
     import os
 
-    from shardkit.commands.prep.pipeline import corpora_read_in_process
-
-    if executor == "local" and (jobs or os.cpu_count() or 1) > 1 and not corpora_read_in_process(corpus_specs,
-                                                                                                   executor, jobs):
+    if executor == "local" and (jobs or os.cpu_count() or 1) > 1:
         from shardkit.run.executor import start_forkserver
 
         start_forkserver(["shardkit.commands.prep.read"])

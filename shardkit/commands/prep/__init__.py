@@ -2,9 +2,8 @@
 
 What ``convert`` + ``validate --quarantine`` + ``balance`` do in three passes and two copies, in one:
 
-* :mod:`.read` (worker processes, ``run.executor``; for bz2 sources on up to 8 cores, reader threads of
-  this process, every core decoding one source's blocks: :mod:`.pipeline`): each source shard is
-  decompressed once (all codecs; bz2 through indexed_bzip2 with the cores the other tasks leave idle), each utterance is
+* :mod:`.read` (worker processes, ``run.executor``): each source shard is decompressed once (all
+  codecs; bz2 through indexed_bzip2 with the cores the other tasks leave idle), each utterance is
   checked by validate's own checks (its audio decoded once), and the utterances without a finding
   come back with their member bytes; rejected ones are listed (``rejects.jsonl``: shard, member,
   key, checks, reasons) and never reach a training shard.
@@ -41,7 +40,6 @@ the bulk of the work, over many machines; this process plans and writes.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import os
@@ -391,14 +389,12 @@ class _Run:
         self.events.stage("read+check", len(tasks))
         if self.saved_outputs is not None:
             self._open_outputs(self.planner.num_shards, self.saved_outputs)
-        # closed here, not whenever the error that ends the run is collected: the readers stop with the run
-        with contextlib.closing(_read(tasks, [path for path, _ in self.sources], options)) as results:
-            for index, result in results:
-                apply_duplicates(result, self.duplicates)
-                self.dataset_lines.take(result)
-                self._take(result)
-                self.events.done(result)
-                self._after_source(self.start + index + 1)
+        for index, result in options.run_tasks(read_source, tasks, ordered=True, **_task_options(tasks, options)):
+            apply_duplicates(result, self.duplicates)
+            self.dataset_lines.take(result)
+            self._take(result)
+            self.events.done(result)
+            self._after_source(self.start + index + 1)
         findings, rejects = self.dataset_lines.leftovers()  # NeMo lines no tar held: reported, never skipped
         self.findings.extend(findings)
         self.rejects.extend(rejects)
@@ -657,17 +653,6 @@ def _writer_threads() -> int:
     from shardkit.run.executor import usable_cores
 
     return max(1, min(usable_cores(), 16))
-
-
-def _read(tasks: list[SourceTask], paths: list[str], options: RunOptions):
-    """``(index, read result)`` per task in list order: in this process with every source decoded in parallel
-    blocks when :func:`.pipeline.reads_in_process` says so, else by ``run_tasks`` (a pool, inline, or Ray)."""
-    from shardkit.commands.prep.pipeline import read_in_process, reads_in_process
-    from shardkit.run.executor import usable_cores
-
-    if reads_in_process(paths, options.executor, options.jobs):
-        return read_in_process(tasks, options.jobs or usable_cores())
-    return options.run_tasks(read_source, tasks, ordered=True, **_task_options(tasks, options))
 
 
 def _task_options(tasks: list[SourceTask], options: RunOptions) -> dict:

@@ -159,14 +159,12 @@ class LayoutOutputShards(OutputShards):
         """Queue one utterance for ``shard``: its members named for ``key``, each ``(name, data, digest)``."""
         self._enqueue(shard, (shard, key, members), sum(len(data) for _, data, _ in members))
 
-    def _write_item(self, item: tuple) -> int:
+    def _write_item(self, item: tuple) -> None:
         shard, key, members = item
-        nbytes = sum(len(data) for _, data, _ in members)
         try:
             self._write_utterance(shard, key, members)
         finally:
-            self._release(nbytes)
-        return nbytes
+            self._release(sum(len(data) for _, data, _ in members))
 
     def _write_utterance(self, shard: int, key: str, members: list[tuple[str, bytes, bytes]]) -> None:
         path = self.paths[shard]

@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from shardkit.commands import validate as v
 from shardkit.errors import ShardkitError
 from shardkit.io.files import member_digest
-
-if TYPE_CHECKING:
-    import threading
 
 TRANSCODE = "transcode"  # --audio flac|wav: the re-encoded audio did not decode back to the same samples
 
@@ -37,11 +33,8 @@ class SourceTask:
     dataset: str | None = None  # a tar of a NeMo tarred dataset (its manifest) or Shar folder: see .datasets
 
 
-def read_source(task: SourceTask, stop: threading.Event | None = None) -> dict:
+def read_source(task: SourceTask) -> dict:
     """Validate one source shard in full and keep its good utterances; never raises for data problems.
-
-    ``stop`` (reading in the run's own process, :mod:`.pipeline`): once set, the scan ends at the next
-    utterance with :class:`Stopped` (the run is ending; nobody takes this result).
 
     Returns validate's result dict (``findings``, ``rejected``, ``keys``, ``seconds``...) plus
     ``accepted``: ``[key, seconds, [(name, data, sha256 digest), ...]]`` per utterance without a finding, in shard
@@ -61,25 +54,19 @@ def read_source(task: SourceTask, stop: threading.Event | None = None) -> dict:
     if problem is not None:
         result["findings"].append(v.finding(path, None, None, v.MISSING_FILE, problem))
     else:
-        _scan(path, options, result, task.audio, task.flac_level, stop)
+        _scan(path, options, result, task.audio, task.flac_level)
     result["elapsed_s"] = round(time.perf_counter() - started, 4)
     return result
 
 
-class Stopped(Exception):
-    """A scan ended early because its run is ending (``read_source``'s ``stop``)."""
-
-
 def _scan(path: str, options: v.ValidateOptions, result: dict, audio: str = "keep",
-          flac_level: int | None = None, stop: threading.Event | None = None) -> None:
+          flac_level: int | None = None) -> None:
     """validate's scan (``_scan_shard``), keeping each utterance that earned no rejection and its duration
     (the seconds ``_check_utterance`` adds for it: WeNet's audio member, decoded once)."""
     seen: dict[str, bool] = {}
     state: dict = {}
     accepted = result["accepted"]
     for key, members in v.iter_indexed_groups(path, options, v._unsafe_recorder(path, result), state):
-        if stop is not None and stop.is_set():
-            raise Stopped(path)
         rejected_before, seconds_before = len(result["rejected"]), result["seconds"]
         problem = None
         if audio != "keep":

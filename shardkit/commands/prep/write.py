@@ -26,10 +26,6 @@ LAYOUT_NAME = re.compile(r"audio_\d+\.tar|recording\.\d{6,}\.tar|(cuts\.\d{6,}|m
                          r"(\.lines)?|" + re.escape(MANIFEST) + "|" + re.escape(CONFIG))
 QUEUE_ITEMS = 256  # members waiting per writer thread
 QUEUE_BYTES = 64 << 20  # member bytes waiting for all writer threads together (beyond the planner's pool)
-# A writer thread has the disk write its shards' bytes (fdatasync) each time it has written this much: the
-# disk works while the sources are still read, so the fsync before each rename finds little left to write
-# (the whole output stayed in the page cache until the end, a serial tail of disk time). Bytes unchanged.
-WRITE_BACK_BYTES = 32 << 20
 _FINISH, _ABORT, _FLUSH = object(), object(), object()
 
 
@@ -73,7 +69,6 @@ class OutputShards:
         self._error: BaseException | None = None
         self._entries: list[dict | None] = [None] * len(paths)
         self._queued = 0  # bytes added but not yet written
-        self._unsynced: list[int] = []  # per writer thread: bytes written since its last write-back
         self._room = threading.Condition()
         try:
             for s, path in enumerate(paths):
@@ -96,7 +91,6 @@ class OutputShards:
         for t in range(max(1, min(threads, len(paths)))):
             # bounded: a writer that falls behind holds up the reader, never the memory
             self._queues.append(queue.Queue(maxsize=QUEUE_ITEMS))
-            self._unsynced.append(0)
             thread = threading.Thread(target=self._work, args=(t,), name=f"prep-writer-{t}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -177,7 +171,7 @@ class OutputShards:
                 if item[0] is _FLUSH:
                     self._flush(t, item[1])
                     continue
-                self._write_back(t, self._write_item(item))
+                self._write_item(item)
             except BaseException as err:  # handed to the main thread at its next add() or finish()
                 self._error = self._error or err
                 if item[0] is _FINISH:
@@ -207,34 +201,18 @@ class OutputShards:
                 raise output_error(err, self.paths[s]) from None
         done.set()
 
-    def _write_item(self, item: tuple) -> int:
-        """One queued item written (here a member: ``(shard, name, data, digest)``), its bytes released; how
-        many bytes it wrote."""
+    def _write_item(self, item: tuple) -> None:
+        """One queued item written (here a member: ``(shard, name, data, digest)``), its bytes released."""
         shard, name, data, digest = item
         try:
             self._write_member(shard, name, data, digest)
         finally:
             self._release(len(data))
-        return len(data)
 
     def _release(self, nbytes: int) -> None:
         with self._room:
             self._queued -= nbytes
             self._room.notify()
-
-    def _write_back(self, t: int, nbytes: int) -> None:
-        """Every WRITE_BACK_BYTES that thread ``t`` writes: its shards' written bytes onto the disk now."""
-        self._unsynced[t] += nbytes
-        if self._unsynced[t] < WRITE_BACK_BYTES:
-            return
-        self._unsynced[t] = 0
-        for s in range(t, len(self.paths), len(self._queues)):
-            try:
-                os.fdatasync(self._files[s].file.fileno())
-            except OSError as err:  # a full or failing disk: named, not a traceback from a thread
-                from shardkit.io.files import output_error
-
-                raise output_error(err, self.paths[s]) from None
 
     def _write_member(self, shard: int, name: str, data: bytes, digest: bytes) -> None:
         try:
