@@ -61,6 +61,8 @@ COMMANDS = (
         Row("the whole machine (`-j` = cores) against `lbzip2 -dc -n2 | zstd -3 -T2`", "convert",
             "{quiet, 1 round (load ~1.2)} quiet, {busy: per-round ratio, median} busy",
             row=r"^shardkit convert after \(threads"),
+        Row("the whole machine, quiet, against `lbzip2 -dc -n2 | zstd -3 -T2` per shard (per round)",
+            "2026-11-28-convert-reader", "{vs pipeline, per round}", row=r"^this: shardkit convert \(defaults\)"),
         Row("ceiling of that ratio: the pipeline's CPU over indexed_bzip2 + zstandard alone", "convert",
             "{median}x", row=r"^ceiling"),
         Row("two jobs on two cores against one (`--threads 1`)", "scaling", "{scaling}",
@@ -76,6 +78,9 @@ COMMANDS = (
         Row("CLI, `--codec none --audio flac -j1`, verified, against libsndfile encode + decode", "transcode",
             "{h of audio per CPU-s} h of audio per CPU-s",
             row=r"^CLI `convert --codec none --audio flac -j1`, verified"),
+        Row("CLI, verified (libFLAC's verify mode), quiet, against soundfile encode + decode", "2026-11-28-flac",
+            "{limit's CPU / this (per round)}x ({h of audio per CPU-s} h of audio per CPU-s)",
+            row=r"^CLI after \(this checkout\), verified"),
         Row("CLI, `--no-verify`, against libsndfile's encoder alone", "transcode",
             "{h of audio per CPU-s} h of audio per CPU-s", row=r"^CLI, `--no-verify`"),
         Row("bz2 -> FLAC-in-tar, two jobs on two cores", "transcode",
@@ -112,6 +117,8 @@ COMMANDS = (
             text=r"balance / convert time: ([\d.]*\d)"),
         Row("`balance --dry-run`, 20 M utterances, Parquet index (plan version 2)", "plan_scale",
             "{version 2 (runs)}, peak RSS {peak RSS v2 / before}", row=r"^20 M \| Parquet \| [\d.]+ s"),
+        Row("`balance --dry-run`, 20 M utterances, Parquet index, plan version 3 (quiet)", "2026-11-28-plan-scale",
+            "{wall median}, peak RSS {peak RSS}", row=r"^version 3 \(default\)"),
         Row("`balance --dry-run --wenet-conf`, 20 M utterances, Parquet", "plan_scale",
             "{this branch (runs)}, peak RSS {peak RSS (branch / c8af364)}",
             row=r"^20 M \| Parquet \| `balance --dry-run --wenet-conf`"),
@@ -122,6 +129,8 @@ COMMANDS = (
                                                     "against decoding the bz2 sources once (`lbzip2 -dc`).", (
         Row("prep against the lbzip2 floor, 2 cores (median of the per-repeat ratios)", "prep",
             "{prep after}x", row=r"^median ratio \|"),
+        Row("prep against the lbzip2 floor, 2 cores, quiet (median of 3 repeats)", "2026-11-28-prep",
+            "{prep@base}x", row=r"^ratio to the floor"),
         Row("recipe stage 2 (prep and the script) against the floor, 2 cores", "prep",
             "{stage after}x", row=r"^median ratio \|"),
         Row("prep against the floor, 16 cores (largest corpus)", "prep", "{prep after}x",
@@ -163,6 +172,8 @@ COMMANDS = (
             row=r"^zst:3: shardkit float32"),
         Row("zst:3 against zstd decompression alone", "reader", "{measured}",
             row=r"^zst:3 WAV read \+ decode >= 0.8x"),
+        Row("zst:3, float32, against zstd decompression alone (quiet, CPU)", "2026-11-28-convert-reader", "{1}x",
+            text=r"zst:3 float32 vs zstd alone \(>= 0.8; issue 39: >= 0.9\): ([\d.]+)"),
         Row("bz2, WeNet-style (`tarfile` + `torchaudio.load`)", "reader", "{MB/s of tar} MB/s of tar",
             row=r"^bz2: WeNet-style"),
         Row("`iter_samples` as documented against a process tuned with `reuse_freed_memory()`", "reader",
@@ -224,7 +235,17 @@ class Profile:
 
 
 # issue 39: one profile per row of the issue's table, each from the results file its branch wrote
-PROFILES: tuple[Profile, ...] = ()
+PROFILES: tuple[Profile, ...] = (
+    Profile("convert bz2 -> zst:3 against `lbzip2 -dc | zstd -3`: by part, one shard, one thread",
+            "2026-11-28-convert-reader", r"^Quiet rerun, 2026-11-28 \(main"),
+    Profile("prep against `lbzip2 -dc -n2`: CPU by part, 2 cores", "2026-11-28-prep", r"^Quiet profile"),
+    Profile("WAV tar -> FLAC-in-tar, verified, one core: by part and against the other encoders", "2026-11-28-flac",
+            r"^Quiet rerun"),
+    Profile("the zst:3 reader against zstd decompression alone, one core", "2026-11-28-convert-reader",
+            r"^Quiet rerun of the reader"),
+    Profile("`balance --dry-run` of 20 M utterances, by phase, before and after the index read (measured under load)",
+            "2026-11-28-plan-scale", r"^Where the CPU goes now"),
+)
 
 
 @dataclass(frozen=True)
