@@ -11,13 +11,12 @@ the source's decoding instead of forming each shard's serial tail.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 
 from shardkit.errors import VerificationError
 from shardkit.io.codecs import iter_decompressed
-from shardkit.io.tar import STREAM_MEMBER_BYTES, ChunkReader, MemberStream, iter_tar_members
+from shardkit.io.tar import STREAM_MEMBER_BYTES, ChunkReader, iter_tar_members, member_sha256
 
 # the writer tells the reader about new bytes after at least this many (one flush and wake-up each)
 NOTIFY_BYTES = 1 << 20
@@ -101,18 +100,9 @@ class ReadBackWhileWriting:
                 iter_decompressed(self, shard=self._shard, codec=self._codec))
             members = iter_tar_members(source, shard=self._shard, max_member_bytes=self._max_member_bytes,
                                        stream_over=STREAM_MEMBER_BYTES)
-            self.digests = [(name, _digest(data)) for name, data in members]
+            self.digests = [(name, member_sha256(data)) for name, data in members]
         except BaseException as err:  # noqa: BLE001 - handed to the committing thread, which raises it
             self.error = err
-
-
-def _digest(data) -> bytes:
-    if not isinstance(data, MemberStream):
-        return hashlib.sha256(data).digest()
-    h = hashlib.sha256()
-    for chunk in data.chunks():
-        h.update(chunk)
-    return h.digest()
 
 
 class _AnnouncingFile:

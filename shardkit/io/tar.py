@@ -20,6 +20,7 @@ every size is checked (>= 0, within the stream, within ``max_member_bytes``).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -601,6 +602,40 @@ def iter_shard_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_
     with open_shard(path) as f:
         yield from iter_tar_members(shard_reader(f, shard=path, threads=threads), shard=path,
                                     max_member_bytes=max_member_bytes, on_error=on_error, stream_over=stream_over)
+
+
+def member_sha256(data: "bytes | MemberStream") -> bytes:
+    """The sha256 of a member's data, a streamed member hashed chunk by chunk (never held whole)."""
+    if not isinstance(data, MemberStream):
+        return hashlib.sha256(data).digest()
+    h = hashlib.sha256()
+    for chunk in data.chunks():
+        h.update(chunk)
+    return h.digest()
+
+
+class _CountingReader:
+    """Counts the bytes read through it, so a member's data offset is known as it is yielded."""
+
+    def __init__(self, f):
+        self._read = f.read
+        self.count = 0
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        self.count += len(data)
+        return data
+
+
+def iter_members_with_offsets(path: str, *, on_error: Callable[[ShardkitError], None] | None = None
+                              ) -> Iterator[tuple[str, bytes, int, bool]]:
+    """``(name, data, data offset in the decompressed tar, whether the tar is compressed)`` per member of the
+    shard at ``path``: in a plain tar the offset is where a positioned read finds the member's bytes."""
+    with open_shard(path) as f:
+        reader = shard_reader(f, shard=path)
+        counting = _CountingReader(reader)
+        for name, data in iter_tar_members(counting, shard=path, on_error=on_error):
+            yield name, data, counting.count - (-len(data) % 512) - len(data), reader is not f
 
 
 def split_key(name: str) -> tuple[str, str]:

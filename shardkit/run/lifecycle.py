@@ -552,19 +552,9 @@ def verify_members(expected: list[tuple[str, bytes]], *, shard: str, max_member_
 def member_digests(path: str, *, max_member_bytes: int = 1 << 31) -> list[tuple[str, bytes]]:
     """``(name, sha256 of data)`` per member, read with shardkit's checked reader; a member above
     ``tario.STREAM_MEMBER_BYTES`` is hashed in chunks, never held whole."""
-    import hashlib
+    from shardkit.io.tar import STREAM_MEMBER_BYTES, iter_shard_members, member_sha256
 
-    from shardkit.io.tar import STREAM_MEMBER_BYTES, MemberStream, iter_shard_members
-
-    def digest(data) -> bytes:
-        if not isinstance(data, MemberStream):
-            return hashlib.sha256(data).digest()
-        h = hashlib.sha256()
-        for chunk in data.chunks():
-            h.update(chunk)
-        return h.digest()
-
-    return [(name, digest(data)) for name, data in
+    return [(name, member_sha256(data)) for name, data in
             iter_shard_members(path, max_member_bytes=max_member_bytes, stream_over=STREAM_MEMBER_BYTES)]
 
 

@@ -27,7 +27,7 @@ import zlib
 from typing import Iterator, NamedTuple
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.io.tar import iter_tar_members, open_shard, shard_reader
+from shardkit.io.tar import iter_members_with_offsets
 
 
 
@@ -40,29 +40,6 @@ class SourceFinding(ShardkitError):
     def __init__(self, reason: str, *, check: str, shard: str | None = None, member: str | None = None):
         self.check = check
         super().__init__(reason, shard=shard, member=member)
-
-
-class _Counting:
-    """Counts the decompressed bytes read through it, so a member's data offset is known as it is yielded."""
-
-    def __init__(self, f):
-        self._read = f.read
-        self.count = 0
-
-    def read(self, n: int) -> bytes:
-        data = self._read(n)
-        self.count += len(data)
-        return data
-
-
-def iter_tar_with_offsets(path: str) -> Iterator[tuple[str, bytes, int, bool]]:
-    """``(name, data, data offset in the decompressed tar, whether the tar is compressed)`` per member."""
-    with open_shard(path) as f:
-        reader = shard_reader(f, shard=path)
-        compressed = reader is not f
-        counting = _Counting(reader)
-        for name, data in iter_tar_members(counting, shard=path):
-            yield name, data, counting.count - (-len(data) % 512) - len(data), compressed
 
 
 def _tar_broke(err: ShardkitError, path: str, what: str) -> SourceFinding:
@@ -166,7 +143,7 @@ class NemoTarred:
     def read_shard(self, tar: str) -> Iterator[dict | SourceFinding]:
         """One tar's utterances (a member's lines taken from :attr:`lines`), and its findings."""
         try:
-            for name, data, offset, compressed in iter_tar_with_offsets(tar):
+            for name, data, offset, compressed in iter_members_with_offsets(tar):
                 member_lines = self.lines.pop(file_id(name), None)
                 if member_lines is None:
                     yield SourceFinding("no manifest line names this member (NeMo never reads it)", check="no_line",
@@ -306,7 +283,7 @@ def _shar_pairs(folder: str) -> list[tuple[str, str]]:
 def _audio_members(path: str) -> Iterator[tuple[str, bytes, int, bool]]:
     """The audio (or ``.nodata``) member of each cut; the JSON after each is its Recording, whose facts the
     audio's own header gives again."""
-    for index, member in enumerate(iter_tar_with_offsets(path)):
+    for index, member in enumerate(iter_members_with_offsets(path)):
         if index % 2 == 0:
             yield member
 

@@ -19,44 +19,26 @@ from typing import Iterator
 from shardkit.commands.make.sources import TAR_SUFFIXES, Entry, Skip, SourceOptions, expand
 from shardkit.commands.make.sources._probe import check_of, probe_bytes
 from shardkit.errors import ShardkitError
-from shardkit.io.tar import AUDIO_EXTENSIONS, iter_tar_members, open_shard, shard_reader
+from shardkit.io.tar import AUDIO_EXTENSIONS, iter_members_with_offsets
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext
 
 
-class CountingReader:
-    """Counts the bytes read through it, so a member's data offset is known as it is yielded."""
-
-    def __init__(self, f):
-        self._read = f.read
-        self.count = 0
-
-    def read(self, n: int) -> bytes:
-        data = self._read(n)
-        self.count += len(data)
-        return data
-
-
 def _samples(path: str, problems: list) -> Iterator[tuple[str, dict]]:
     """``(key, {ext: (data, offset, member name)})`` per WebDataset sample of one tar."""
-    with open_shard(path) as f:
-        reader = shard_reader(f, shard=path)
-        plain = reader is f
-        counting = CountingReader(reader)
-        key, sample = None, {}
-        for name, data in iter_tar_members(counting, shard=path, on_error=problems.append):
-            offset = counting.count - (-len(data) % 512) - len(data) if plain else -1
-            match = _KEY_EXT.match(name)
-            if match is None:
-                continue  # no extension: WebDataset skips it too
-            prefix, ext = match.group(1), match.group(2).lower()
-            if prefix != key:
-                if sample:
-                    yield key, sample
-                key, sample = prefix, {}
-            sample[ext] = (data, offset, name)
-        if sample:
-            yield key, sample
+    key, sample = None, {}
+    for name, data, offset, compressed in iter_members_with_offsets(path, on_error=problems.append):
+        match = _KEY_EXT.match(name)
+        if match is None:
+            continue  # no extension: WebDataset skips it too
+        prefix, ext = match.group(1), match.group(2).lower()
+        if prefix != key:
+            if sample:
+                yield key, sample
+            key, sample = prefix, {}
+        sample[ext] = (data, -1 if compressed else offset, name)
+    if sample:
+        yield key, sample
 
 
 def _text(sample: dict, field: str) -> str | None:
