@@ -27,6 +27,7 @@ import zlib
 from typing import Iterator, NamedTuple
 
 from shardkit.errors import ShardkitError, UsageError
+from shardkit.io.jsonlines import iter_json_objects
 from shardkit.io.tar import iter_members_with_offsets
 
 
@@ -192,26 +193,12 @@ def _line_key(obj: dict, fid: str, key_field: str | None) -> str:
 
 def _json_lines(path: str) -> Iterator[tuple[int, dict | None, str]]:
     """``(line number, object or None, why not)`` per non-blank line; an unreadable file is a UsageError."""
-    import orjson
-
     try:
         f = gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb", buffering=1 << 20)
     except OSError as err:
         raise UsageError(f"cannot read the manifest ({err.strerror or err})", shard=path) from None
     with f:
-        try:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError as err:
-                    yield number, None, f"line {number} is not JSON ({str(err).split(':')[0]})"
-                    continue
-                yield (number, obj, "") if isinstance(obj, dict) else (number, None,
-                                                                       f"line {number} is not a JSON object")
-        except (OSError, EOFError, zlib.error) as err:
-            raise UsageError(f"cannot read the manifest ({err})", shard=path) from None
+        yield from iter_json_objects(f, path=path, what=" the manifest")
 
 
 def _is_gzip(path: str) -> bool:

@@ -20,6 +20,7 @@ import re
 from typing import Iterator, NamedTuple
 
 from shardkit.errors import UsageError
+from shardkit.io.jsonlines import iter_json_objects
 
 
 class Entry(NamedTuple):
@@ -106,24 +107,8 @@ def open_binary(path: str):
 
 def json_lines(path: str) -> Iterator[tuple[int, dict | None, str]]:
     """``(line number, object or None, error)`` for each non-blank line of a JSON-lines manifest."""
-    import orjson
-
     with open_binary(path) as f:
-        try:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError as err:
-                    yield number, None, f"line {number} is not JSON ({str(err).split(':')[0]})"
-                    continue
-                if not isinstance(obj, dict):
-                    yield number, None, f"line {number} is not a JSON object"
-                    continue
-                yield number, obj, ""
-        except (OSError, EOFError) as err:
-            raise UsageError(f"cannot read ({err})", shard=path) from None
+        yield from iter_json_objects(f, path=path)
 
 
 def _first_object(path: str) -> dict | None:
