@@ -66,18 +66,14 @@ def _refuse_manifest_without_tars(arg: str) -> None:
     """A JSON-lines file that is not a NeMo tarred dataset's manifest (no ``shard_id``, no ``audio_0.tar`` beside
     it, a first line that is not a manifest line) is a UsageError saying why, never a list of shards that are not
     there (a shard list's lines are paths; an index file was refused before)."""
-    import json
+    from shardkit.io.layouts.sources import first_json_line
 
     if not os.path.isfile(arg):
         return
     with open(arg, "rb") as f:
-        head = f.read(1 << 16).lstrip()
-    if not head.startswith(b"{"):
-        return
-    try:
-        first = json.loads(head.split(b"\n", 1)[0])
-    except ValueError:
-        first = None
+        if not f.read(1 << 16).lstrip().startswith(b"{"):
+            return
+    first = first_json_line(arg)
     if not isinstance(first, dict) or "audio_filepath" not in first:
         why = "its first line is not a JSON object with audio_filepath"
     else:
@@ -285,21 +281,13 @@ class DatasetLines:
             dataset = _open(path)
             if not isinstance(dataset, NemoTarred):
                 continue
-            read = set(self.read.get(path, ()))
-            unread = [f for fid, lines in dataset.lines.items() if fid not in read for f in _unread(dataset, fid, lines)]
+            unread = [(f, f.member) for f in dataset.unread_lines(taken=set(self.read.get(path, ())))]
             for item, key in [(f, None) for f in dataset.findings] + unread:
                 findings.append(finding(dataset.manifest, key, item.member if key is None else None, item.check,
                                         item.reason))
                 rejects.append({"shard": dataset.manifest, "member": item.member if key is None else None, "key": key,
                                 "checks": [item.check], "reasons": [f"{item.check}: {item.reason}"]})
         return findings, rejects
-
-
-def _unread(dataset, fid: str, lines) -> list[tuple]:
-    from shardkit.io.layouts.sources import SourceFinding
-
-    return [(SourceFinding(f"line {line.number}: no tar holds member {fid!r} (NeMo never reads this line)",
-                           check="no_audio", shard=dataset.manifest, member=line.key), line.key) for line in lines]
 
 
 __all__ = ["DatasetLines", "expand_corpus", "is_dataset_source", "metadata_files", "read_dataset_tar"]

@@ -20,7 +20,7 @@ from typing import Iterator
 from shardkit.commands.validate.members import check_text
 from shardkit.commands.validate.names import DECLARED_DURATION, DUPLICATE_KEY, KEY_DOT, MISSING_TXT, finding
 from shardkit.commands.validate.options import ValidateOptions
-from shardkit.commands.validate.shard import _audio_problems, _count_audio, check_key_dot
+from shardkit.commands.validate.shard import _audio_problems, _count_audio, _new_result, check_key_dot
 from shardkit.io.text import key_control_problem
 
 DURATION_TOLERANCE = 0.01  # seconds: a manifest rounded to 10 ms still agrees; one sample is always allowed
@@ -44,9 +44,7 @@ def validate_dataset(dataset, options: ValidateOptions) -> Iterator[dict]:
 
 def _empty_result(path: str) -> dict:
     size = os.path.getsize(path) if os.path.isfile(path) else None
-    return {"shard": path, "bytes": size, "codec": "none", "utterances": 0, "members": 0, "seconds": 0.0,
-            "sample_rates": {}, "channel_counts": {}, "audio_formats": {}, "findings": [], "keys": [],
-            "rejected": [], "warnings": [], "elapsed_s": 0.0}
+    return _new_result(path, size, "none") | {"elapsed_s": 0.0}
 
 
 def _validate_tar(dataset, tar: str, options: ValidateOptions) -> dict:

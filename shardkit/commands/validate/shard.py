@@ -124,9 +124,7 @@ def validate_shard(path: str, options: ValidateOptions) -> dict:
     ``[member_index, name, key, [checks], [messages]]`` per member that quarantine must set apart.
     """
     started = time.perf_counter()
-    result = {"shard": path, "bytes": None, "codec": None, "utterances": 0, "members": 0, "seconds": 0.0,
-              "sample_rates": {}, "channel_counts": {}, "audio_formats": {}, "findings": [], "keys": [],
-              "rejected": [], "warnings": []}
+    result = _new_result(path)
     result["stamp"] = _stamp(path)  # before reading: quarantine's second pass checks the source is the same
     size, codec, problem = _shard_file_facts(path)
     result["bytes"], result["codec"] = size, codec
@@ -295,6 +293,13 @@ def _report_scan_end(path: str, state: dict, result: dict) -> None:
     result["rejected"].extend([index, name, cut_key, [check], [f"{check}: {message}"]] for index, name, _, _ in cut)
     result["scan_error"] = f"{check}: {message}"
 
+
+
+def _new_result(path: str, size: int | None = None, codec: str | None = None) -> dict:
+    """A shard's result before anything was read: the keys every validate result carries, each count at zero."""
+    return {"shard": path, "bytes": size, "codec": codec, "utterances": 0, "members": 0, "seconds": 0.0,
+            "sample_rates": {}, "channel_counts": {}, "audio_formats": {}, "findings": [], "keys": [],
+            "rejected": [], "warnings": []}
 
 
 def _stamp(path: str) -> list | None:

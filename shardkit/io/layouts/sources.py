@@ -65,19 +65,25 @@ def file_id(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
+def first_json_line(path: str) -> object:
+    """The first line of ``path`` parsed as JSON when the file starts with ``{`` (a manifest), else None: a shard
+    or list given where a manifest may be is judged by its first bytes, never read whole."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16).lstrip()
+        if not head.startswith(b"{"):
+            return None
+        return json.loads(head.split(b"\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
 def is_nemo_manifest(path: str) -> bool:
     """Whether ``path`` is a NeMo tarred dataset's manifest: its first line carries ``audio_filepath`` and
     ``shard_id``, and ``audio_0.tar`` lies beside it."""
-    if not os.path.isfile(path):
-        return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)  # a shard or list given to index or validate is judged by its first bytes
-        if not head.lstrip().startswith(b"{"):
-            return False
-        obj = json.loads(head.lstrip().split(b"\n", 1)[0])
-    except (OSError, ValueError):
-        return False
+    obj = first_json_line(path)
     return isinstance(obj, dict) and "audio_filepath" in obj and "shard_id" in obj and \
         os.path.exists(os.path.join(os.path.dirname(os.path.abspath(path)), "audio_0.tar"))
 
@@ -169,12 +175,16 @@ class NemoTarred:
             utterance.update(start=float(line.offset), duration=float(line.duration))
         return utterance
 
-    def unread_lines(self) -> Iterator[SourceFinding]:
-        """Once every shard was read: each line no tar held (NeMo counts it in the length, never reads it)."""
+    def unread_lines(self, taken=None) -> Iterator[SourceFinding]:
+        """Once every shard was read: each line no tar held (NeMo counts it in the length, never reads it).
+        ``taken``: the file ids some tar held, when the tars were read through other views of this dataset
+        (prep's workers) and :attr:`lines` still holds every line."""
         for fid, rest in self.lines.items():
+            if taken is not None and fid in taken:
+                continue
             for line in rest:
-                yield SourceFinding(f"no tar holds member {fid!r} (NeMo never reads this line)", check="no_audio",
-                                    shard=self.manifest, member=line.key)
+                yield SourceFinding(f"no tar holds member {fid!r} (NeMo never reads line {line.number})",
+                                    check="no_audio", shard=self.manifest, member=line.key)
 
     def __iter__(self) -> Iterator[dict | SourceFinding]:
         yield from self.findings
