@@ -451,17 +451,11 @@ def _write_index(out_path: str, sources: dict, indexed) -> IndexReport:
     return report
 
 
-def is_layout_source(arg: str) -> bool:
-    """Whether ``arg`` is a NeMo tarred dataset's manifest or a Lhotse Shar folder (``index`` reads their
-    text inline: ``shardkit.io.layouts.sources``)."""
-    from shardkit.io.layouts.sources import is_dataset
-
-    return is_dataset(arg)
-
-
 def _datasets_given(shard_args: list[str]) -> bool:
     """Whether the arguments are NeMo tarred datasets and Shar folders (refused mixed with shards)."""
-    given = [is_layout_source(arg) for arg in shard_args]
+    from shardkit.io.layouts.sources import is_dataset
+
+    given = [is_dataset(arg) for arg in shard_args]
     if any(given) and not all(given):
         raise UsageError("index either NeMo tarred datasets and Shar folders, or shards: not both in one index")
     return any(given)

@@ -84,19 +84,18 @@ def _shard_sources(corpus: CorpusSource) -> list[str]:
     """The shards a corpus' other sources (shards, folders, data.list files) name."""
     from shardkit.io.indexfile import is_index_file
     from shardkit.io.inputs import expand_shards
+    from shardkit.io.layouts.sources import is_dataset
 
-    from shardkit.commands.index import is_layout_source
-
-    shard_args = [s for s in corpus.sources if not is_index_file(s) and not is_layout_source(s)]
+    shard_args = [s for s in corpus.sources if not is_index_file(s) and not is_dataset(s)]
     return expand_shards(shard_args) if shard_args else []
 
 
 def _layout_sources(corpus: CorpusSource) -> list[str]:
     """A corpus' NeMo tarred datasets (their manifests) and Lhotse Shar folders, absolute: indexed through
     ``index``, their text inline in the records."""
-    from shardkit.commands.index import is_layout_source
+    from shardkit.io.layouts.sources import is_dataset
 
-    return [os.path.abspath(s) for s in corpus.sources if is_layout_source(s)]
+    return [os.path.abspath(s) for s in corpus.sources if is_dataset(s)]
 
 
 def _layout_files(datasets: list[str]) -> list[str]:

@@ -33,22 +33,16 @@ TRANSCODE = "transcode"  # the check prep.read names a failed --audio transcode 
 _OPENED: dict[str, tuple[tuple, object]] = {}  # per worker process: dataset path -> (its stamp, the dataset)
 
 
-def is_dataset_source(arg: str) -> bool:
-    """Whether a corpus argument is a NeMo tarred manifest or a Shar folder (not shards, a list or a glob)."""
-    from shardkit.io.layouts.sources import is_dataset
-
-    return is_dataset(arg)
-
-
 def expand_corpus(args: Sequence[str]) -> list[tuple[str, str | None]]:
     """``(source path, its dataset or None)`` per source of one corpus, in argument order: a dataset's tars
     (dataset = the manifest's or folder's absolute path), everything else as ``expand_shards`` names it."""
     from shardkit.io.inputs import expand_shards
+    from shardkit.io.layouts.sources import is_dataset
 
     out: list[tuple[str, str | None]] = []
     plain: list[str] = []
     for arg in args:
-        if not is_dataset_source(arg):
+        if not is_dataset(arg):
             _refuse_manifest_without_tars(arg)
             plain.append(arg)
             continue
@@ -290,4 +284,4 @@ class DatasetLines:
         return findings, rejects
 
 
-__all__ = ["DatasetLines", "expand_corpus", "is_dataset_source", "metadata_files", "read_dataset_tar"]
+__all__ = ["DatasetLines", "expand_corpus", "metadata_files", "read_dataset_tar"]
