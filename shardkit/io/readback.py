@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 import threading
 
-from shardkit.errors import VerificationError
 from shardkit.io.codecs import iter_decompressed
-from shardkit.io.tar import STREAM_MEMBER_BYTES, ChunkReader, iter_tar_members, member_sha256
+from shardkit.io.tar import STREAM_MEMBER_BYTES, ChunkReader, check_read_back, iter_tar_members, member_sha256
 
 # the writer tells the reader about new bytes after at least this many (one flush and wake-up each)
 NOTIFY_BYTES = 1 << 20
@@ -57,10 +56,7 @@ class ReadBackWhileWriting:
         self._end()
         if self.error is not None:
             raise self.error
-        if self.digests != self.expected:
-            mismatch = next((a[0] for a, b in zip(self.expected, self.digests) if a != b), None)
-            raise VerificationError(f"written shard does not read back as written ({len(self.digests)} vs "
-                                    f"{len(self.expected)} members)", shard=self._shard, member=mismatch)
+        check_read_back(self.digests, self.expected, shard=self._shard)
 
     def _end(self) -> None:
         with self._cond:

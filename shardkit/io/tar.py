@@ -614,6 +614,17 @@ def member_sha256(data: "bytes | MemberStream") -> bytes:
     return h.digest()
 
 
+def check_read_back(back: list[tuple[str, bytes]], expected: list[tuple[str, bytes]], *, shard: str) -> None:
+    """A written shard's ``(name, sha256)`` list as read back must be ``expected`` (in order), else a
+    VerificationError naming the shard and the first member that differs."""
+    if back != expected:
+        from shardkit.errors import VerificationError
+
+        mismatch = next((a[0] for a, b in zip(expected, back) if a != b), None)
+        raise VerificationError(f"written shard does not read back as written ({len(back)} vs {len(expected)} "
+                                "members)", shard=shard, member=mismatch)
+
+
 class _CountingReader:
     """Counts the bytes read through it, so a member's data offset is known as it is yielded."""
 

@@ -538,13 +538,10 @@ def verify_members(expected: list[tuple[str, bytes]], *, shard: str, max_member_
     """
 
     def verify(tmp: str) -> None:
-        from shardkit.errors import VerificationError
+        from shardkit.io.tar import check_read_back
 
         back = _raw_member_digests(tmp) if raw_names else member_digests(tmp, max_member_bytes=max_member_bytes)
-        if back != expected:
-            mismatch = next((a[0] for a, b in zip(expected, back) if a != b), None)
-            raise VerificationError(f"written shard does not read back as written "
-                                    f"({len(back)} vs {len(expected)} members)", shard=shard, member=mismatch)
+        check_read_back(back, expected, shard=shard)
 
     return verify
 
