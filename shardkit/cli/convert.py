@@ -74,6 +74,7 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     data.list and convert.json are published the same way. A rerun checks each finished output's
     size and sha256 (reading the object back) against convert.json.
     """
+    _one_blas_thread()
     _start_workers_early(executor, jobs, shards)
     from shardkit.cli._outcome import zstd_note
     from shardkit.cli._progress import ProgressBars
@@ -144,6 +145,15 @@ def _print_audio(audio_summary: dict, audio: str) -> None:
     for problem in audio_summary["undecodable_kept"]:
         click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
                    f"{problem['reason']}", err=True)
+
+
+def _one_blas_thread() -> None:
+    """OpenBLAS starts a thread per core when numpy is imported (this process's and the forkserver's), about
+    0.07 CPU-s each (benchmarks/results/2026-11-28-flac.md); convert does no linear algebra. A value the
+    user set stays."""
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 # shardkit.commands.convert.WORKER_MODULES, named here so that the server starts before this process imports

@@ -554,7 +554,8 @@ def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options:
     jobs = _jobs(tasks, settings, options)
     # threads=None: each task's decoder threads are chosen as it is submitted (see threads_per_task)
     extra = threads_per_task(tasks, jobs, options.executor) if settings.threads is None else {}
-    if options.executor == "local":
+    # multiprocessing and its forkserver only for a run that has a pool (one job runs inline, importing neither)
+    if options.executor == "local" and min(jobs or os.cpu_count() or 1, len(tasks)) > 1:
         from shardkit.run.executor import preload_in_forkserver
 
         preload_in_forkserver(WORKER_MODULES)

@@ -72,7 +72,11 @@ def _probe_signal(frames: int, channels: int, bits: int) -> np.ndarray:
     and every sample width."""
     t = np.arange(frames)[:, None] / 16000
     tones = np.sin(2 * np.pi * 190 * t * (1 + np.arange(channels))) + 0.3 * np.sin(2 * np.pi * 2300 * t)
-    noise = np.random.default_rng(frames + channels + bits).normal(0, 0.05, (frames, channels))
+    # noise from a 64-bit LCG over the sample index: deterministic like a seeded generator, without importing
+    # numpy.random (and ssl, which it pulls in) into every run that transcodes
+    index = np.arange(frames * channels, dtype=np.uint64) + np.uint64(frames + channels + bits)
+    bits24 = (index * np.uint64(6364136223846793005) + np.uint64(1442695040888963407)) >> np.uint64(40)
+    noise = (bits24.astype(np.float64) / (1 << 24) - 0.5).reshape(frames, channels) * 0.17
     return np.round((tones * 0.4 + noise) * (2 ** (bits - 1) - 1)).astype(np.int32)
 
 

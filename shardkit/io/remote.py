@@ -20,7 +20,6 @@ Credentials and endpoints come from the store's usual configuration (``AWS_*`` v
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import io
 import os
@@ -28,6 +27,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -275,12 +275,19 @@ def _s3_error(e: BaseException, where: str, settings: IOSettings, body_start: in
     return None
 
 
+def _timeout_errors() -> tuple[type, ...]:
+    """TimeoutError, and asyncio's own before Python 3.11 (its alias since). asyncio is not imported for it: a
+    run that never loaded asyncio (no fsspec store) cannot have raised one, and a local run skips its import."""
+    asyncio = sys.modules.get("asyncio")
+    return (TimeoutError, asyncio.TimeoutError) if asyncio is not None else (TimeoutError,)
+
+
 def _timeout(e: BaseException, where: str, settings: IOSettings, body_start: int):
     name = type(e).__name__
     if name in ("ConnectionTimeoutError", "ConnectTimeoutError"):
         return True, False, f"no connection within {settings.connect_timeout:g} s"
     if name in ("SocketTimeoutError", "ServerTimeoutError", "ReadTimeoutError", "ReadTimeout") \
-            or isinstance(e, (TimeoutError, asyncio.TimeoutError)):
+            or isinstance(e, _timeout_errors()):
         return True, False, f"stalled: no data for {settings.read_timeout:g} s {where}"
     return None
 
