@@ -219,7 +219,7 @@ class _MemberCopy:
     """
 
     __slots__ = ("tar", "indexed", "src", "transform", "written", "transcoded", "pending", "pending_key", "samples",
-                 "early")
+                 "early", "audio_facts")
 
     def __init__(self, tar: TarWriter, indexed: ShardRecords, src: str, transform: Callable | None):
         self.tar, self.indexed, self.src, self.transform = tar, indexed, src, transform
@@ -231,6 +231,7 @@ class _MemberCopy:
         # the key of an utterance written before it was complete (a member too large to hold, or
         # members past STREAM_MEMBER_BYTES together): --salvage cannot take it back
         self.early: list = []
+        self.audio_facts: dict[str, dict] = {}  # transcoded members not yet written: their encoder's facts
 
     def copy_all(self, members) -> None:
         pending = self.pending
@@ -258,13 +259,16 @@ class _MemberCopy:
         name, data, info = _transformed(self.transform, self.src, name, data)
         if info:
             self.transcoded.append(info)
+            if info["action"] == "transcoded":  # the encoder's facts, for the index (see ShardRecords.add_written)
+                self.audio_facts[name] = {"format": info["to"], "sample_rate": info["sample_rate"],
+                                          "channels": info["channels"], "frames": info["frames"]}
         return name, data
 
     def flush(self) -> None:
         for name, data in self.pending:
             self.tar.add(name, data)
             self.written.append((name, member_digest(name, data)))
-            self.indexed.add_written(self.tar.offset, name, data, len(data))
+            self.indexed.add_written(self.tar.offset, name, data, len(data), self.audio_facts.pop(name, None))
         self.pending.clear()
 
     def salvaged(self, err: ShardkitError) -> dict | None:
@@ -276,6 +280,7 @@ class _MemberCopy:
                 "dropped_members": [n for n, _ in self.pending]}
         self.samples -= 1 if self.pending else 0
         self.pending.clear()
+        self.audio_facts.clear()
         return lost
 
 

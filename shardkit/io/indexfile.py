@@ -574,6 +574,7 @@ class ShardRecords:
         self.enabled = enabled
         self._key: str | None = None
         self._members: list[tuple[str, int, int, bytes | None]] = []
+        self._audio_facts: dict[str, dict] = {}  # audio members whose facts the writer knows (see add_written)
 
     @classmethod
     def for_shard(cls, dst: str) -> "ShardRecords":
@@ -583,8 +584,15 @@ class ShardRecords:
 
         return cls(dst, os.path.basename(os.path.dirname(dst)) or "corpus", enabled=is_local(dst))
 
-    def add_written(self, offset_after: int, name: str, data: bytes | None, size: int) -> None:
-        """A member just added to a TarWriter now at ``offset_after`` (its data ends, padded, there)."""
+    def add_written(self, offset_after: int, name: str, data: bytes | None, size: int,
+                    audio_facts: dict | None = None) -> None:
+        """A member just added to a TarWriter now at ``offset_after`` (its data ends, padded, there).
+
+        ``audio_facts`` (format, sample_rate, channels, frames) of an audio member its writer has just encoded and
+        proven (convert's transcoding: libFLAC's verify mode checked every frame and STREAMINFO's rate, channels,
+        width and length): its record takes them instead of parsing the header that was just written."""
+        if audio_facts is not None:
+            self._audio_facts[name] = audio_facts
         self.add(name, offset_after - size - (-size % 512), data, size)
 
     def save(self) -> str | None:
@@ -621,7 +629,8 @@ class ShardRecords:
         from shardkit.io.audio import probe
 
         audio_name, audio, text = _audio_and_text(key, members)
-        info = probe(audio)
+        known = self._audio_facts.pop(audio_name, None)
+        info = probe(audio) if known is None else {**known, "duration": known["frames"] / known["sample_rate"]}
         return {"shard": self.shard, "key": key, "corpus": self.corpus, "audio": audio_name, "format": info["format"],
                 "bytes": sum(m[2] for m in members), "sample_rate": info["sample_rate"], "channels": info["channels"],
                 "frames": info["frames"], "duration": round(info["duration"], 6),
