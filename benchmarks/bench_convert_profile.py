@@ -18,6 +18,9 @@ Three parts, on the bz2 corpus of `bench_convert.py` (`benchmarks/common.py:make
    run's wall and CPU seconds, against `lbzip2 -dc -nC | zstd -3 -TC` per shard; and this code with -j1
    (one process, no pool: each shard decoded on every core in turn, as lbzip2 does). With --baseline-root
    (another checkout), its run is measured in the same rounds.
+
+Both checkouts are byte-compiled first, as `pip install` does: where PYTHONDONTWRITEBYTECODE is set (as on
+the development machine), every process would otherwise compile shardkit's modules again.
 """
 
 from __future__ import annotations
@@ -214,9 +217,10 @@ def main(out, shards):
     t0 = time.perf_counter()
     marks = {}
     jobs = int(os.environ.get("SHAPE_JOBS") or 0) or None
-    try:  # as the CLI does: the pool's forkserver starts before the command's imports (where the code has it)
-        from shardkit.cli.convert import _start_workers_early
-        _start_workers_early("local", jobs)
+    try:  # as the CLI does: one OpenBLAS thread, then the pool's forkserver starts before the command's imports
+        from shardkit.cli import convert as cli  # (each where the code has it)
+        getattr(cli, "_one_blas_thread", lambda: None)()
+        cli._start_workers_early("local", jobs)
     except ImportError:
         pass
     from shardkit.commands import convert
@@ -293,6 +297,9 @@ def main(args) -> None:
     roots = {"this": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # this checkout's code
     if args.baseline_root:
         roots["baseline"] = os.path.abspath(args.baseline_root)
+    for root in roots.values():
+        subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(root, "shardkit")], check=True,
+                       stdout=subprocess.DEVNULL)
     results = {"machine": machine_info(), "loadavg_before": open("/proc/loadavg").read().split()[:3],
                "corpus": {"shards": len(shards), "bz2_bytes": sum(os.path.getsize(p) for p in shards)}}
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:

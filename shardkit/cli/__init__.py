@@ -37,7 +37,8 @@ class _Commands(click.Group):
         return sorted(self._load(m).name for m in self._modules())
 
     def get_command(self, ctx, name):
-        for module in self._modules():
+        # the module named after the command first: the others' imports are start-up a run does not need
+        for module in sorted(self._modules(), key=lambda m: m != name.replace("-", "_")):
             command = self._load(module)
             if command.name == name:
                 return command
