@@ -12,7 +12,9 @@ Three parts, on the bz2 corpus of `bench_convert.py` (`benchmarks/common.py:make
    file's sha256, the read-back (zstd decoding, parse, digests), the index records, fsync; then the
    whole ``convert_shard`` in this process: what it costs beyond the parts is Python glue.
 2. **Start-up**: CPU seconds of ``shardkit convert`` on two tiny shards with -j1 (no pool) and -j2
-   (forkserver pool), against the pipeline on the same shards: what a run pays before and after its work.
+   (forkserver pool), against the pipeline on the same shards: what a run pays before and after its work;
+   then the forkserver's preload alone per checkout, and ``import numpy`` with and without OpenBLAS's threads
+   (at least 5 rounds).
 3. **Shape of the whole machine** (defaults: -j = cores, threads chosen per task): per shard, when its
    task started and ended relative to the run's start, the index assembly after the last one, and the
    run's wall and CPU seconds, against `lbzip2 -dc -nC | zstd -3 -TC` per shard; and this code with -j1
@@ -46,7 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", default="/tmp/skbench-convert-profile")
     p.add_argument("--baseline-root", default=None, help="another checkout: its whole-machine run beside this one's")
-    p.add_argument("--skip", default="", help="comma list of parts to skip: parts,startup,shape")
+    p.add_argument("--skip", default="", help="comma list of parts to skip: parts,startup,imports,shape")
     p.add_argument("--json-out", default=None)
     return p.parse_args(argv)
 
@@ -207,6 +209,32 @@ def measure_startup(tiny: list[str], work: str, repeat: int, roots: dict[str, st
     return {name: round(statistics.median(v), 3) for name, v in rows.items()}
 
 
+# the forkserver's preload (what every pool worker starts with), and numpy's import with OpenBLAS's threads and
+# without them (the CLI asks for one where it has _one_blas_thread): CPU s of a fresh interpreter each
+_PRELOAD = ("import shardkit.commands.convert as c, shardkit.run.executor as e; "
+            "import importlib; [importlib.import_module(m) for m in [e._DEATHSIG_MODULE, *c.WORKER_MODULES]]")
+
+
+def measure_imports(repeat: int, roots: dict[str, str]) -> dict:
+    """CPU seconds of the forkserver's imports per checkout (with the environment its CLI gives the server),
+    and of ``import numpy`` with OpenBLAS's default threads and with one; medians of interleaved rounds."""
+    runs = {"import numpy (OpenBLAS: a thread per core)": ("import numpy", roots["this"], {}),
+            "import numpy, OPENBLAS_NUM_THREADS=1": ("import numpy", roots["this"], {"OPENBLAS_NUM_THREADS": "1"})}
+    for label, root in roots.items():
+        blas = subprocess.run([sys.executable, "-c", "import shardkit.cli.convert as c; "
+                               "print(int(hasattr(c, '_one_blas_thread')))"], env={**os.environ, "PYTHONPATH": root},
+                              cwd=root, capture_output=True, text=True, check=True).stdout.strip() == "1"
+        runs[f"{label}: the forkserver's preload"] = (_PRELOAD, root, {"OPENBLAS_NUM_THREADS": "1"} if blas else {})
+    rows: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeat):
+        for name, (code, root, env) in runs.items():
+            clean = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+            before = children_cpu()
+            subprocess.run([sys.executable, "-c", code], env={**clean, "PYTHONPATH": root, **env}, cwd=root, check=True)
+            rows[name].append(children_cpu() - before)
+    return {name: round(statistics.median(v), 3) for name, v in rows.items()}
+
+
 # --- 3. shape ------------------------------------------------------------------------------------------
 
 _SHAPE = r"""
@@ -308,6 +336,8 @@ def main(args) -> None:
         if "startup" not in skip:
             tiny = make_corpus(os.path.join(args.workdir, "tiny"), total_mb=2, shards=2)
             results["startup_cpu_s"] = measure_startup(tiny, work, args.repeat, roots)
+        if "imports" not in skip:
+            results["imports_cpu_s"] = measure_imports(max(args.repeat, 5), roots)
         if "shape" not in skip:
             results["shape"] = measure_shape(shards, work, args.repeat, roots)
     results["loadavg_after"] = open("/proc/loadavg").read().split()[:3]

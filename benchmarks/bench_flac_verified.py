@@ -20,7 +20,7 @@ process and its children (one core: everything runs in one thread, and -j1 runs 
 
 Every CLI run must transcode every audio member and keep none; every transcode is checked to decode back.
 Both checkouts are byte-compiled first, as `pip install` does: where PYTHONDONTWRITEBYTECODE is set (as on
-the development machine), every run would otherwise compile shardkit's modules again (~0.09 CPU-s a process).
+the development machine), every run would otherwise compile shardkit's modules again.
 """
 
 from __future__ import annotations
