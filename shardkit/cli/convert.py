@@ -75,7 +75,7 @@ def command(shards, out_dir, codec, level, jobs, threads, verify, keep_tree, std
     size and sha256 (reading the object back) against convert.json.
     """
     _one_blas_thread()
-    _start_workers_early(executor, jobs, shards)
+    _start_workers_early(executor, jobs, shards, audio)
     from shardkit.cli._outcome import zstd_note
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.convert import ConvertSettings, run_convert
@@ -156,12 +156,13 @@ def _one_blas_thread() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-# shardkit.commands.convert.WORKER_MODULES, named here so that the server starts before this process imports
-# them itself (a test checks that the two lists agree)
+# shardkit.commands.convert.WORKER_MODULES and AUDIO_WORKER_MODULES, named here so that the server starts before this
+# process imports them itself (a test checks that the lists agree)
 _WORKER_MODULES = ["shardkit.commands.convert", "indexed_bzip2", "pyzstd"]
+_AUDIO_WORKER_MODULES = ["shardkit.io.transcode"]
 
 
-def _start_workers_early(executor: str, jobs: int | None, shards=()) -> None:
+def _start_workers_early(executor: str, jobs: int | None, shards=(), audio: str = "keep") -> None:
     """The pool's forkserver, started before the imports of the command: its imports overlap this process's.
     Not for a run that will have no pool (one job, one shard file, or bz2 files few enough for one process)."""
     import os
@@ -175,4 +176,4 @@ def _start_workers_early(executor: str, jobs: int | None, shards=()) -> None:
         return
     from shardkit.run.executor import start_forkserver
 
-    start_forkserver(_WORKER_MODULES)
+    start_forkserver(_WORKER_MODULES + (_AUDIO_WORKER_MODULES if audio != "keep" else []))

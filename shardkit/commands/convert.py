@@ -563,7 +563,7 @@ def _run_todo(todo: list[tuple[int, tuple]], settings: ConvertSettings, options:
     if options.executor == "local" and min(jobs or os.cpu_count() or 1, len(tasks)) > 1:
         from shardkit.run.executor import preload_in_forkserver
 
-        preload_in_forkserver(WORKER_MODULES)
+        preload_in_forkserver(worker_modules(settings.audio))
     if len(tasks) > 1:
         import_in_background(INDEX_MODULES)
     events = options.events
@@ -586,6 +586,13 @@ def _jobs(tasks: list[tuple], settings: ConvertSettings, options: RunOptions) ->
 # starts with them; before, each worker imported them itself, about 0.35 CPU-s each, while the run waited
 # (benchmarks/results/2026-11-28-convert-reader.md). Optional ones missing are skipped by the forkserver.
 WORKER_MODULES = ["shardkit.commands.convert", "indexed_bzip2", "pyzstd"]
+# and, with --audio, the transcoder (soundfile and libsndfile, numpy, io.libflac): otherwise every worker loads it
+AUDIO_WORKER_MODULES = ["shardkit.io.transcode"]
+
+
+def worker_modules(audio: str) -> list[str]:
+    """What the forkserver imports for a run with ``--audio audio``."""
+    return WORKER_MODULES + (AUDIO_WORKER_MODULES if audio != "keep" else [])
 # What index.parquet's assembly imports after the last shard: imported while the shards convert, so the
 # run's serial tail (one core busy, the others idle) does not include it.
 INDEX_MODULES = ["pyarrow.parquet"]

@@ -148,6 +148,7 @@ def test_the_cli_starts_the_forkserver_with_the_modules_the_workers_need():
     from shardkit.cli import convert as cli_convert
 
     assert cli_convert._WORKER_MODULES == convert_module.WORKER_MODULES
+    assert cli_convert._AUDIO_WORKER_MODULES == convert_module.AUDIO_WORKER_MODULES
 
 
 def test_a_pool_run_preloads_the_workers_modules(make_shards, tmp_path, monkeypatch):
@@ -158,6 +159,18 @@ def test_a_pool_run_preloads_the_workers_modules(make_shards, tmp_path, monkeypa
     report = run_convert(make_shards("bz2", utts_per_shard=2), str(tmp_path / "o"), ConvertSettings(),
                          RunOptions(jobs=2))
     assert report.exit_code == 0 and asked == [convert_module.WORKER_MODULES]
+
+
+def test_a_pool_run_with_audio_preloads_the_transcoder_too(make_shards, tmp_path, monkeypatch):
+    """Each worker would otherwise import soundfile and libFLAC's wrapper itself."""
+    from shardkit.run import executor
+
+    asked = []
+    monkeypatch.setattr(executor, "preload_in_forkserver", asked.append)
+    report = run_convert(make_shards("none", utts_per_shard=2), str(tmp_path / "o"),
+                         ConvertSettings(codec="none", level=None, audio="flac"), RunOptions(jobs=2))
+    assert report.exit_code == 0 and asked == [convert_module.WORKER_MODULES + ["shardkit.io.transcode"]]
+    assert report.summary()["audio"]["transcoded"] > 0
 
 
 def _jobs_asked(monkeypatch) -> list:
