@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.planning.balance import PLAN_VERSION, PlanSettings, plan_balance, plan_digest
+from shardkit.planning.balance import PLAN_VERSION, PlanSettings, direct, plan_balance, plan_digest
 from shardkit.planning.balance.direct import Copies, SwappedRows, median_seconds
 from shardkit.planning.balance.swaps import refine
 
@@ -64,6 +64,18 @@ def test_version_3_plans_are_balanced_deterministic_and_pinned(case, digests):
     assert plan.version == 3 and plan.summary()["plan_version"] == 3
     assert plan.balanced and plan.max_deviation <= plan.tolerance / 2 + 1e-9
     assert (plan_digest(plan), _seconds_digest(plan)) == digests
+
+
+@pytest.mark.parametrize("case,digests", list(zip(CASES, V3_DIGESTS)))
+@pytest.mark.parametrize("chunk", [1, 64, 1000])
+def test_the_deal_in_batches_gives_the_same_plan(monkeypatch, case, digests, chunk):
+    # the deal works out a batch of rounds ahead and writes the last one in the pool while dealing the next:
+    # with batches of one round (or a few) instead of ~1 M copies, each corpus is dealt in many batches
+    # (the last round of a corpus apart), and the plan must be the pinned one, byte for byte
+    monkeypatch.setattr(direct, "_DEAL_BATCH", chunk)
+    for threads in (1, 2):
+        plan = _plan(case, threads=threads)
+        assert (plan_digest(plan), _seconds_digest(plan)) == digests
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -35,7 +35,9 @@ from shardkit.planning.balance.deal import TieOrder
 from shardkit.planning.balance.draws import ORDER, PAD, WEIGHT, index_dtype
 from shardkit.planning.radix import stable_argsort
 
-_CHUNK = 1 << 20  # copies whose utterance, copy number and seconds are worked out at once while dealing
+_CHUNK = 1 << 20  # copies a block of the shuffle (its streams: part of the plan) or of the median's pass holds
+_DEAL_BATCH = 1 << 20  # copies a batch of dealing rounds holds (their utterance, copy number, seconds); any size
+# gives the same plan (tests/planning/test_balance_plan_v3.py)
 
 
 @dataclass
@@ -59,7 +61,10 @@ class Copies:
     def utt_copy(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(utterance, copy number) of copies ``k`` (int64)."""
         cut = self.whole * self.n
-        utt, copy = np.divmod(k, self.n)[::-1] if self.n else (k.copy(), k.copy())
+        if self.whole <= 1 or not self.n:  # no copy below the tail is numbered above 0: no division
+            utt, copy = k.copy(), np.zeros_like(k)
+        else:
+            utt, copy = np.divmod(k, self.n)[::-1]
         tail = k >= cut
         if tail.any():
             at = k[tail] - cut
@@ -195,35 +200,63 @@ def deal(pool: ThreadPoolExecutor, durations: list[np.ndarray], copies: list[Cop
                 ordered[ahead] = pool.submit(deal_order, durations[ahead], copies[ahead], seed, ahead)
         ids = ordered.pop(c).result()
         places = first_place + counts[:, :c].sum(axis=1)  # where shard s's copies of corpus c start
-        _deal_corpus(ids, durations[c], copies[c], counts[:, c], places, totals, out)
+        _deal_corpus(pool, ids, durations[c], copies[c], counts[:, c], places, totals, out)
         del ids
     return out.columns(), totals
 
 
-def _deal_corpus(ids: np.ndarray, d: np.ndarray, copies: Copies, count: np.ndarray, places: np.ndarray,
-                 totals: np.ndarray, out: _Output) -> None:
+def _deal_corpus(pool: ThreadPoolExecutor, ids: np.ndarray, d: np.ndarray, copies: Copies, count: np.ndarray,
+                 places: np.ndarray, totals: np.ndarray, out: _Output) -> None:
     """A corpus' copies, in deal order ``ids``, dealt in rounds: each round's copies to the shards sorted
     lightest first (the last round only to the shards that take one more copy of it); shard s's r-th copy of
-    the corpus goes to place ``places[s] + r``."""
+    the corpus goes to place ``places[s] + r``.
+
+    Only the shards' order and totals need the rounds one after another, so only they run here, a batch of
+    rounds at a time; the rest runs in ``pool`` beside them: the next batch's copies (utterance, copy number,
+    seconds) are worked out while this one is dealt, and a dealt batch is written at its places while the next
+    is dealt (each place is written once, so when a write runs does not change the plan)."""
     num_shards = len(count)
     base = int(count.min())
-    rounds = [(r * num_shards, None) for r in range(base)]
-    if len(ids) > base * num_shards:
-        rounds.append((base * num_shards, np.flatnonzero(count > base)))
-    step = max(1, _CHUNK // num_shards)
-    for lo in range(0, len(rounds), step):
-        batch = rounds[lo:lo + step]
-        start = batch[0][0]
-        utt, copy = copies.utt_copy(ids[start:batch[-1][0] + num_shards].astype(np.int64))
+    step = max(1, _DEAL_BATCH // num_shards)
+    batches = [(lo, min(lo + step, base)) for lo in range(0, base, step)]
+    ahead = pool.submit(_batch_copies, ids, d, copies, batches[0], num_shards) if batches else None
+    writing = None
+    for b, (lo, hi) in enumerate(batches):
+        utt, copy, seconds = ahead.result()
+        ahead = pool.submit(_batch_copies, ids, d, copies, batches[b + 1], num_shards) if b + 1 < len(batches) else None
+        taker = np.empty((hi - lo, num_shards), np.int64)  # the shard that takes each copy of the batch
+        for r in range(hi - lo):
+            lightest = stable_argsort(totals.view(np.uint64))  # sums of durations: >= 0, never -0.0
+            taker[r] = lightest
+            totals[lightest] += seconds[r * num_shards:(r + 1) * num_shards]
+        if writing is not None:  # two batches' copies held at most
+            writing.result()
+        writing = pool.submit(_put_rounds, out, places, lo, taker, (utt, copy, seconds))
+    if len(ids) > base * num_shards:  # the last round, to the shards that take one more copy of the corpus
+        utt, copy = copies.utt_copy(ids[base * num_shards:].astype(np.int64))
         seconds = d[utt]
-        for r, (first, eligible) in enumerate(batch, lo):
-            if eligible is None:
-                lightest = stable_argsort(totals.view(np.uint64))  # sums of durations: >= 0, never -0.0
-            else:
-                lightest = eligible[np.argsort(totals[eligible], kind="stable")]
-            taken = slice(first - start, first - start + len(lightest))
-            out.put(places[lightest] + r, utt[taken], copy[taken], seconds[taken])
-            totals[lightest] += seconds[taken]
+        eligible = np.flatnonzero(count > base)
+        lightest = eligible[np.argsort(totals[eligible], kind="stable")]
+        out.put(places[lightest] + base, utt, copy, seconds)
+        totals[lightest] += seconds
+    if writing is not None:
+        writing.result()
+
+
+def _batch_copies(ids: np.ndarray, d: np.ndarray, copies: Copies, rounds: tuple[int, int],
+                  num_shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(utterance, copy number, seconds) of the copies dealt in rounds ``rounds`` (first, after last)."""
+    utt, copy = copies.utt_copy(ids[rounds[0] * num_shards:rounds[1] * num_shards].astype(np.int64))
+    return utt, copy, d[utt]
+
+
+def _put_rounds(out: _Output, places: np.ndarray, first_round: int, taker: np.ndarray, dealt: tuple) -> None:
+    """Dealt rounds written at their places: round ``first_round + r``'s copy that shard s took goes to
+    ``places[s] + first_round + r``."""
+    num_shards = taker.shape[1]
+    for r, shards in enumerate(taker):
+        taken = slice(r * num_shards, (r + 1) * num_shards)
+        out.put(places[shards] + (first_round + r), *(column[taken] for column in dealt))
 
 
 def shuffle_shards(pool: ThreadPoolExecutor, columns: dict, num_shards: int, per_shard: int, seed: int) -> None:
