@@ -99,7 +99,7 @@ def main(args) -> None:
         # weigh and fill run per corpus in threads (marks would interleave): they are the "(between steps)"
         # row before the deal
         for name, label in [("deal", "planner: deal (keys, sort, rounds, places)"),
-                            ("median_seconds", "planner: median"), ("shuffle_shards", "planner: in-shard shuffle")]:
+                            ("tolerance_seconds", "planner: tolerance (median)"), ("shuffle_shards", "planner: in-shard shuffle")]:
             wrap(direct, name, label, phases)
     else:
         for name, label in [("_weighed", "planner: weights"), ("_filled", "planner: padding"),

@@ -16,6 +16,10 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
     if keys.dtype.kind == "i" and int(keys.min()) < 0:
         return np.argsort(keys, kind="stable")
     top = int(keys.max())
+    low = int(keys.min())
+    if low > 0 and _digits(top - low) < _digits(top):  # sorts as keys - low (the same order): fewer digits
+        keys = keys - keys.dtype.type(low)
+        top -= low
     order = None
     shift = 0
     while True:
@@ -27,3 +31,8 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
         shift += 16
         if left < (1 << 16):
             return order
+
+
+def _digits(top: int) -> int:
+    """16-bit digits of ``top`` (at least one): the radix passes a sort of keys up to ``top`` takes."""
+    return max(1, -(-top.bit_length() // 16))

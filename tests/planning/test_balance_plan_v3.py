@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.planning.balance import PLAN_VERSION, PlanSettings, direct, plan_balance, plan_digest
-from shardkit.planning.balance.direct import Copies, SwappedRows, median_seconds
+from shardkit.planning.balance.direct import Copies, SwappedRows, median_seconds, tolerance_seconds
 from shardkit.planning.balance.swaps import refine
 
 # the mixes of test_plan_versions.CASES (shaped like the issue's: 3.6 s, 12.3 s, 5 s), plus fractional and
@@ -141,6 +141,18 @@ def test_the_median_is_exact_where_float32_cannot_tell_values_apart():
     seconds = np.array([1.0, 1.0 + 1e-12, 1.0 + 2e-12, 1.0 + 3e-12, 5.0, 0.5])
     assert median_seconds(seconds) == np.median(seconds)
     assert median_seconds(seconds[:5]) == np.median(seconds[:5])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(0, 60, allow_nan=False, width=64), min_size=1, max_size=300), st.integers(0, 3),
+       st.integers(0, 310))
+def test_the_tolerance_is_the_floor_or_the_median_whichever_is_larger(values, copies, rank):
+    # the floor at (or next to) a value of the copies themselves: the median equal to it, or a value off it
+    seconds = np.array(values * (copies + 1))
+    ordered = np.sort(seconds)
+    for floor in {float(ordered[min(rank, len(ordered) - 1)]), float(np.median(seconds)), 0.0, 61.0}:
+        expected = max(floor, float(np.median(seconds)))
+        assert tolerance_seconds(seconds, floor) == expected
 
 
 def test_copies_are_read_as_a_listed_plan_would_list_them():

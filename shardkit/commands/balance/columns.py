@@ -175,7 +175,7 @@ def _group_keys(path: str, group: int, rows: np.ndarray) -> list[str]:
 
 
 def read_threads() -> int:
-    """Threads that read an index's row groups (or sort its hashes) at once: up to 4 of the cores."""
+    """Threads that read an index's row groups at once: up to 4 of the cores."""
     return max(1, min(os.cpu_count() or 1, 4))
 
 

@@ -454,7 +454,7 @@ class _Planner:
         columns, totals = direct.deal(self.pool, d, copies, _corpus_counts(targets, count, per_shard), s.seed)
         seconds = columns["seconds"]
         mean_shard = float(totals.sum()) / count
-        tolerance = max(TOLERANCE_FRACTION * mean_shard, direct.median_seconds(seconds))
+        tolerance = direct.tolerance_seconds(seconds, TOLERANCE_FRACTION * mean_shard)
         goal = min(tolerance / 2, REFINE_FRACTION * mean_shard * math.sqrt(count / s.groups))
         rows = direct.SwappedRows(count, per_shard)
         refine(rows, seconds, columns["corpus"], goal=goal, totals=totals)
