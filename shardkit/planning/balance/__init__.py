@@ -148,14 +148,15 @@ class BalancePlan:
         """The plan's figures for the report: shard and utterance counts, topology, seed, remainder
         policy, version, and the spread of shard seconds (plain values, JSON-ready).
         """
-        secs = self.shard_seconds
+        secs = self.shard_seconds  # summed once (20 M copies: ~20 ms a sum), the deviation taken from it
+        deviation = float(np.abs(secs - secs.mean()).max())
         return {"num_shards": self.num_shards, "utterances_per_shard": self.utts_per_shard,
                 "world_size": self.world_size, "num_workers": self.num_workers, "seed": self.seed,
                 "remainder": self.remainder, "plan_version": self.version, "utterances": int(len(self.utt)),
                 "seconds": round(float(secs.sum()), 3), "mean_shard_seconds": round(float(secs.mean()), 3),
                 "min_shard_seconds": round(float(secs.min()), 3), "max_shard_seconds": round(float(secs.max()), 3),
-                "max_deviation_seconds": round(self.max_deviation, 3), "tolerance_seconds": round(self.tolerance, 3),
-                "balanced": self.balanced, "corpora": self.corpora, "notes": self.notes}
+                "max_deviation_seconds": round(deviation, 3), "tolerance_seconds": round(self.tolerance, 3),
+                "balanced": deviation <= self.tolerance + 1e-9, "corpora": self.corpora, "notes": self.notes}
 
 
 def _check_args(durations, weights, names, settings: PlanSettings) -> None:
