@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.planning.balance import PLAN_VERSION, PlanSettings, direct, plan_balance, plan_digest
+from shardkit.planning.balance.deal import TIE_BITS, TieOrder
 from shardkit.planning.balance.direct import Copies, SwappedRows, median_seconds, tolerance_seconds
 from shardkit.planning.balance.swaps import refine
 
@@ -76,6 +77,27 @@ def test_the_deal_in_batches_gives_the_same_plan(monkeypatch, case, digests, chu
     for threads in (1, 2):
         plan = _plan(case, threads=threads)
         assert (plan_digest(plan), _seconds_digest(plan)) == digests
+
+
+def _deal_order_whole(d, copies, seed, c):
+    """Version 3's deal order as one pass over the corpus' copies would build it (the order the blocks must give)."""
+    ties = TieOrder(seed, c)
+    bits = np.invert((d.astype(np.float32) + np.float32(0.0)).view(np.uint32))
+    key = np.concatenate([np.tile(bits, copies.whole), bits[copies.tail_utt]]).astype(np.uint64)
+    key = (key << np.uint64(TIE_BITS)) | ties.forward(np.arange(len(key), dtype=np.uint32))
+    return ties.inverse(np.sort(key).astype(np.uint32)).view(np.int32)
+
+
+@pytest.mark.parametrize("chunk", [7, 1000, 1 << 20])
+@pytest.mark.parametrize("n,whole,tail", [(5000, 1, 300), (3000, 3, 1000), (2000, 0, 1500), (1, 2, 0), (9000, 2, 0)])
+def test_the_deal_order_built_in_blocks_is_the_whole_corpus_order(monkeypatch, chunk, n, whole, tail):
+    monkeypatch.setattr(direct, "_CHUNK", chunk)
+    rng = np.random.default_rng(n + whole)
+    d = np.round(rng.gamma(8, 0.5, n), 2)  # ties of equal seconds, ordered by the seeded bijection
+    d[: min(n, 2)] = [-0.0, 0.0][: min(n, 2)]  # -0.0 sorts as 0.0
+    tail_utt = np.sort(rng.choice(n, min(tail, n), replace=False)).astype(np.int32)
+    copies = Copies(n, whole, tail_utt, np.full(len(tail_utt), whole, np.int32))
+    assert direct.deal_order(d, copies, 5, 1).tolist() == _deal_order_whole(d, copies, 5, 1).tolist()
 
 
 @pytest.mark.parametrize("case", CASES)

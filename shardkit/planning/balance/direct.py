@@ -136,19 +136,35 @@ def _dropped(copies: Copies, count: int, rng: np.random.Generator) -> Copies:
 def deal_order(d: np.ndarray, copies: Copies, seed: int, c: int) -> np.ndarray:
     """The copies' numbers k in deal order: version 2's deal key of each copy (inverted float32 duration above
     :class:`TieOrder`'s image of k), built from the utterances' durations and sorted whole in place (the
-    keys are distinct, so any sort gives this order), k read back from the sorted keys."""
+    keys are distinct, so any sort gives this order), k read back from the sorted keys.
+
+    Keys are built and read back in blocks of ``_CHUNK`` copies: each step's temporaries are a block's, reused
+    from block to block, not a corpus' (10 M copies: ~0.5 GB of fresh pages fewer per corpus)."""
     ties = TieOrder(seed, c)
-    bits = np.invert((d.astype(np.float32) + np.float32(0.0)).view(np.uint32))  # +0.0: -0.0 sorts as 0.0
     key = np.empty(len(copies), np.uint64)
+    blocks = [(w * copies.n + start, d[start:start + _CHUNK]) for w in range(copies.whole)
+              for start in range(0, copies.n, _CHUNK)]
     cut = copies.whole * copies.n
-    for w in range(copies.whole):
-        key[w * copies.n:(w + 1) * copies.n] = bits
-    key[cut:] = bits[copies.tail_utt]
-    del bits
-    key <<= np.uint64(_deal.TIE_BITS)
-    key |= ties.forward(np.arange(len(key), dtype=np.uint32))
+    blocks += [(cut + start, d[copies.tail_utt[start:start + _CHUNK]])
+               for start in range(0, len(copies.tail_utt), _CHUNK)]
+    for first, seconds in blocks:
+        _keys_into(key[first:first + len(seconds)], seconds, first, ties)
     key.sort()
-    return ties.inverse(key.astype(np.uint32)).view(np.int32)  # < 2**31 copies (the planner's check)
+    ids = np.empty(len(key), np.int32)  # < 2**31 copies (the planner's check)
+    for start in range(0, len(key), _CHUNK):
+        ids[start:start + _CHUNK] = ties.inverse(key[start:start + _CHUNK].astype(np.uint32)).view(np.int32)
+    return ids
+
+
+def _keys_into(out: np.ndarray, seconds: np.ndarray, first: int, ties: TieOrder) -> None:
+    """Deal keys of copies ``first``, ``first + 1``, ... (their seconds ``seconds``) into ``out``."""
+    bits = seconds.astype(np.float32)
+    bits += np.float32(0.0)  # -0.0 sorts as 0.0
+    inverted = bits.view(np.uint32)
+    np.invert(inverted, out=inverted)
+    out[:] = inverted
+    out <<= np.uint64(_deal.TIE_BITS)
+    out |= ties.forward(np.arange(first, first + len(out), dtype=np.uint32))
 
 
 class _Output:
