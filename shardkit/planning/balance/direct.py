@@ -199,7 +199,7 @@ def deal(pool: ThreadPoolExecutor, durations: list[np.ndarray], copies: list[Cop
     the lightest shard so far) straight to their places: (the plan's columns, each shard's seconds).
 
     Shard s holds its corpora in index order (``counts[s]``), each in the order dealt; :func:`shuffle_shards`
-    then shuffles each shard. The corpora's deal orders are sorted in ``pool``, one corpus ahead of the one
+    then shuffles each shard. The corpora's deal orders are sorted in ``pool``, the next corpus' while one is
     dealt.
     """
     num_shards, _ = counts.shape
@@ -211,10 +211,13 @@ def deal(pool: ThreadPoolExecutor, durations: list[np.ndarray], copies: list[Cop
     order_of_corpora = [int(c) for c in np.argsort(-np.array(means), kind="stable") if len(copies[c])]
     ordered = {}
     for i, c in enumerate(order_of_corpora):
-        for ahead in order_of_corpora[i:i + 2]:
-            if ahead not in ordered:
-                ordered[ahead] = pool.submit(deal_order, durations[ahead], copies[ahead], seed, ahead)
+        if c not in ordered:
+            ordered[c] = pool.submit(deal_order, durations[c], copies[c], seed, c)
         ids = ordered.pop(c).result()
+        # the next corpus' order is sorted while this one is dealt, not beside the first one's sort: dealing
+        # waits for the first order only, so it gets the cores (the unique-key check runs beside it)
+        for ahead in order_of_corpora[i + 1:i + 2]:
+            ordered[ahead] = pool.submit(deal_order, durations[ahead], copies[ahead], seed, ahead)
         places = first_place + counts[:, :c].sum(axis=1)  # where shard s's copies of corpus c start
         _deal_corpus(pool, ids, durations[c], copies[c], counts[:, c], places, totals, out)
         del ids
