@@ -4,7 +4,7 @@ Each figure is one whole ``shardkit balance --dry-run`` (or ``shardkit plan``) p
 included, run under ``/usr/bin/time`` for its wall time, CPU (user + sys) and peak RSS; configurations
 are interleaved within a repeat, medians reported with the load average at each run, and every run's
 plan is checked (balanced, the expected utterance count, the same plan from JSON lines and from
-Parquet). ``dry_run`` plans with the default plan version, ``dry_run_v1``/``dry_run_v2`` ask for
+Parquet, and with ``--baseline`` the same report, every byte but its run time, from both checkouts). ``dry_run`` plans with the default plan version, ``dry_run_v1``/``dry_run_v2`` ask for
 versions 1 and 2 (``--plan-version``), so one run compares them on the same indexes.
 
 The mix is generated (shaped like the issue's: Mandarin ~3.6 s, English ~12.3 s, accented ~5 s,
@@ -187,6 +187,7 @@ def main(args) -> None:
         disk = sum(os.path.getsize(p) for p in indexes["parquet"].values()) / (millions * 1e6)
         results: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
         digests = {}
+        reports: dict[tuple, set[str]] = {}
         configs = [(kind, command, None) for kind in ("parquet", "jsonl") if indexes[kind] for command in commands]
         if args.baseline:  # the same dry run with the other checkout's shardkit, from each index kind
             configs += [(kind, "dry_run_baseline", args.baseline) for kind in ("parquet", "jsonl") if indexes[kind]]
@@ -205,9 +206,14 @@ def main(args) -> None:
                     digests.setdefault(version, {})[command + kind] = (
                         summary["max_deviation_seconds"], summary["num_shards"], summary["seconds"],
                         summary["mean_shard_seconds"])
+                    # and from one index kind, every byte of the report but its run time, whichever checkout
+                    report = {k: v for k, v in summary.items() if k != "elapsed_seconds"}
+                    reports.setdefault((version, kind), set()).add(json.dumps(report, sort_keys=True))
                 results.setdefault((kind, command), []).append((wall, rss, cpu, load))
         for runs in digests.values():  # the same plan from every index kind and checkout
             assert len(set(runs.values())) <= 1, digests
+        for (version, kind), texts in reports.items():  # the same report, byte for byte, from every checkout
+            assert len(texts) == 1, f"plan version {version} from {kind}: the reports differ between checkouts"
         deviation = {name: figures[0] for runs in digests.values() for name, figures in runs.items()}
         for (kind, command), runs in results.items():
             rows.append({"utterances_M": millions, "index": kind, "command": command,

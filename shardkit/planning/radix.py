@@ -15,7 +15,7 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.int64)
     if keys.dtype.kind == "i" and int(keys.min()) < 0:
         return np.argsort(keys, kind="stable")
-    top = int(keys.max())
+    keys, top = _from_smallest(keys)
     order = None
     shift = 0
     while True:
@@ -27,3 +27,17 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
         shift += 16
         if left < (1 << 16):
             return order
+
+
+def _from_smallest(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """(keys, their largest): as given, or less their smallest when that takes fewer 16-bit digits (the same
+    order, ties and all; a dealing round's shard totals, all about an hour, sort in 3 passes instead of 4)."""
+    top, low = int(keys.max()), int(keys.min())
+    if low > 0 and _digits(top - low) < _digits(top):
+        return keys - keys.dtype.type(low), top - low
+    return keys, top
+
+
+def _digits(top: int) -> int:
+    """16-bit digits of ``top`` (at least one): the radix passes a sort of keys up to ``top`` takes."""
+    return max(1, -(-top.bit_length() // 16))

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.planning.balance import PLAN_VERSION, PlanSettings, plan_balance, plan_digest
-from shardkit.planning.balance.direct import Copies, SwappedRows, median_seconds
+from shardkit.planning.balance import PLAN_VERSION, PlanSettings, direct, plan_balance, plan_digest
+from shardkit.planning.balance.deal import TIE_BITS, TieOrder
+from shardkit.planning.balance.direct import Copies, SwappedRows, median_seconds, tolerance_seconds
 from shardkit.planning.balance.swaps import refine
 
 # the mixes of test_plan_versions.CASES (shaped like the issue's: 3.6 s, 12.3 s, 5 s), plus fractional and
@@ -64,6 +65,39 @@ def test_version_3_plans_are_balanced_deterministic_and_pinned(case, digests):
     assert plan.version == 3 and plan.summary()["plan_version"] == 3
     assert plan.balanced and plan.max_deviation <= plan.tolerance / 2 + 1e-9
     assert (plan_digest(plan), _seconds_digest(plan)) == digests
+
+
+@pytest.mark.parametrize("case,digests", list(zip(CASES, V3_DIGESTS)))
+@pytest.mark.parametrize("chunk", [1, 64, 1000])
+def test_the_deal_in_batches_gives_the_same_plan(monkeypatch, case, digests, chunk):
+    # the deal works out a batch of rounds ahead and writes the last one in the pool while dealing the next:
+    # with batches of one round (or a few) instead of ~1 M copies, each corpus is dealt in many batches
+    # (the last round of a corpus apart), and the plan must be the pinned one, byte for byte
+    monkeypatch.setattr(direct, "_DEAL_BATCH", chunk)
+    for threads in (1, 2):
+        plan = _plan(case, threads=threads)
+        assert (plan_digest(plan), _seconds_digest(plan)) == digests
+
+
+def _deal_order_whole(d, copies, seed, c):
+    """Version 3's deal order as one pass over the corpus' copies would build it (the order the blocks must give)."""
+    ties = TieOrder(seed, c)
+    bits = np.invert((d.astype(np.float32) + np.float32(0.0)).view(np.uint32))
+    key = np.concatenate([np.tile(bits, copies.whole), bits[copies.tail_utt]]).astype(np.uint64)
+    key = (key << np.uint64(TIE_BITS)) | ties.forward(np.arange(len(key), dtype=np.uint32))
+    return ties.inverse(np.sort(key).astype(np.uint32)).view(np.int32)
+
+
+@pytest.mark.parametrize("chunk", [7, 1000, 1 << 20])
+@pytest.mark.parametrize("n,whole,tail", [(5000, 1, 300), (3000, 3, 1000), (2000, 0, 1500), (1, 2, 0), (9000, 2, 0)])
+def test_the_deal_order_built_in_blocks_is_the_whole_corpus_order(monkeypatch, chunk, n, whole, tail):
+    monkeypatch.setattr(direct, "_CHUNK", chunk)
+    rng = np.random.default_rng(n + whole)
+    d = np.round(rng.gamma(8, 0.5, n), 2)  # ties of equal seconds, ordered by the seeded bijection
+    d[: min(n, 2)] = [-0.0, 0.0][: min(n, 2)]  # -0.0 sorts as 0.0
+    tail_utt = np.sort(rng.choice(n, min(tail, n), replace=False)).astype(np.int32)
+    copies = Copies(n, whole, tail_utt, np.full(len(tail_utt), whole, np.int32))
+    assert direct.deal_order(d, copies, 5, 1).tolist() == _deal_order_whole(d, copies, 5, 1).tolist()
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -129,6 +163,18 @@ def test_the_median_is_exact_where_float32_cannot_tell_values_apart():
     seconds = np.array([1.0, 1.0 + 1e-12, 1.0 + 2e-12, 1.0 + 3e-12, 5.0, 0.5])
     assert median_seconds(seconds) == np.median(seconds)
     assert median_seconds(seconds[:5]) == np.median(seconds[:5])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(0, 60, allow_nan=False, width=64), min_size=1, max_size=300), st.integers(0, 3),
+       st.integers(0, 310))
+def test_the_tolerance_is_the_floor_or_the_median_whichever_is_larger(values, copies, rank):
+    # the floor at (or next to) a value of the copies themselves: the median equal to it, or a value off it
+    seconds = np.array(values * (copies + 1))
+    ordered = np.sort(seconds)
+    for floor in {float(ordered[min(rank, len(ordered) - 1)]), float(np.median(seconds)), 0.0, 61.0}:
+        expected = max(floor, float(np.median(seconds)))
+        assert tolerance_seconds(seconds, floor) == expected
 
 
 def test_copies_are_read_as_a_listed_plan_would_list_them():

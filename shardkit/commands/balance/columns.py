@@ -175,7 +175,7 @@ def _group_keys(path: str, group: int, rows: np.ndarray) -> list[str]:
 
 
 def read_threads() -> int:
-    """Threads that read an index's row groups (or sort its hashes) at once: up to 4 of the cores."""
+    """Threads that read an index's row groups at once: up to 4 of the cores."""
     return max(1, min(os.cpu_count() or 1, 4))
 
 
@@ -453,11 +453,12 @@ def _read_group(path: str, where: tuple[int, int], plausibility: list[str], stat
     """One row group (``where``: its number and first row), checked, its durations and key hashes written into
     ``out`` (the file's columns, :meth:`_ParquetColumns.group_out`); returns (its shard column, marked keys,
     part rows, trainer columns). Its key strings are not kept.
-    Each read opens the file itself (a pyarrow reader is not shared between threads)."""
-    from shardkit.io.indexfile import check_durations, key_hashes, open_parquet_index, read_row_group
+    Each reading thread opens the file once for all the row groups it reads (a pyarrow reader is not shared
+    between threads; opening it parses the footer again)."""
+    from shardkit.io.indexfile import check_durations, key_hashes, read_row_group
 
     group, start = where
-    pf = open_parquet_index(path)
+    pf = _thread_reader(path)
     columns = ["shard", "key", "duration", *plausibility]
     if state.trainer:  # --wenet-conf: the filter's columns, in this same read (absent ones: the filter's error)
         from shardkit.wenet_conf.blocks import TRAINER_FIELDS
@@ -485,6 +486,17 @@ def _read_group(path: str, where: tuple[int, int], plausibility: list[str], stat
     except (ValueError, TypeError) as err:
         raise _group_error(group, start, start + table.num_rows, err, path) from None
     return (*read, _trainer_columns(table, path, group, start, rows, state))
+
+
+def _thread_reader(path: str):
+    """The calling thread's reader of the Parquet index ``path`` (opened on its first row group; a pool's threads
+    end with the file's read, and their readers with them)."""
+    from shardkit.io.indexfile import open_parquet_index
+
+    readers = getattr(_SCRATCH, "readers", None)
+    if readers is None or path not in readers:
+        readers = _SCRATCH.readers = {path: open_parquet_index(path)}  # the last file's reader closes
+    return readers[path]
 
 
 def _trainer_columns(table, path: str, group: int, start: int, rows: np.ndarray | None, state: _LoadState):

@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from shardkit.commands.balance.columns import CorpusColumns, IndexKeys, MixColumns, read_threads
+from shardkit.commands.balance.columns import CorpusColumns, IndexKeys, MixColumns
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.io.mix import CorpusSource, source_stamps
 from shardkit.planning.balance import BalancePlan, repeat_key
-from shardkit.planning.balance.deal import SORT_RUN
 
 if TYPE_CHECKING:
     from shardkit.run.events import Events
@@ -195,16 +194,10 @@ def _hashes(corpus: CorpusColumns) -> np.ndarray:
     return corpus.key_hash
 
 
-def _sort_in_runs(every: np.ndarray) -> np.ndarray:
-    """``every`` sorted in place: runs of 2 M sorted in threads (numpy's sort releases the GIL), then
-    merged by one stable sort (timsort finds the runs; ~0.1 s for 20 M)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    runs = [slice(start, start + SORT_RUN) for start in range(0, len(every), SORT_RUN)]
-    with ThreadPoolExecutor(read_threads()) as pool:
-        list(pool.map(lambda run: every[run].sort(), runs))
-    if len(runs) > 1:
-        every.sort(kind="stable")
+def _sorted_in_place(every: np.ndarray) -> np.ndarray:
+    """``every`` sorted in place by one numpy sort (its vectorized quicksort: for 20 M hashes about half the CPU
+    of runs sorted in threads and then merged; the check runs beside the planner, whose pool has the cores)."""
+    every.sort()
     return every
 
 
@@ -220,7 +213,7 @@ def check_unique_keys(mix: MixColumns) -> None:
     for corpus in mix.corpora:  # the per-corpus hashes of index files can be read again (peak memory)
         if isinstance(corpus.keys, IndexKeys):
             corpus.key_hash = None
-    dups = duplicate_hashes(_sort_in_runs(every), is_sorted=True)
+    dups = duplicate_hashes(_sorted_in_place(every), is_sorted=True)
     if not len(dups):
         # kept sorted for the repeat-name check (unless the keys it needs were collected while loading)
         mix.sorted_hashes = every if mix.repeat_like is None else None
