@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import bench_corpus, bullets, corpus_parser, emit_results, machine_info, markdown_table  # noqa: E402
 
-from shardkit.training.reader import ZSTD_READ_SIZE, iter_samples, reuse_freed_memory  # noqa: E402
+from shardkit.training.reader import iter_samples, reuse_freed_memory  # noqa: E402
+from shardkit.training.zstd_source import ZSTD_READ_SIZE  # noqa: E402
 
 
 def parse_args():
