@@ -29,10 +29,10 @@ def _seekable(payload: bytes) -> bytes:
 SEEKABLE = _seekable(PAYLOAD)
 
 
-def _read(blob: bytes, shard: str = "s.tar.zst") -> tuple[bytes, CorruptStreamError | None]:
+def _read(blob: bytes, shard: str = "s.tar.zst", codec: str | None = None) -> tuple[bytes, CorruptStreamError | None]:
     got = bytearray()
     try:
-        for chunk in iter_decompressed(io.BufferedReader(io.BytesIO(blob)), shard=shard):
+        for chunk in iter_decompressed(io.BufferedReader(io.BytesIO(blob)), shard=shard, codec=codec):
             got += chunk
     except CorruptStreamError as err:
         return bytes(got), err
@@ -111,3 +111,30 @@ def test_the_seekable_table_cut_short_is_an_error(cut):
     got, err = _read(blob)
     assert err is not None and PAYLOAD.startswith(got)
     assert len(got) == (len(PAYLOAD) if cut > 0.99 else len(got))  # a cut table: every frame was read before
+
+
+def _zstdfile_read(blob: bytes) -> tuple[bytes, bool]:
+    """What the standard library's ZstdFile (Python 3.14, or its backport) reads of ``blob``, and whether it fails."""
+    try:
+        from compression import zstd
+    except ImportError:
+        from backports import zstd
+    got = bytearray()
+    try:
+        with zstd.ZstdFile(io.BytesIO(blob)) as f:
+            while chunk := f.read1(1 << 20):
+                got += chunk
+    except (EOFError, zstd.ZstdError):
+        return bytes(got), True
+    return bytes(got), False
+
+
+def test_every_odd_stream_reads_as_zstdfile_reads_it():
+    frame = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(PAYLOAD[:50_000])
+    skippable = b"\x50\x2a\x4d\x18" + (3).to_bytes(4, "little") + b"xyz"
+    odd = [frame + bytes(10), frame + b"garbage!", frame + frame, skippable + frame, frame + skippable,
+           frame[:-3], frame[:9], SEEKABLE + frame, frame + skippable[:5]]
+    for blob in odd:
+        got, err = _read(blob, codec="zst")  # (a stream that starts with a skippable frame is not sniffed as zst)
+        expected, fails = _zstdfile_read(blob)
+        assert (got, err is not None) == (expected, fails)
