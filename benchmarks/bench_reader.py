@@ -76,8 +76,8 @@ def before_after(args) -> int:
     loads = [open("/proc/loadavg").read().split()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.processes):
-            for name, root in checkouts.items():
-                out = os.path.join(tmp, f"{i}-{len(ratios[name])}.json")
+            for k, (name, root) in enumerate(checkouts.items()):
+                out = os.path.join(tmp, f"{i}-{k}.json")
                 # a pad of a few bytes moves the process's heap: the layout is sampled, not fixed by chance
                 subprocess.run([sys.executable, os.path.abspath(__file__), *forwarded, "--json", out],
                                env=dict(os.environ, PYTHONPATH=root, SHARDKIT_BENCH_PAD=str(16 * i)),
