@@ -27,6 +27,7 @@ import io
 import logging
 import os
 import struct
+import sys
 import weakref
 from typing import Callable, Iterable, Iterator
 from zlib import adler32
@@ -600,17 +601,39 @@ class DecodedAudio:
         return self.nbytes
 
 
-def _wav_decoder(dtype: str) -> Callable:
+class _WavDecoder:
     """``decode_wav`` for the member stage: a canonical 16-bit PCM WAV member -> its ``DecodedAudio``
     (``decode_fast``'s arrays, from :data:`DEFAULT_POOL`); None for any other, decoded later from its bytes."""
 
-    def decode_wav(data) -> DecodedAudio | None:
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+
+    def __call__(self, data) -> DecodedAudio | None:
         pcm, channels, rate = _canonical_pcm16(data)
         if pcm is None:
             return None
-        return DecodedAudio(_converted(pcm, dtype, DEFAULT_POOL).reshape(-1, channels), rate, len(data))
+        return DecodedAudio(_converted(pcm, self.dtype, DEFAULT_POOL).reshape(-1, channels), rate, len(data))
 
-    return decode_wav
+    def direct_target(self, head, size: int) -> tuple[DecodedAudio, memoryview] | None:
+        """For int16 from a canonical WAV header (its first 44 bytes, of a ``size``-byte member): the utterance's
+        array and the bytes of it that the member's samples fill, so that they are decompressed straight into
+        it (no copy at all); None otherwise (other dtypes convert, other layouts go through the bytes)."""
+        layout = _canonical_layout(head) if self.dtype == "int16" and _LITTLE_ENDIAN else None
+        if layout is None:
+            return None
+        channels, rate, count = layout
+        frames = min(2 * count, size - 44) // (2 * channels)  # as _canonical_pcm16: what the bytes hold
+        out = DEFAULT_POOL.array(frames * channels, np.int16)
+        return DecodedAudio(out.reshape(-1, channels), rate, size), memoryview(out).cast("B")
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"  # a WAV's samples are little-endian: written as they are into int16
+
+
+def _wav_decoder(dtype: str) -> _WavDecoder:
+    return _WavDecoder(dtype)
 
 
 def _decode_soundfile(data, dtype: str) -> tuple[np.ndarray, int]:

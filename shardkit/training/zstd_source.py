@@ -94,13 +94,33 @@ class ZstdMemberSource:
             # grown in 1 MiB steps, never shrunk: at most _SCRATCH_BYTES for the whole read
             scratch = self._scratch = bytearray(min(_SCRATCH_BYTES, padded + BLOCK + (1 << 20)) + BLOCK)
         view = memoryview(scratch)  # the buffer is replaced, never resized: views of it need no release
-        got = self.fill(view[:padded + BLOCK])
+        start = 0
+        direct = getattr(decode, "direct_target", None)
+        if direct is not None and size > 44:  # a WAV header first: its samples may go straight to their array
+            start = self.fill(view[:44])
+            target = direct(view[:44], size) if start == 44 else None
+            if target is not None:
+                return self._read_into(target, bytes(view[:44]), size, padded, view)
+        got = start + self.fill(view[start:padded + BLOCK])  # (after a short header read, the stream has ended)
         header = bytes(view[padded:got]) if got > padded else b""
         if got < size:
             return bytes(view[:got]), b"", False
         data = view[:size]
         decoded = decode(data)
         return (bytes(data) if decoded is None else decoded), header, got >= padded
+
+    def _read_into(self, target, head: bytes, size: int, padded: int, scratch: memoryview):
+        """``read_decoded_member`` with the samples decompressed into ``target``'s memory and the rest of the
+        member (bytes after the samples, padding) and the next header into ``scratch``."""
+        decoded, samples = target
+        got = self.fill(samples)
+        if got < len(samples):  # cut short: the bytes that came, as any short member (the tar layer says where)
+            return head + bytes(samples[:got]), b"", False
+        rest, pad_end = size - 44 - got, padded - 44 - got
+        tail = self.fill(scratch[:pad_end + BLOCK])
+        if tail < rest:
+            return head + bytes(samples) + bytes(scratch[:tail]), b"", False
+        return decoded, (bytes(scratch[pad_end:tail]) if tail > pad_end else b""), tail >= pad_end
 
     def _read_large_member(self, size: int, padded: int):
         # grown as the data arrives: a header claiming a huge size costs what the stream holds, not the claim

@@ -216,12 +216,15 @@ def _mixed_audio_members(pcm24=True):
     listed = bytearray(mono)  # a LIST chunk between fmt and data: not the 44-byte canonical layout
     listed[36:36] = b"LIST\x04\x00\x00\x00INFO"
     listed[4:8] = (len(listed) - 8).to_bytes(4, "little")
+    trailer = bytearray(odd + b"LIST\x04\x00\x00\x00INFO")  # a chunk after the data: bytes after the samples
+    trailer[4:8] = (len(trailer) - 8).to_bytes(4, "little")
     buf = io.BytesIO()
     sf.write(buf, speech_like(0.5, 16000, 15), 16000, format="WAV", subtype="PCM_24")
     audio = [("mono", "wav", mono), ("stereo", "wav", stereo), ("odd", "wav", odd), ("listed", "wav", bytes(listed)),
+             ("trailer", "wav", bytes(trailer)),
              ("pcm24", "wav", buf.getvalue()), ("flac", "flac", encode(speech_like(0.5, 16000, 16), 16000, "flac"))]
     if not pcm24:  # (int16 refuses 24-bit samples: no lossless conversion)
-        del audio[4]
+        del audio[5]
     members = []
     for key, ext, data in audio:
         members += [(f"{key}.txt", key.encode()), (f"{key}.{ext}", data)]
@@ -245,7 +248,13 @@ def test_wav_decoded_as_read_equals_the_decoder_on_the_bytes(tmp_path, monkeypat
         return real(self, size, decode)
 
     monkeypatch.setattr(zstd_source.ZstdMemberSource, "read_decoded_member", spy)
+    into_arrays = []
+    real_into = zstd_source.ZstdMemberSource._read_into
+    monkeypatch.setattr(zstd_source.ZstdMemberSource, "_read_into",
+                        lambda self, *a: into_arrays.append(1) or real_into(self, *a))
     samples = list(iter_samples([path], dtype=dtype))
+    # int16: the canonical WAVs' samples are decompressed straight into their arrays (mono, stereo, odd, trailer)
+    assert len(into_arrays) == (4 if dtype == "int16" else 0)
     keys = [name.split(".")[0] for name, _ in members[::2]]
     assert len(decoded_as_read) == len(keys) - 1  # every .wav member, canonical or not (the FLAC is read as bytes)
     audio = dict(members)
@@ -292,25 +301,26 @@ def test_an_utterance_too_large_is_refused_when_decoded_as_read(tmp_path):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cut=st.floats(min_value=0.02, max_value=0.999))
-def test_a_truncated_zstd_shard_fails_after_every_whole_utterance_before_the_cut(tmp_path, cut):
-    """Cut anywhere, a zstd shard yields a prefix of its utterances, each exact, then a located error."""
+@given(cut=st.floats(min_value=0.02, max_value=0.999), dtype=st.sampled_from(["float32", "int16"]))
+def test_a_truncated_zstd_shard_fails_after_every_whole_utterance_before_the_cut(tmp_path, cut, dtype):
+    """Cut anywhere, a zstd shard yields a prefix of its utterances, each exact, then a located error (int16:
+    through the samples decompressed straight into their arrays)."""
     import zstandard
 
-    members = _mixed_audio_members()
+    members = _mixed_audio_members(pcm24=False)
     whole = str(tmp_path / "whole.tar.zst")
     if not os.path.exists(whole):
         # frames of 4 KiB, as the seekable writer cuts them (by 1 MiB there): a cut lands inside or between frames
         data = b"".join(zstandard.ZstdCompressor(level=3, write_checksum=True).compress(chunk)
                         for chunk in _chunks(tar_bytes(members), 4096))
         open(whole, "wb").write(data)
-    reference = list(iter_samples([whole]))
+    reference = list(iter_samples([whole], dtype=dtype))
     blob = open(whole, "rb").read()
     path = str(tmp_path / f"cut{int(cut * 1e6)}.tar.zst")
     open(path, "wb").write(blob[:max(4, int(len(blob) * cut))])
     got = []
     with pytest.raises((CorruptStreamError, TarFormatError)) as err:
-        for sample in iter_samples([path]):
+        for sample in iter_samples([path], dtype=dtype):
             got.append(sample)
     assert str(err.value).startswith(path)
     assert len(got) < len(reference)
