@@ -10,9 +10,12 @@ A pipeline of small generator stages, each over plain values:
 tar the int16 -> float32 conversion, on zstd shards the decompressor; everything else is
 per-utterance Python overhead, which on 200 KB utterances at 2 GB/s must stay within a few
 microseconds. So: zstd is decompressed straight into each member's own buffer
-(``stream_reader.readinto``, no chunks to join); the common tar header and the common 44-byte
-WAV header are parsed with a few slices (anything unusual goes to the foundation's strict
-parsers); 16-bit PCM is converted with one cast and one in-place scale. Other codecs go through
+(``stream_reader.readinto``, no chunks to join: shardkit.training.zstd_source); when ``iter_samples``
+decodes and keeps no bytes, a canonical WAV member of a zstd shard is decoded as it is read, from one
+reused buffer still in cache (int16: its samples decompressed straight into their array), and reaches
+the decode stage as a ``DecodedAudio`` (benchmarks/results/2026-11-28-reader.md); the common tar header
+and the common 44-byte WAV header are parsed with a few slices (anything unusual goes to the
+foundation's strict parsers); 16-bit PCM is converted with one cast and one in-place scale. Other codecs go through
 the foundation's readers unchanged (their decompressors are far slower than any copy). Members
 are read once, never seeked, never written to disk; memory holds about one utterance.
 
