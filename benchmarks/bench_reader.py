@@ -6,6 +6,10 @@ or, for the zst:3 rows only (issue 39's reader row: one core, interleaved, media
 
     python benchmarks/bench_reader.py --corpus-mb 320 --repeat 7 --only zst --skip-wenet
 
+and before/after against another checkout (processes alternating, each with its own floors):
+
+    python benchmarks/bench_reader.py --corpus-mb 320 --repeat 3 --only zst --clock cpu --baseline /tmp/sk-base
+
 Generates (once, cached in --work-dir) a deterministic speech-like corpus of 16 kHz 16-bit WAV
 (shardkit.commands.bench's generator: alternating short and long shards), packs it as plain tar, zst:3
 and bz2, then runs every row once per round, rounds interleaved, so machine noise hits all rows
@@ -34,7 +38,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import bench_corpus, bullets, corpus_parser, emit_results, machine_info, markdown_table  # noqa: E402
 
-from shardkit.training.reader import ZSTD_READ_SIZE, iter_samples, reuse_freed_memory  # noqa: E402
+from shardkit.training.reader import iter_samples, reuse_freed_memory  # noqa: E402
+
+# The floors' compressed read size: the reader's (shardkit.training.zstd_source.ZSTD_READ_SIZE), written out so
+# that this script also measures a checkout from before that module (PYTHONPATH=<checkout>)
+ZSTD_READ_SIZE = 1 << 20
 
 
 def parse_args():
@@ -46,7 +54,47 @@ def parse_args():
     p.add_argument("--only", choices=("all", "zst"), default="all", help="zst: the zst:3 rows only")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="cpu: this process's CPU seconds (every row runs in this one thread), steadier on a busy machine")
+    p.add_argument("--baseline", metavar="CHECKOUT",
+                   help="before/after: run this script in a process per checkout (this one's package, then CHECKOUT's, "
+                        "e.g. a `git archive` of main), alternating, --processes times; each process measures its "
+                        "own floors beside shardkit, and the ratios' medians over the processes are reported")
+    p.add_argument("--processes", type=int, default=6, help="with --baseline: processes per checkout")
     return p.parse_args()
+
+
+def before_after(args) -> int:
+    """``--baseline``: each checkout's ratios to the floors measured in its own processes, alternating, so that
+    the machine's load and each process's memory layout (which moves single runs by several percent) hit both."""
+    import subprocess
+    import tempfile
+
+    this = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checkouts = {"this checkout": this, f"baseline {args.baseline}": os.path.abspath(args.baseline)}
+    forwarded = ["--corpus-mb", str(args.corpus_mb), "--work-dir", args.work_dir, "--repeat", str(args.repeat),
+                 "--only", args.only, "--clock", args.clock, "--malloc", args.malloc, "--skip-wenet"]
+    ratios: dict[str, dict[str, list[float]]] = {name: {} for name in checkouts}
+    loads = [open("/proc/loadavg").read().split()[0]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.processes):
+            for k, (name, root) in enumerate(checkouts.items()):
+                out = os.path.join(tmp, f"{i}-{k}.json")
+                # a pad of a few bytes moves the process's heap: the layout is sampled, not fixed by chance
+                subprocess.run([sys.executable, os.path.abspath(__file__), *forwarded, "--json", out],
+                               env=dict(os.environ, PYTHONPATH=root, SHARDKIT_BENCH_PAD=str(16 * i)),
+                               check=True, stdout=subprocess.DEVNULL)
+                with open(out) as f:
+                    for target, value in json.load(f)["targets"].items():
+                        ratios[name].setdefault(target, []).append(value)
+            loads.append(open("/proc/loadavg").read().split()[0])
+    names = list(ratios)
+    rows = [[target] + [f"{statistics.median(ratios[n][target]):.3f} ({min(ratios[n][target]):.3f}-"
+                        f"{max(ratios[n][target]):.3f})" for n in names] for target in ratios[names[0]]]
+    result = {"machine": machine_info(), "processes": args.processes, "rounds": args.repeat, "loadavg_1min": loads,
+              "ratios": ratios}
+    emit_results(result, args.json, echo=False,
+                 text=markdown_table(["ratio (median of the processes, range)", *names], rows)
+                 + f"\n\n1-minute load average over the run: {', '.join(loads)}")
+    return 0
 
 
 def corpus(work: str, corpus_mb: float, formats: tuple[str, ...] = ("none", "zst:3", "bz2")) -> tuple[dict, dict]:
@@ -104,7 +152,7 @@ def zstd_and_conversion(paths, dtype="float32"):
 
 
 def codec_reader(paths):
-    """shardkit.io.codecs' strict reader (ZstdFile), for comparison."""
+    """shardkit.io.codecs' strict reader (what convert, validate and index read zst through), for comparison."""
     from shardkit.io.codecs import iter_decompressed
 
     total = 0
@@ -152,13 +200,16 @@ TARGETS = {
                                                        "zst:3: zstd alone + float32 conversion (the floor)"),
     "zst:3 int16 vs its floor (zstd + copy)": ("zst:3: shardkit int16", "zst:3: zstd alone + int16 copy (the floor)"),
     "floor: zstd + float32 conversion vs zstd alone": ("zst:3: zstd alone + float32 conversion (the floor)", ZSTD_ALONE),
-    "zst:3 float32 vs shardkit.io.codecs reader": ("zst:3: shardkit float32", "zst:3: shardkit.io.codecs reader (ZstdFile)"),
+    "zst:3 float32 vs shardkit.io.codecs reader": ("zst:3: shardkit float32", "zst:3: shardkit.io.codecs reader"),
     "zst:3 float32 vs WeNet-style bz2 (>= 50x)": ("zst:3: shardkit float32",
                                                   "bz2: WeNet-style tarfile r:* + torchaudio.load"),
 }
 
 
 def main(args) -> int:
+    if args.baseline:
+        return before_after(args)
+    _pad = bytearray(int(os.environ.get("SHARDKIT_BENCH_PAD", "0")))  # noqa: F841 (kept: see before_after)
     if args.malloc == "tuned":
         reuse_freed_memory()
     totals, layout = corpus(args.work_dir, args.corpus_mb, ("zst:3",) if args.only == "zst" else ("none", "zst:3", "bz2"))
@@ -172,7 +223,7 @@ def main(args) -> int:
         "zst:3: zstd decompression alone (stream_reader)": (zstd_alone, zst, "bytes"),
         "zst:3: zstd alone + float32 conversion (the floor)": (zstd_and_conversion, zst, "bytes"),
         "zst:3: zstd alone + int16 copy (the floor)": (lambda paths: zstd_and_conversion(paths, "int16"), zst, "bytes"),
-        "zst:3: shardkit.io.codecs reader (ZstdFile)": (codec_reader, zst, "bytes"),
+        "zst:3: shardkit.io.codecs reader": (codec_reader, zst, "bytes"),
         "zst:3: shardkit read + group, no decode": (lambda paths: shardkit_read(paths, decode=False), zst, "count"),
         "zst:3: shardkit float32": (shardkit_read, zst, "frames"),
         "zst:3: shardkit int16": (lambda paths: shardkit_read(paths, "int16"), zst, "frames"),

@@ -217,7 +217,8 @@ def writer_rows(args, paths: list[str]) -> list[dict]:
 def read_rows(args, paths: list[str]) -> list[dict]:
     """A whole epoch's read of convert's outputs, before and after: decompression alone (zstandard's
     stream_reader across frames, as the reader) and shardkit's member reader (read_members)."""
-    from shardkit.training.reader import ZSTD_READ_SIZE, read_members
+    from shardkit.training.reader import read_members
+    from shardkit.training.zstd_source import ZSTD_READ_SIZE
 
     def decompress(files):
         import zstandard

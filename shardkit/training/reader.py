@@ -10,9 +10,12 @@ A pipeline of small generator stages, each over plain values:
 tar the int16 -> float32 conversion, on zstd shards the decompressor; everything else is
 per-utterance Python overhead, which on 200 KB utterances at 2 GB/s must stay within a few
 microseconds. So: zstd is decompressed straight into each member's own buffer
-(``stream_reader.readinto``, no chunks to join); the common tar header and the common 44-byte
-WAV header are parsed with a few slices (anything unusual goes to the foundation's strict
-parsers); 16-bit PCM is converted with one cast and one in-place scale. Other codecs go through
+(``stream_reader.readinto``, no chunks to join: shardkit.training.zstd_source); when ``iter_samples``
+decodes and keeps no bytes, a canonical WAV member of a zstd shard is decoded as it is read, from one
+reused buffer still in cache (int16: its samples decompressed straight into their array), and reaches
+the decode stage as a ``DecodedAudio`` (benchmarks/results/2026-11-28-reader.md); the common tar header
+and the common 44-byte WAV header are parsed with a few slices (anything unusual goes to the
+foundation's strict parsers); 16-bit PCM is converted with one cast and one in-place scale. Other codecs go through
 the foundation's readers unchanged (their decompressors are far slower than any copy). Members
 are read once, never seeked, never written to disk; memory holds about one utterance.
 
@@ -27,6 +30,7 @@ import io
 import logging
 import os
 import struct
+import sys
 import weakref
 from typing import Callable, Iterable, Iterator
 from zlib import adler32
@@ -56,14 +60,11 @@ from shardkit.io.tar import (
     shard_reader,
     split_key,
 )
+from shardkit.training.zstd_source import ZstdMemberSource
 
 log = logging.getLogger("shardkit.training.reader")
 
 DTYPES = ("float32", "int16", "float64")
-# Compressed bytes handed to zstd per read: large enough that Python overhead per call vanishes.
-ZSTD_READ_SIZE = 1 << 17
-# A zstd member above this is read in pieces into a growing buffer instead of one preallocated one.
-_LARGE_MEMBER = 64 << 20
 _INT16_SCALE = np.float32(1 / 32768)
 
 
@@ -115,87 +116,6 @@ def warn_and_skip(err: ShardkitError) -> None:
 # Stage 1: members
 
 
-class _ZstdMemberSource:
-    """Exact-size reads from a zstd shard, decompressed straight into a buffer per read.
-
-    ``read_member(size)`` returns a member's data together with the header that follows it, in
-    one decompressor call (one call per member instead of three: header, data, padding), and
-    the data is a ``bytearray`` that zstd filled in place, so member bytes are written once.
-    Small reads return ``bytes``.
-
-    zstandard's ``stream_reader`` ends silently on a truncated frame. The tar layer notices every
-    truncation that loses a header or member byte; what it cannot see, a stream cut exactly at a
-    member boundary, shows as a tar without its end-of-archive block, and only then is the stream
-    checked end to end with the foundation's strict reader (see ``read_members``).
-    """
-
-    __slots__ = ("_readinto", "_shard", "_error")
-
-    def __init__(self, f, shard: str):
-        import zstandard
-
-        reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE, read_across_frames=True)
-        self._readinto = reader.readinto
-        self._shard = shard
-        self._error = zstandard.ZstdError
-
-    def _fill(self, view: memoryview) -> int:
-        got, want = 0, len(view)
-        try:
-            while got < want:
-                n = self._readinto(view[got:])
-                if not n:
-                    break
-                got += n
-        except self._error as err:
-            raise CorruptStreamError(f"zst stream is corrupt ({err})", shard=self._shard) from err
-        return got
-
-    def read(self, n: int):
-        buf = bytearray(n)
-        got = self._fill(memoryview(buf))
-        return bytes(buf[:got]) if n <= BLOCK or got < n else buf
-
-    def read_member(self, size: int):
-        """``(data, next_header, padded_whole)``: a member's data (short if the stream ends), the block
-        after it (empty at the end of the stream), and whether its padding to 512 bytes was all there."""
-        padded = size + (-size % BLOCK)
-        if padded > _LARGE_MEMBER:
-            return self._read_large_member(size, padded)
-        buf = bytearray(padded + BLOCK)
-        got = self._fill(memoryview(buf))
-        header = bytes(buf[padded:got]) if got > padded else b""
-        if got < size:
-            return bytes(buf[:got]), b"", False
-        if size <= BLOCK:
-            return bytes(buf[:size]), header, got >= padded
-        del buf[size:]  # shrinking by less than half keeps the buffer in place
-        return buf, header, got >= padded
-
-    def _read_large_member(self, size: int, padded: int):
-        # grown as the data arrives: a header claiming a huge size costs what the stream holds, not the claim
-        out = io.BytesIO()
-        left = size
-        while left:
-            chunk = self.read(min(left, 1 << 22))
-            if not chunk:
-                break
-            out.write(chunk)
-            left -= len(chunk)
-        data = out.getvalue()
-        if left:
-            return data, b"", False
-        pad = self.read(padded - size) if padded > size else b""
-        whole = len(pad) == padded - size
-        return data, (self.read(BLOCK) if whole else b""), whole
-
-    def drain(self) -> None:
-        """Decompress the rest (record padding), so zstd verifies the frame checksum at its end."""
-        scratch = memoryview(bytearray(1 << 16))
-        while self._fill(scratch):
-            pass
-
-
 class _Pushback:
     """A source whose next read returns one block already taken from it (for the hand-over)."""
 
@@ -213,7 +133,7 @@ class _Pushback:
 
 def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
                       on_error: Callable[[ShardkitError], None] | None = None, offset: int = 0,
-                      position: ReadPosition | None = None):
+                      position: ReadPosition | None = None, decode_wav: Callable | None = None):
     """``(name, data)`` per member of a tar stream; returns True when the end-of-archive block was read.
 
     This is ``shardkit.io.tar.iter_tar_members``'s fast path, not another parser: it takes only the
@@ -224,10 +144,12 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
     the end-of-archive block) hands the rest of the stream to ``iter_tar_members``, which applies
     every check and error policy. tests/io/test_tar_agrees_with_tarfile.py proves the two read alike. ``offset``: where
     in the tar stream ``source`` stands (a resumed read starts past members already read);
-    ``position``: its ``end`` is set to the offset past each member before it is yielded.
+    ``position``: its ``end`` is set to the offset past each member before it is yielded; ``decode_wav``: a
+    ``.wav`` member of a source that can decode where it decompresses comes as ``decode_wav``'s result.
     """
     read = source.read
     read_member = getattr(source, "read_member", None)
+    read_decoded = getattr(source, "read_decoded_member", None) if decode_wav is not None else None
     count = 1 if offset else 0  # a resumed read has read members before: an end block there is no empty tar
     header = read(BLOCK)
     while True:
@@ -245,7 +167,9 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
                     and name[1:2] != ":" and name[-1] != "/"):
                 padded = size + (-size % BLOCK)
                 try:
-                    if read_member is not None:
+                    if read_decoded is not None and name.endswith(".wav"):
+                        data, next_header, padded_whole = read_decoded(size, decode_wav)
+                    elif read_member is not None:
                         data, next_header, padded_whole = read_member(size)
                     else:
                         data = read(size)
@@ -293,7 +217,7 @@ class ReadPosition:
 
 def _skip_to(source, start: int, path: str) -> None:
     """Read ``start`` bytes of a tar stream and drop them: decompress only, nothing is parsed or decoded."""
-    fill = getattr(source, "_fill", None)
+    fill = getattr(source, "fill", None)
     scratch = memoryview(bytearray(min(start, 1 << 20))) if fill is not None else None
     left = start
     while left:
@@ -330,7 +254,7 @@ def _zstd_at(f, path: str, start: int):
     frame = zstd_frame_holding(f, path, start) if start else None
     if frame is not None:
         return _from_zstd_frame(f, path, start, frame)
-    source = _ZstdMemberSource(f, path)
+    source = ZstdMemberSource(f, path)
     if start:
         _skip_to(source, start, path)
     return source
@@ -351,7 +275,7 @@ def _from_zstd_frame(f, path: str, start: int, frame: tuple[int, int]):
     there, through the same fast reader as a whole read (frames after it are read across, the table skipped)."""
     compressed, decompressed = frame
     f.seek(compressed)
-    source = _ZstdMemberSource(f, path)
+    source = ZstdMemberSource(f, path)
     if start > decompressed:
         _skip_to(source, start - decompressed, path)  # within the one frame: less than ZST_FRAME_BYTES
     return source
@@ -360,7 +284,7 @@ def _from_zstd_frame(f, path: str, start: int, frame: tuple[int, int]):
 def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
                  on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
                  position: ReadPosition | None = None,
-                 allow_pipes: bool | None = None) -> Iterator[tuple[str, bytes]]:
+                 allow_pipes: bool | None = None, decode_wav: Callable | None = None) -> Iterator[tuple[str, bytes]]:
     """``(name, data)`` for each member of one shard, any compression (detected by magic bytes).
 
     ``data`` is bytes-like (``bytes``, or ``bytearray`` for large zstd members). Unsafe or
@@ -368,12 +292,14 @@ def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     ``start``: a tar-stream offset where a member's headers begin (a ``ReadPosition.utt_end`` saved
     earlier): the members before it are skipped unread. ``position``: kept up to date (see ReadPosition).
     A ``pipe:CMD`` shard runs its command only with ``allow_pipes=True`` (or SHARDKIT_ALLOW_PIPES=1).
+    ``decode_wav``: see ``iter_members_fast`` (iter_samples' own).
     """
     with open_shard(path, allow_pipes=allow_pipes) as f:
         codec = detect_codec(f.peek(16)[:16])
         source = _open_at(f, path, codec, start, threads)
         ended = yield from iter_members_fast(source, shard=path, max_member_bytes=max_member_bytes,
-                                             on_error=on_error, offset=start, position=position)
+                                             on_error=on_error, offset=start, position=position,
+                                             decode_wav=decode_wav)
         if hasattr(source, "drain"):
             source.drain()  # the decompressor checks the stream's end (CRC, checksum)
         if ended or codec != "zst":
@@ -626,6 +552,27 @@ class BufferPool:
 DEFAULT_POOL = BufferPool()
 
 
+def _converted(pcm: np.ndarray, dtype: str, pool: BufferPool | None) -> np.ndarray:
+    """16-bit samples as ``dtype`` in memory of their own (a buffer of ``pool``, or a plain allocation)."""
+    if dtype == "float32":
+        if pool is None:
+            out = pcm.astype(np.float32)
+        else:
+            out = pool.array(len(pcm), np.float32)
+            np.copyto(out, pcm)  # two SIMD passes beat one mixed-type multiply
+        out *= _INT16_SCALE  # a power of two: the same values as dividing in float64
+    elif dtype == "int16":
+        if pool is None:
+            out = pcm.copy()  # own the memory, so the member's buffer can go
+        else:
+            out = pool.array(len(pcm), np.int16)
+            out[:] = pcm
+    else:
+        out = pcm.astype(np.float64)
+        out *= 1 / 32768
+    return out
+
+
 def decode_fast(data, dtype: str = "float32", pool: BufferPool | None = DEFAULT_POOL) -> tuple[np.ndarray, int]:
     """shardkit's decoder: 16-bit PCM WAV by one numpy cast and scale, anything else via shardkit.io.audio.
 
@@ -637,25 +584,59 @@ def decode_fast(data, dtype: str = "float32", pool: BufferPool | None = DEFAULT_
     if pcm is None:
         pcm, channels, rate = _parsed_pcm16(data)
     if pcm is not None:
-        if dtype == "float32":
-            if pool is None:
-                out = pcm.astype(np.float32)
-                out *= _INT16_SCALE  # a power of two: the same values as dividing in float64
-            else:
-                out = pool.array(len(pcm), np.float32)
-                np.copyto(out, pcm)  # two SIMD passes beat one mixed-type multiply
-                out *= _INT16_SCALE
-        elif dtype == "int16":
-            if pool is None:
-                out = pcm.copy()  # own the memory, so the member's buffer can go
-            else:
-                out = pool.array(len(pcm), np.int16)
-                out[:] = pcm
-        else:
-            out = pcm.astype(np.float64)
-            out *= 1 / 32768
-        return out.reshape(-1, channels), rate
+        return _converted(pcm, dtype, pool).reshape(-1, channels), rate
     return decode_any(bytes(data) if not isinstance(data, bytes) else data, dtype)
+
+
+class DecodedAudio:
+    """An audio member decoded as it was read (``iter_samples``' own): its samples, rate and size in bytes.
+
+    It stands in for the member's bytes between the member and decode stages; ``len`` is the member's
+    size, so the grouping stage's byte limit counts it as it counts bytes.
+    """
+
+    __slots__ = ("samples", "sample_rate", "nbytes")
+
+    def __init__(self, samples: np.ndarray, sample_rate: int, nbytes: int):
+        self.samples, self.sample_rate, self.nbytes = samples, sample_rate, nbytes
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+
+class _WavDecoder:
+    """``decode_wav`` for the member stage: a canonical 16-bit PCM WAV member -> its ``DecodedAudio``
+    (``decode_fast``'s arrays, from :data:`DEFAULT_POOL`); None for any other, decoded later from its bytes."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+
+    def __call__(self, data) -> DecodedAudio | None:
+        pcm, channels, rate = _canonical_pcm16(data)
+        if pcm is None:
+            return None
+        return DecodedAudio(_converted(pcm, self.dtype, DEFAULT_POOL).reshape(-1, channels), rate, len(data))
+
+    def direct_target(self, head, size: int) -> tuple[DecodedAudio, memoryview] | None:
+        """For int16 from a canonical WAV header (its first 44 bytes, of a ``size``-byte member): the utterance's
+        array and the bytes of it that the member's samples fill, so that they are decompressed straight into
+        it (no copy at all); None otherwise (other dtypes convert, other layouts go through the bytes)."""
+        layout = _canonical_layout(head) if self.dtype == "int16" and _LITTLE_ENDIAN else None
+        if layout is None:
+            return None
+        channels, rate, count = layout
+        frames = min(2 * count, size - 44) // (2 * channels)  # as _canonical_pcm16: what the bytes hold
+        out = DEFAULT_POOL.array(frames * channels, np.int16)
+        return DecodedAudio(out.reshape(-1, channels), rate, size), memoryview(out).cast("B")
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"  # a WAV's samples are little-endian: written as they are into int16
+
+
+def _wav_decoder(dtype: str) -> _WavDecoder:
+    return _WavDecoder(dtype)
 
 
 def _decode_soundfile(data, dtype: str) -> tuple[np.ndarray, int]:
@@ -694,6 +675,10 @@ def decode_utterances(utts: Iterable[dict], *, dtype: str = "float32", decoder: 
     decode_fn = DECODERS[decoder]
     for utt in utts:
         data = utt["audio_bytes"] if keep_bytes else utt.pop("audio_bytes")
+        if data.__class__ is DecodedAudio:  # decoded as it was read (iter_samples)
+            utt["audio"], utt["sample_rate"] = data.samples, data.sample_rate
+            yield utt
+            continue
         try:
             utt["audio"], utt["sample_rate"] = decode_fn(data, dtype)
         except ShardkitError as err:
@@ -712,20 +697,21 @@ def decode_utterances(utts: Iterable[dict], *, dtype: str = "float32", decoder: 
 def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES, threads: int = 1,
                     on_error: Callable[[ShardkitError], None] | None = None, start: int = 0,
                     position: ReadPosition | None = None,
-                    allow_pipes: bool | None = None) -> Iterator[dict]:
+                    allow_pipes: bool | None = None, decode_wav: Callable | None = None) -> Iterator[dict]:
     """Read and group, no decode: ``{key, shard, txt, audio_format, audio_bytes, ...}`` per utterance.
 
     With ``on_error``, a shard that cannot be opened or whose container is damaged is reported
     and the reader moves to the next shard (the utterances before the damage were yielded).
     ``start``: the tar-stream offset where the first shard's read begins (a saved ``utt_end``);
-    ``position``: kept up to date with the shard index and offsets (see :class:`ReadPosition`).
+    ``position``: kept up to date with the shard index and offsets (see :class:`ReadPosition`);
+    ``decode_wav``: iter_samples' own (``audio_bytes`` may then be a ``DecodedAudio``, see ``iter_members_fast``).
     """
     for i, path in enumerate(shards):
         if position is not None:
             position.index, position.end = i, (start if i == 0 else 0)
         members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
                                start=start if i == 0 else 0, position=position,
-                               allow_pipes=allow_pipes)
+                               allow_pipes=allow_pipes, decode_wav=decode_wav)
         try:
             yield from group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes,
                                         position=position)
@@ -785,8 +771,12 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
         shards = expand_shards([shards])
     if decode:
         check_decode_settings(decoder, dtype)
+    # PCM WAV decoded where zstd writes it (in cache, from one reused buffer) when the bytes are not kept and
+    # shardkit's decoder is the one registered (a replaced one is called for every utterance, as it asks)
+    decode_wav = (_wav_decoder(dtype) if decode and DECODERS.get(decoder) is decode_fast and not keep_bytes
+                  else None)
     utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
-                           start=start, position=position, allow_pipes=allow_pipes)
+                           start=start, position=position, allow_pipes=allow_pipes, decode_wav=decode_wav)
     if not decode:
         return utts
     return decode_utterances(utts, dtype=dtype, decoder=decoder, keep_bytes=keep_bytes, on_error=on_error)

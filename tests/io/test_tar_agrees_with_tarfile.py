@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from shardkit.errors import ShardkitError
 from shardkit.io.tar import BLOCK, ChunkReader, TarWriter, iter_tar_members, parse_number_field
-from shardkit.training.reader import _ZstdMemberSource, iter_members_fast
+from shardkit.training.reader import iter_members_fast
+from shardkit.training.zstd_source import ZstdMemberSource
 
 EXAMPLES = int(os.environ.get("SHARDKIT_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
@@ -112,7 +113,7 @@ def check_zstd_source(blob: bytes) -> None:
 
     compressed = zstandard.ZstdCompressor(level=1).compress(blob)
     ours = shardkit_read(blob)
-    assert shardkit_read(blob, reader=iter_members_fast, source=_ZstdMemberSource(io.BytesIO(compressed), "z")) == ours
+    assert shardkit_read(blob, reader=iter_members_fast, source=ZstdMemberSource(io.BytesIO(compressed), "z")) == ours
 
 
 @FUZZ

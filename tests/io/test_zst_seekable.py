@@ -29,6 +29,7 @@ from shardkit.io.tar import iter_shard_members
 from shardkit.run.lifecycle import verify_members
 from shardkit.training import reader
 from shardkit.training.reader import ReadPosition, iter_samples, read_members
+from shardkit.training.zstd_source import ZSTD_READ_SIZE
 from support import corpus
 
 pyzstd = pytest.importorskip("pyzstd")
@@ -141,7 +142,7 @@ def test_every_member_reader_reads_a_multi_frame_shard_fully(shards, patched, na
 
 def _zstandard_stream_reader(f) -> bytes:
     out, scratch = bytearray(), bytearray(1 << 16)
-    stream = zstandard.ZstdDecompressor().stream_reader(f, read_size=reader.ZSTD_READ_SIZE)  # defaults
+    stream = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE)  # defaults
     while n := stream.readinto(scratch):
         out += scratch[:n]
     return bytes(out)

@@ -1,8 +1,11 @@
 import io
+import os
 import tarfile
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support import tar_bytes
 
 from shardkit.errors import AudioError, CorruptStreamError, ShardkitError, TarFormatError, UnsafeMemberError, UsageError
@@ -199,3 +202,131 @@ def test_canonical_and_unusual_wav_headers_decode_alike():
         assert rate == 16000 and out.shape == (len(pcm), 2)
         assert np.array_equal(out, pcm.astype(np.float32) / 32768)
     assert np.array_equal(decode_fast(wav, "int16")[0], pcm)
+
+
+def _mixed_audio_members(pcm24=True):
+    """(name, bytes) of utterances whose audio takes every path of the decoder: canonical 16-bit PCM WAV (mono,
+    stereo, an odd sample count), a WAV with an extra chunk before its data, 24-bit PCM and FLAC."""
+    import soundfile as sf
+
+    mono = encode(speech_like(0.7, 16000, 11), 16000)
+    stereo_samples = np.stack([speech_like(0.4, 8000, 12), speech_like(0.4, 8000, 13)], axis=1)
+    stereo = encode(stereo_samples, 8000)
+    odd = encode(speech_like(0.3, 16000, 14)[:4801], 16000)
+    listed = bytearray(mono)  # a LIST chunk between fmt and data: not the 44-byte canonical layout
+    listed[36:36] = b"LIST\x04\x00\x00\x00INFO"
+    listed[4:8] = (len(listed) - 8).to_bytes(4, "little")
+    trailer = bytearray(odd + b"LIST\x04\x00\x00\x00INFO")  # a chunk after the data: bytes after the samples
+    trailer[4:8] = (len(trailer) - 8).to_bytes(4, "little")
+    buf = io.BytesIO()
+    sf.write(buf, speech_like(0.5, 16000, 15), 16000, format="WAV", subtype="PCM_24")
+    audio = [("mono", "wav", mono), ("stereo", "wav", stereo), ("odd", "wav", odd), ("listed", "wav", bytes(listed)),
+             ("trailer", "wav", bytes(trailer)),
+             ("pcm24", "wav", buf.getvalue()), ("flac", "flac", encode(speech_like(0.5, 16000, 16), 16000, "flac"))]
+    if not pcm24:  # (int16 refuses 24-bit samples: no lossless conversion)
+        del audio[5]
+    members = []
+    for key, ext, data in audio:
+        members += [(f"{key}.txt", key.encode()), (f"{key}.{ext}", data)]
+    return members
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int16", "float64"])
+def test_wav_decoded_as_read_equals_the_decoder_on_the_bytes(tmp_path, monkeypatch, dtype):
+    """iter_samples decodes canonical WAV members of a zstd shard as they are read (from one reused buffer);
+    every sample equals decode_fast on the member's bytes, and every other member still takes the decoder."""
+    from shardkit.training import zstd_source
+    from shardkit.training.reader import decode_fast
+
+    members = _mixed_audio_members(pcm24=dtype != "int16")
+    path = _zst_shard(tmp_path, members)
+    decoded_as_read = []
+    real = zstd_source.ZstdMemberSource.read_decoded_member
+
+    def spy(self, size, decode):
+        decoded_as_read.append(size)
+        return real(self, size, decode)
+
+    monkeypatch.setattr(zstd_source.ZstdMemberSource, "read_decoded_member", spy)
+    into_arrays = []
+    real_into = zstd_source.ZstdMemberSource._read_into
+    monkeypatch.setattr(zstd_source.ZstdMemberSource, "_read_into",
+                        lambda self, *a: into_arrays.append(1) or real_into(self, *a))
+    samples = list(iter_samples([path], dtype=dtype))
+    # int16: the canonical WAVs' samples are decompressed straight into their arrays (mono, stereo, odd, trailer)
+    assert len(into_arrays) == (4 if dtype == "int16" else 0)
+    keys = [name.split(".")[0] for name, _ in members[::2]]
+    assert len(decoded_as_read) == len(keys) - 1  # every .wav member, canonical or not (the FLAC is read as bytes)
+    audio = dict(members)
+    assert [s["key"] for s in samples] == keys
+    for sample in samples:
+        data = audio[f"{sample['key']}.{'flac' if sample['key'] == 'flac' else 'wav'}"]
+        expected, rate = decode_fast(data, dtype, pool=None)
+        assert sample["sample_rate"] == rate and sample["audio"].dtype == expected.dtype
+        assert sample["audio"].shape == expected.shape and np.array_equal(sample["audio"], expected)
+        assert sample["audio"].flags.writeable  # its own memory: the samples were all read before this check,
+        # so an array over the reader's reused buffer would hold a later member's bytes by now
+    # the same utterances through the bytes (keep_bytes reads them as before, nothing decoded as read)
+    decoded_as_read.clear()
+    kept = list(iter_samples([path], dtype=dtype, keep_bytes=True))
+    assert not decoded_as_read
+    assert all(np.array_equal(a["audio"], b["audio"]) for a, b in zip(samples, kept))
+    assert [bytes(k["audio_bytes"]) for k in kept] == [audio[n] for n, _ in members[1::2]]
+
+
+def test_a_wav_member_above_the_reused_buffer_gets_its_own(tmp_path, monkeypatch):
+    from shardkit.training import zstd_source
+
+    members = _mixed_audio_members()
+    path = _zst_shard(tmp_path, members)
+    reference = list(iter_samples([path]))
+    monkeypatch.setattr(zstd_source, "_SCRATCH_BYTES", 4096)  # below every WAV member here but the odd one's
+    small = list(iter_samples([path]))
+    assert [s["key"] for s in small] == [s["key"] for s in reference]
+    assert all(np.array_equal(a["audio"], b["audio"]) for a, b in zip(small, reference))
+
+
+def test_an_utterance_too_large_is_refused_when_decoded_as_read(tmp_path):
+    from shardkit.errors import MemberTooLargeError
+
+    members = _mixed_audio_members()[:4]  # mono (a 22 KB WAV), then stereo (13 KB)
+    path = _zst_shard(tmp_path, members)
+    limit = len(members[1][1]) + 2  # the mono WAV fits, not with its transcript; the stereo utterance does
+    skipped = []
+    got = list(iter_samples([path], max_member_bytes=limit, on_error=skipped.append))
+    assert [s["key"] for s in got] == ["stereo"] and len(skipped) == 1
+    assert isinstance(skipped[0], MemberTooLargeError) and skipped[0].member == "mono.wav"
+    with pytest.raises(MemberTooLargeError):
+        list(iter_samples([path], max_member_bytes=limit))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.floats(min_value=0.02, max_value=0.999), dtype=st.sampled_from(["float32", "int16"]))
+def test_a_truncated_zstd_shard_fails_after_every_whole_utterance_before_the_cut(tmp_path, cut, dtype):
+    """Cut anywhere, a zstd shard yields a prefix of its utterances, each exact, then a located error (int16:
+    through the samples decompressed straight into their arrays)."""
+    import zstandard
+
+    members = _mixed_audio_members(pcm24=False)
+    whole = str(tmp_path / "whole.tar.zst")
+    if not os.path.exists(whole):
+        # frames of 4 KiB, as the seekable writer cuts them (by 1 MiB there): a cut lands inside or between frames
+        data = b"".join(zstandard.ZstdCompressor(level=3, write_checksum=True).compress(chunk)
+                        for chunk in _chunks(tar_bytes(members), 4096))
+        open(whole, "wb").write(data)
+    reference = list(iter_samples([whole], dtype=dtype))
+    blob = open(whole, "rb").read()
+    path = str(tmp_path / f"cut{int(cut * 1e6)}.tar.zst")
+    open(path, "wb").write(blob[:max(4, int(len(blob) * cut))])
+    got = []
+    with pytest.raises((CorruptStreamError, TarFormatError)) as err:
+        for sample in iter_samples([path], dtype=dtype):
+            got.append(sample)
+    assert str(err.value).startswith(path)
+    assert len(got) < len(reference)
+    for sample, expected in zip(got, reference):
+        assert sample["key"] == expected["key"] and np.array_equal(sample["audio"], expected["audio"])
+
+
+def _chunks(data: bytes, size: int):
+    return [data[i:i + size] for i in range(0, len(data), size)]

@@ -19,7 +19,7 @@ from shardkit.run.events import Events
 def decompress_only(paths: list[str]) -> Counted:
     """Decompressed bytes of the shards, the fastest way the reader decompresses (count, bytes)."""
     from shardkit.io.codecs import detect_codec
-    from shardkit.training.reader import ZSTD_READ_SIZE
+    from shardkit.training.zstd_source import ZSTD_READ_SIZE
 
     total = 0
     scratch = bytearray(1 << 20)
