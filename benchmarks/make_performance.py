@@ -119,6 +119,8 @@ COMMANDS = (
             "{version 2 (runs)}, peak RSS {peak RSS v2 / before}", row=r"^20 M \| Parquet \| [\d.]+ s"),
         Row("`balance --dry-run`, 20 M utterances, Parquet index, plan version 3 (quiet)", "2026-11-28-plan-scale",
             "{wall median}, peak RSS {peak RSS}", row=r"^version 3 \(default\)"),
+        Row("`balance --dry-run`, 100 M utterances, Parquet index, plan version 3 (quiet)", "2026-11-28-plan-scale",
+            "{wall median}, peak RSS {peak RSS}", row=r"^100 M: version 3 \(default\)"),
         Row("`balance --dry-run --wenet-conf`, 20 M utterances, Parquet", "plan_scale",
             "{this branch (runs)}, peak RSS {peak RSS (branch / c8af364)}",
             row=r"^20 M \| Parquet \| `balance --dry-run --wenet-conf`"),
@@ -237,7 +239,7 @@ class Profile:
 # issue 39: one profile per row of the issue's table, each from the results file its branch wrote
 PROFILES: tuple[Profile, ...] = (
     Profile("convert bz2 -> zst:3 against `lbzip2 -dc | zstd -3`: by part, one shard, one thread",
-            "2026-11-28-convert-reader", r"^Quiet rerun, 2026-11-28 \(main"),
+            "2026-11-28-convert-reader", r"^Quiet rerun, 2026-11-28"),
     Profile("prep against `lbzip2 -dc -n2`: CPU by part, 2 cores", "2026-11-28-prep", r"^Quiet profile"),
     Profile("WAV tar -> FLAC-in-tar, verified, one core: by part and against the other encoders", "2026-11-28-flac",
             r"^Quiet rerun"),
