@@ -15,6 +15,16 @@ from shardkit.io.synth import write_shards  # noqa: E402
 from support import SMALL_CORPORA, corpus, moto_s3  # noqa: E402
 
 
+def pytest_sessionstart(session):
+    """A non-interactive shell starts a background job (``cmd &``) with SIGINT ignored, and shardkit keeps an ignored
+    signal ignored, as the shell asked (io.interrupts); the tests of Ctrl-C, here and in the processes they start,
+    would then see nothing. The suite restores Python's own handler, so it runs the same in the foreground or not."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture
 def make_shards(tmp_path_factory):
     """Factory: write the small mix as shards of a codec; returns the shard paths (data.list beside)."""
