@@ -305,19 +305,8 @@ def test_sigint_inside_soundfiles_callback_stops_convert_audio_flac_with_130_and
                                                                                                 tmp_path):
     """Ctrl-C while libsndfile calls back into Python (FLAC encoding writes through soundfile's cffi callbacks):
     the KeyboardInterrupt raised there is swallowed by cffi; the run must still stop (it went on to exit 0)."""
-    shards = make_shards("none", utts_per_shard=2)
-    out = str(tmp_path / "out")
-    args = ["convert", *shards, "--audio", "flac", "-j", "1", "-o", out]
-    proc = _start(args, SHARDKIT_TEST_SIGINT_IN_SOUNDFILE=3)  # during the first member's encoding
-    stdout, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 130, stderr
-    assert one_document(stdout) == {"command": "convert", "error": "interrupted", "exit_code": 130}
-    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
-    assert leftovers(out) == []
-    rerun = subprocess.run([sys.executable, "-m", "shardkit", *args, "--json"], capture_output=True, text=True,
-                           env=_env(), timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
-    assert json.loads(rerun.stdout)["ok"] + json.loads(rerun.stdout)["skipped"] == len(shards)
+    # the Ctrl-C comes during the first member's encoding
+    _interrupted_flac_convert_exits_130_and_resumes(make_shards, tmp_path, SHARDKIT_TEST_SIGINT_IN_SOUNDFILE=3)
 
 
 def test_sigint_inside_libflacs_write_callback_stops_convert_audio_flac_with_130_and_a_rerun_resumes(make_shards,
@@ -328,10 +317,17 @@ def test_sigint_inside_libflacs_write_callback_stops_convert_audio_flac_with_130
 
     if libflac.encoder_library(None) is None:
         pytest.skip("no libFLAC writing soundfile's bytes here (pip install shardkit[flac])")
+    # the Ctrl-C comes during the first member's encoding
+    _interrupted_flac_convert_exits_130_and_resumes(make_shards, tmp_path, SHARDKIT_TEST_SIGINT_IN_LIBFLAC=2)
+
+
+def _interrupted_flac_convert_exits_130_and_resumes(make_shards, tmp_path, **fault) -> None:
+    """``convert --audio flac -j 1`` with a Ctrl-C raised where ``fault`` says: exit 130 with the one JSON
+    document, no traceback, no temporary file left, and a rerun that finishes every shard."""
     shards = make_shards("none", utts_per_shard=2)
     out = str(tmp_path / "out")
     args = ["convert", *shards, "--audio", "flac", "-j", "1", "-o", out]
-    proc = _start(args, SHARDKIT_TEST_SIGINT_IN_LIBFLAC=2)  # during the first member's encoding
+    proc = _start(args, **fault)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130, stderr
     assert one_document(stdout) == {"command": "convert", "error": "interrupted", "exit_code": 130}
