@@ -113,18 +113,21 @@ def raw_read(paths):
     return None, total
 
 
-def zstd_alone(paths):
-    """The fastest decompression python-zstandard offers: stream_reader.readinto a reused buffer."""
+def _zstd_into(paths, buf: bytearray):
+    """The fastest decompression python-zstandard offers: each shard's stream_reader.readinto ``buf``, reused;
+    yields how many bytes each read filled."""
     import zstandard
 
-    buf = bytearray(1 << 20)
-    total = 0
     for p in paths:
         with open(p, "rb") as f:
             reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE, read_across_frames=True)
             while n := reader.readinto(buf):
-                total += n
-    return None, total
+                yield n
+
+
+def zstd_alone(paths):
+    """zstd decompression alone (:func:`_zstd_into`): the limit."""
+    return None, sum(_zstd_into(paths, bytearray(1 << 20)))
 
 
 def zstd_and_conversion(paths, dtype="float32"):
@@ -133,21 +136,16 @@ def zstd_and_conversion(paths, dtype="float32"):
     per utterance. What the reader does beyond this is its overhead."""
     import numpy as np
 
-    import zstandard
-
     buf = bytearray(1 << 20)
     pcm = np.frombuffer(buf, "<i2")
     out = np.empty(len(pcm), dtype)
     scale = out.dtype.type(1 / 32768)
     total = 0
-    for p in paths:
-        with open(p, "rb") as f:
-            reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE, read_across_frames=True)
-            while n := reader.readinto(buf):
-                total += n
-                np.copyto(out, pcm)
-                if dtype != "int16":
-                    out *= scale
+    for n in _zstd_into(paths, buf):
+        total += n
+        np.copyto(out, pcm)
+        if dtype != "int16":
+            out *= scale
     return None, total
 
 
