@@ -460,9 +460,15 @@ def _canonical_pcm16(data):
     layout = _canonical_layout(data) if len(data) >= 44 else None
     if layout is None:
         return None, 0, 0
-    channels, rate, count = layout
-    frames = min(2 * count, len(data) - 44) // (2 * channels)  # like parse_wav_header: what the bytes hold
-    return np.frombuffer(data, "<i2", frames * channels, 44), channels, rate
+    channels, rate, _ = layout
+    return np.frombuffer(data, "<i2", _frames_held(layout, len(data)) * channels, 44), channels, rate
+
+
+def _frames_held(layout: tuple[int, int, int], size: int) -> int:
+    """Frames of a canonical WAV (``_canonical_layout``) that its ``size`` bytes hold: like parse_wav_header,
+    what the bytes hold when the header claims more."""
+    channels, _, count = layout
+    return min(2 * count, size - 44) // (2 * channels)
 
 
 def _parsed_pcm16(data):
@@ -626,17 +632,12 @@ class _WavDecoder:
         layout = _canonical_layout(head) if self.dtype == "int16" and _LITTLE_ENDIAN else None
         if layout is None:
             return None
-        channels, rate, count = layout
-        frames = min(2 * count, size - 44) // (2 * channels)  # as _canonical_pcm16: what the bytes hold
-        out = DEFAULT_POOL.array(frames * channels, np.int16)
+        channels, rate, _ = layout
+        out = DEFAULT_POOL.array(_frames_held(layout, size) * channels, np.int16)
         return DecodedAudio(out.reshape(-1, channels), rate, size), memoryview(out).cast("B")
 
 
 _LITTLE_ENDIAN = sys.byteorder == "little"  # a WAV's samples are little-endian: written as they are into int16
-
-
-def _wav_decoder(dtype: str) -> _WavDecoder:
-    return _WavDecoder(dtype)
 
 
 def _decode_soundfile(data, dtype: str) -> tuple[np.ndarray, int]:
@@ -773,7 +774,7 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
         check_decode_settings(decoder, dtype)
     # PCM WAV decoded where zstd writes it (in cache, from one reused buffer) when the bytes are not kept and
     # shardkit's decoder is the one registered (a replaced one is called for every utterance, as it asks)
-    decode_wav = (_wav_decoder(dtype) if decode and DECODERS.get(decoder) is decode_fast and not keep_bytes
+    decode_wav = (_WavDecoder(dtype) if decode and DECODERS.get(decoder) is decode_fast and not keep_bytes
                   else None)
     utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
                            start=start, position=position, allow_pipes=allow_pipes, decode_wav=decode_wav)
