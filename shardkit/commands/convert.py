@@ -213,25 +213,25 @@ def _copy_into(src: str, dst: str, hashing: HashingFile, settings: ConvertSettin
 class _MemberCopy:
     """One shard's members into the output tar, written one utterance behind the reader.
 
-    ``pending`` holds the members of the utterance being read; they are written when the next key
+    ``pending`` holds the members of the utterance being read (name, data, and the encoder's facts of a
+    transcoded one, for the index: see ShardRecords.add_written); they are written when the next key
     begins (or together they pass ``STREAM_MEMBER_BYTES``), so that ``--salvage`` can drop an
     utterance that damage cut short. ``written`` is (name, digest) of every member written.
     """
 
     __slots__ = ("tar", "indexed", "src", "transform", "written", "transcoded", "pending", "pending_key", "samples",
-                 "early", "audio_facts")
+                 "early")
 
     def __init__(self, tar: TarWriter, indexed: ShardRecords, src: str, transform: Callable | None):
         self.tar, self.indexed, self.src, self.transform = tar, indexed, src, transform
         self.written: list[tuple[str, bytes]] = []
         self.transcoded: list[dict] = []
-        self.pending: list[tuple[str, bytes]] = []
+        self.pending: list[tuple[str, bytes, dict | None]] = []
         self.pending_key = None
         self.samples = 0
         # the key of an utterance written before it was complete (a member too large to hold, or
         # members past STREAM_MEMBER_BYTES together): --salvage cannot take it back
         self.early: list = []
-        self.audio_facts: dict[str, dict] = {}  # transcoded members not yet written: their encoder's facts
 
     def copy_all(self, members) -> None:
         pending = self.pending
@@ -247,28 +247,27 @@ class _MemberCopy:
                 self.written.append((name, copy_member(self.tar, name, data)))
                 self.indexed.add_written(self.tar.offset, name, None, data.size)
                 continue
-            if self.transform is not None:
-                name, data = self._transformed(name, data)
-            pending.append((name, data))
-            if sum(len(d) for _, d in pending) > STREAM_MEMBER_BYTES:  # hold one utterance at most
+            pending.append(self._transformed(name, data) if self.transform is not None else (name, data, None))
+            if sum(len(d) for _, d, _ in pending) > STREAM_MEMBER_BYTES:  # hold one utterance at most
                 self.flush()
                 self.early[:] = [key]
         self.flush()
 
-    def _transformed(self, name: str, data: bytes) -> tuple[str, bytes]:
+    def _transformed(self, name: str, data: bytes) -> tuple[str, bytes, dict | None]:
         name, data, info = _transformed(self.transform, self.src, name, data)
+        facts = None
         if info:
             self.transcoded.append(info)
             if info["action"] == "transcoded":  # the encoder's facts, for the index (see ShardRecords.add_written)
-                self.audio_facts[name] = {"format": info["to"], "sample_rate": info["sample_rate"],
-                                          "channels": info["channels"], "frames": info["frames"]}
-        return name, data
+                facts = {"format": info["to"], "sample_rate": info["sample_rate"], "channels": info["channels"],
+                         "frames": info["frames"]}
+        return name, data, facts
 
     def flush(self) -> None:
-        for name, data in self.pending:
+        for name, data, facts in self.pending:
             self.tar.add(name, data)
             self.written.append((name, member_digest(name, data)))
-            self.indexed.add_written(self.tar.offset, name, data, len(data), self.audio_facts.pop(name, None))
+            self.indexed.add_written(self.tar.offset, name, data, len(data), facts)
         self.pending.clear()
 
     def salvaged(self, err: ShardkitError) -> dict | None:
@@ -277,10 +276,9 @@ class _MemberCopy:
         if not self.written and not self.pending or self.early == [self.pending_key]:
             return None
         lost = {"error": str(err), "after_member": self.written[-1][0] if self.written else None,
-                "dropped_members": [n for n, _ in self.pending]}
+                "dropped_members": [n for n, _, _ in self.pending]}
         self.samples -= 1 if self.pending else 0
         self.pending.clear()
-        self.audio_facts.clear()
         return lost
 
 
