@@ -194,13 +194,6 @@ def _hashes(corpus: CorpusColumns) -> np.ndarray:
     return corpus.key_hash
 
 
-def _sorted_in_place(every: np.ndarray) -> np.ndarray:
-    """``every`` sorted in place by one numpy sort (its vectorized quicksort: for 20 M hashes about half the CPU
-    of runs sorted in threads and then merged; the check runs beside the planner, whose pool has the cores)."""
-    every.sort()
-    return every
-
-
 def check_unique_keys(mix: MixColumns) -> None:
     """Two utterances with one key would be one sample to WeNet's grouping: refuse the mix.
 
@@ -213,7 +206,10 @@ def check_unique_keys(mix: MixColumns) -> None:
     for corpus in mix.corpora:  # the per-corpus hashes of index files can be read again (peak memory)
         if isinstance(corpus.keys, IndexKeys):
             corpus.key_hash = None
-    dups = duplicate_hashes(_sorted_in_place(every), is_sorted=True)
+    # one numpy sort (its vectorized quicksort): for 20 M hashes about half the CPU of runs sorted in threads and
+    # then merged; the check runs beside the planner, whose pool has the cores
+    every.sort()
+    dups = duplicate_hashes(every, is_sorted=True)
     if not len(dups):
         # kept sorted for the repeat-name check (unless the keys it needs were collected while loading)
         mix.sorted_hashes = every if mix.repeat_like is None else None
