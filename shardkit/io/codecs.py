@@ -279,16 +279,21 @@ def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, thre
                                  shard=shard) from err
 
 
-# Below this many bytes of bz2 per core, a run decodes each shard on every core in turn, in one process (as
-# lbzip2 spreads one file over the cores), rather than one shard per core in a pool of processes: the pool's
-# start-up (a forkserver importing the task's modules: 0.5-0.8 CPU-s on 2 cores) costs more than indexed_bzip2's
-# threads lose on so little data (benchmarks/results/2026-11-28-convert-reader.md).
-ONE_PROCESS_BZ2_BYTES_PER_CORE = 32 << 20
+# A run of local bz2 files small enough decodes each shard on every core in turn, in one process (as lbzip2
+# spreads one file over the cores), rather than one shard per core in a pool of processes. In one process a
+# shard's serial part (tar parse, digests, zstd, read-back) runs on one core while the others wait, so it
+# costs (1 - 1/cores) of that serial time against the pool; the pool costs its start-up (a forkserver
+# importing the task's modules: 0.5-0.8 CPU-s on 2 cores, about as much wall on 16). One process wins while
+# serial x (1 - 1/cores) < start-up, i.e. below a total of ONE_PROCESS_BZ2_BYTES / (1 - 1/cores): 64 MiB on
+# 2 cores (benchmarks/results/2026-11-28-convert-reader.md), 34 MiB on 16, where a limit growing with the
+# cores had kept 16 shards of 232 MB in one process at 0.61-0.67x the lbzip2 | zstd pipeline
+# (benchmarks/results/2026-11-28-sixteen-cores.md).
+ONE_PROCESS_BZ2_BYTES = 32 << 20
 
 
 def bz2_fits_one_process(paths: list[str], cores: int) -> bool:
-    """Whether ``paths`` are all local bz2 files (by their magic bytes) holding at most
-    ``ONE_PROCESS_BZ2_BYTES_PER_CORE`` per core together: a run of them is best decoded in one process."""
+    """Whether ``paths`` are all local bz2 files (by their magic bytes) holding together at most
+    ``ONE_PROCESS_BZ2_BYTES / (1 - 1/cores)``: a run of them is best decoded in one process."""
     import stat
 
     total = 0
@@ -302,7 +307,7 @@ def bz2_fits_one_process(paths: list[str], cores: int) -> bool:
                 total += os.fstat(f.fileno()).st_size
         except (OSError, ValueError):  # a URL, a missing or unreadable file: not for this rule
             return False
-        if detect_codec(head) != "bz2" or total > ONE_PROCESS_BZ2_BYTES_PER_CORE * cores:
+        if detect_codec(head) != "bz2" or total * (cores - 1) > ONE_PROCESS_BZ2_BYTES * cores:
             return False
     return bool(paths)
 
