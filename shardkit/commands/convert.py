@@ -341,22 +341,53 @@ def task_threads(cores: int, jobs: int, not_started: int) -> int:
     return max(1, cores // max(1, min(jobs, not_started)))
 
 
+def wave_threads(sizes: list[int], cores: int) -> list[int]:
+    """Decoder threads of shards that all start at once (no shard waits for a job), by size: each its share
+    of the cores, rounded, at least one. A shard three times the others' size then decodes on more threads and
+    ends near them instead of alone on one core while the rest of the machine idles (16 unequal shards on 16
+    cores: benchmarks/results/2026-11-28-sixteen-cores.md); equal shards get ``cores // shards`` each, as before."""
+    total = sum(sizes)
+    if total <= 0:
+        return [max(1, cores // max(1, len(sizes)))] * len(sizes)
+    return [min(cores, max(1, int(cores * size / total + 0.5))) for size in sizes]
+
+
+def _local_sizes(tasks: list) -> list[int] | None:
+    """The byte sizes of the tasks' sources, or None unless every one is a local regular file."""
+    import stat
+
+    sizes = []
+    for src, _, _ in tasks:
+        try:
+            st = os.stat(src)
+        except (OSError, ValueError):  # a URL, "-", a missing file: its task reports it
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        sizes.append(st.st_size)
+    return sizes
+
+
 def threads_per_task(tasks: list, jobs: int | None, executor: str) -> dict:
     """``run_tasks`` arguments that give each convert task its ``threads`` as it is submitted.
 
-    Local processes: ``cores // min(jobs, tasks not yet submitted)``, with at most ``jobs`` tasks in
-    flight, so that submitting a task is starting it. Ray: one thread per task (one CPU each).
-    Decoder threads never change output bytes.
+    Local processes: when every task starts at once (jobs >= tasks) and the sources are local files, each
+    its share of the cores by size (:func:`wave_threads`); otherwise ``cores // min(jobs, tasks not yet
+    submitted)``, with at most ``jobs`` tasks in flight, so that submitting a task is starting it. Ray: one
+    thread per task (one CPU each). Decoder threads never change output bytes.
     """
     cores = os.cpu_count() or 1
     if executor == "ray":
         return {"prepare": lambda task: (*task[:2], replace(task[2], threads=1))}
     jobs_n = max(1, min(jobs or cores, len(tasks) or 1))
     position = {id(task): k for k, task in enumerate(tasks)}  # tasks are submitted in this order
+    sizes = _local_sizes(tasks) if 1 < len(tasks) <= jobs_n else None
+    by_size = wave_threads(sizes, cores) if sizes else None
 
     def prepare(task):
-        not_started = len(tasks) - position[id(task)]
-        return (*task[:2], replace(task[2], threads=task_threads(cores, jobs_n, not_started)))
+        k = position[id(task)]
+        threads = by_size[k] if by_size else task_threads(cores, jobs_n, len(tasks) - k)
+        return (*task[:2], replace(task[2], threads=threads))
 
     return {"prepare": prepare, "max_in_flight": jobs_n}
 
@@ -593,7 +624,7 @@ def worker_modules(audio: str) -> list[str]:
     return WORKER_MODULES + (AUDIO_WORKER_MODULES if audio != "keep" else [])
 # What index.parquet's assembly imports after the last shard: imported while the shards convert, so the
 # run's serial tail (one core busy, the others idle) does not include it.
-INDEX_MODULES = ["pyarrow.parquet"]
+INDEX_MODULES = ["pyarrow.parquet", "pyarrow.compute"]  # compute: the batch's dictionary_encode
 
 
 def import_in_background(modules: list[str]) -> None:

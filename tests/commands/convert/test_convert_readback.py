@@ -15,6 +15,7 @@ from shardkit.commands.convert import (
     run_convert,
     task_threads,
     threads_per_task,
+    wave_threads,
 )
 from shardkit.io import readback as readback_module
 from shardkit.io.readback import ReadBackWhileWriting
@@ -87,6 +88,28 @@ def test_the_last_shards_get_the_idle_cores(monkeypatch):
     assert extra["prepare"](tasks[5])[:2] == tasks[5][:2]
     ray = threads_per_task(tasks, 2, "ray")
     assert "max_in_flight" not in ray and {ray["prepare"](t)[2].threads for t in tasks} == {1}
+
+
+@pytest.mark.parametrize("sizes,cores,expected", [
+    ([10] * 16, 16, [1] * 16), ([10, 10, 10], 16, [5, 5, 5]), ([30, 70], 2, [1, 1]),
+    ([1] * 15 + [5], 16, [1] * 15 + [4]), ([1, 1000], 16, [1, 16]), ([0, 0], 4, [2, 2])])
+def test_shards_that_start_together_share_the_cores_by_size(sizes, cores, expected):
+    assert wave_threads(sizes, cores) == expected
+
+
+def test_a_larger_shard_started_with_the_others_gets_more_threads(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    settings = ConvertSettings(threads=None)
+    tasks = []
+    for i, size in enumerate((100, 100, 100, 500)):
+        (tmp_path / f"s{i}.tar.bz2").write_bytes(b"x" * size)
+        tasks.append((str(tmp_path / f"s{i}.tar.bz2"), f"o{i}.tar.zst", settings))
+    extra = threads_per_task(tasks, None, "local")
+    assert [extra["prepare"](t)[2].threads for t in tasks] == [1, 1, 1, 5]
+    # not every shard can start at once, or a source is not a local file: the rule by jobs, as before
+    assert [threads_per_task(tasks, 2, "local")["prepare"](t)[2].threads for t in tasks] == [4, 4, 4, 8]
+    piped = tasks[:3] + [("-", "o3.tar.zst", settings)]
+    assert [threads_per_task(piped, None, "local")["prepare"](t)[2].threads for t in piped] == [2, 2, 4, 8]
 
 
 def test_default_threads_give_the_same_bytes_for_any_jobs(make_shards, tmp_path):
@@ -195,10 +218,10 @@ def test_a_small_bz2_run_decodes_in_one_process_each_shard_on_every_core(make_sh
     assert report.exit_code == 0 and asked == [1]  # no pool
     manifest = json.load(open(tmp_path / "small" / "convert.json"))
     assert manifest["settings"]["threads"] is None
-    # past the size per core, or with jobs or threads given, the pool as before
+    # past the size, or with jobs or threads given, the pool as before
     from shardkit.io import codecs
 
-    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES_PER_CORE", 1)
+    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES", 1)
     run_convert(sources, str(tmp_path / "big"), ConvertSettings(threads=None), RunOptions())
     run_convert(sources, str(tmp_path / "j2"), ConvertSettings(threads=None), RunOptions(jobs=2))
     assert asked == [1, None, 2]
@@ -209,9 +232,13 @@ def test_the_one_process_rule_takes_only_local_bz2_files_within_the_size(make_sh
 
     bz2 = make_shards("bz2", utts_per_shard=2)
     total = sum(os.path.getsize(p) for p in bz2)
-    assert codecs.bz2_fits_one_process(bz2, 1)
-    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES_PER_CORE", (total + 1) // 2)
-    assert codecs.bz2_fits_one_process(bz2, 2) and not codecs.bz2_fits_one_process(bz2, 1)
+    assert codecs.bz2_fits_one_process(bz2, 1)  # one core: no pool to weigh against
+    # the limit is ONE_PROCESS_BZ2_BYTES / (1 - 1/cores): twice it on 2 cores, 16/15 of it on 16
+    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES", (total + 1) // 2)
+    assert codecs.bz2_fits_one_process(bz2, 1) and codecs.bz2_fits_one_process(bz2, 2)
+    assert not codecs.bz2_fits_one_process(bz2, 16)
+    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES", -(-total * 15 // 16))
+    assert codecs.bz2_fits_one_process(bz2, 16) and not codecs.bz2_fits_one_process(bz2, 17)
     assert not codecs.bz2_fits_one_process(make_shards("gz", utts_per_shard=2), 2)
     assert not codecs.bz2_fits_one_process(bz2 + [str(tmp_path / "missing.tar.bz2")], 2)
     assert not codecs.bz2_fits_one_process(bz2 + ["-"], 2)
