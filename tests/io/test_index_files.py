@@ -411,3 +411,18 @@ def test_a_dry_run_reads_no_repeated_key_when_no_clash_is_possible(generated, mo
     assert len(planned.repeats) > 3000 and planned.mix.repeat_like == set() and reads == []
     _plan_index_files(generated["parquet"], 1.0, writing=True)  # padding only: few repeats, read while planning
     assert reads
+
+
+def test_the_members_column_built_from_flat_lists_equals_one_dict_per_member():
+    pa = pytest.importorskip("pyarrow")
+    from shardkit.io.indexparquet import record_of_row, records_to_batch, schema
+
+    records = [{"shard": "a.tar", "key": "spk/u1", "members": [["spk/u1.wav", 512, 32044], ["spk/u1.txt", 33280, 9]]},
+               {"shard": "a.tar", "key": "spk/u2", "members": []},
+               {"shard": "b.tar", "key": "u3", "members": [["other/u3.flac", 1024, 7], ["u3.txt", 2560, 3]]}]
+    batch = records_to_batch(records)
+    by_dicts = pa.array([[{"name": n, "offset": o, "size": s} for n, o, s in members] for members in
+                         ([[".wav", 512, 32044], [".txt", 33280, 9]], [], [["\0other/u3.flac", 1024, 7], [".txt", 2560, 3]])],
+                        schema().field("members").type)
+    assert batch.column("members").equals(by_dicts)
+    assert [record_of_row(row)["members"] for row in batch.to_pylist()] == [r["members"] for r in records]
