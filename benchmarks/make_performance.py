@@ -63,6 +63,9 @@ COMMANDS = (
             row=r"^shardkit convert after \(threads"),
         Row("the whole machine, quiet, against `lbzip2 -dc -n2 | zstd -3 -T2` per shard (per round)",
             "2026-11-28-convert-reader", "{vs pipeline, per round}", row=r"^this: shardkit convert \(defaults\)"),
+        Row("the whole machine on 16 cores, defaults, 16 unequal shards, against `lbzip2 -dc -n16 | zstd -3 -T16` "
+            "per shard (per round)", "2026-11-28-sixteen-cores", "{vs pipeline, per round} ({wall (median)})",
+            row=r"^call 3: \+ threads by size"),
         Row("ceiling of that ratio: the pipeline's CPU over indexed_bzip2 + zstandard alone", "convert",
             "{median}x", row=r"^ceiling"),
         Row("two jobs on two cores against one (`--threads 1`)", "scaling", "{scaling}",
@@ -137,6 +140,8 @@ COMMANDS = (
             "{stage after}x", row=r"^median ratio \|"),
         Row("prep against the floor, 16 cores (largest corpus)", "prep", "{prep after}x",
             row=r"^median / median floor \|"),
+        Row("prep and the stage against `lbzip2 -dc -n16`, 16 cores, same run (scale 3)", "2026-11-28-sixteen-cores",
+            "prep {prep after}x, stage {stage after}x", row=r"^median / median floor \|"),
         Row("peak work folder against the training shards it leaves", "prep", "{prep after}x",
             row=r"^peak work folder / training shards"),
     )),
