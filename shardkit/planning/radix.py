@@ -22,7 +22,11 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
     top, low = int(keys.max()), int(keys.min())
     if _digits(top - low) > 1 and (top - low).bit_length() + index_bits <= 64:
         return _packed_argsort(keys, low, index_bits)
-    keys, top = _from_smallest(keys, top, low)
+    return _radix_argsort(*_from_smallest(keys, top, low))
+
+
+def _radix_argsort(keys: np.ndarray, top: int) -> np.ndarray:
+    """The stable order of keys up to ``top``: a stable numpy sort of each 16-bit digit, lowest first."""
     order = None
     shift = 0
     while True:
