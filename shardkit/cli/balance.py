@@ -18,6 +18,15 @@ from shardkit.cli._outcome import balanced_layout_options
 from shardkit.cli._wenet_conf import trainer_spec, wenet_conf_options
 
 
+def _one_blas_thread() -> None:
+    """OpenBLAS starts a thread per core when numpy is imported, ~0.08 CPU-s of a 2-core machine's start-up
+    (benchmarks/results/2026-11-28-plan-scale.md); balance and its planner do no linear algebra. A value the user
+    set stays; the writing workers inherit it. Before the command's imports: numpy is not loaded yet."""
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def format_plan(summary: dict) -> str:
     """The plan for a person: shards, topology, the spread of shard seconds against the tolerance, and one
     row per corpus (weight, utterances kept, repeated, dropped, padded, copies out)."""
@@ -119,6 +128,7 @@ def command(corpus_specs, world_size, num_workers, out_dir, shard_duration, num_
     """
     import os
 
+    _one_blas_thread()
     from shardkit.cli._progress import ProgressBars
     from shardkit.commands.balance import BalanceSettings
     from shardkit.io.mix import parse_corpus_spec

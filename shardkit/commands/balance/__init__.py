@@ -241,7 +241,7 @@ def _run(corpora: Sequence[CorpusSource], out_dir: str, settings: BalanceSetting
             stack.push(_work_dir_remover(work_dir, options.split))  # from the journal); a slice, only its spool
         planned = _load_and_plan(stack, corpora, work_dir, settings, options)
         if settings.dry_run:
-            return BalanceReport(None, planned.plan, planned.figures, shard_table(planned.plan, planned.mix, None),
+            return BalanceReport(None, planned.plan, planned.figures, None,
                                  planned.repeats, True, planned.sources, elapsed=time.perf_counter() - started,
                                  **planned.facts)
         _check_balanced(planned.plan)
@@ -632,7 +632,7 @@ def _report(planned: _Planned, layout: _Layout, entries: dict[str, dict], starte
     in the table (it is there, unchanged) and ``skipped`` only in what this run did."""
     from shardkit.run.lifecycle import this_run
 
-    table = shard_table(planned.plan, planned.mix, layout.paths)[layout.chosen.start:layout.chosen.stop]
+    table = shard_table(planned.plan, layout.paths)[layout.chosen.start:layout.chosen.stop]
     for row in table:
         entry = entries[row["path"]]
         row.update({k: entry.get(k) for k in ("status", "size", "sha256", "members", "members_digest", "spec",

@@ -24,7 +24,7 @@ WORK_DIR = ".balance"
 JOURNAL = ".balance.journal.jsonl"
 
 
-def shard_table(plan: BalancePlan, mix: MixColumns, paths: Sequence[str] | None) -> list[dict]:
+def shard_table(plan: BalancePlan, paths: Sequence[str] | None) -> list[dict]:
     """One report row per planned shard (paths None in a dry run); writing adds what became of each."""
     secs = plan.shard_seconds
     counts = plan.shard_corpus_counts
@@ -72,7 +72,7 @@ class BalanceReport:
     out_dir: str | None
     plan: BalancePlan
     figures: dict
-    shards: list[dict]
+    _shards: list[dict] | None  # None (a dry run): the rows are built when first read (:attr:`shards`)
     repeats: Repeats
     dry_run: bool
     sources: dict
@@ -86,6 +86,14 @@ class BalanceReport:
     data_list_path: str | None = None  # where the list went (data.partial.list after a failed shard)
     layout: dict | None = None  # --layout nemo|shar: what was written for the whole dataset (manifest, config)
 
+    @property
+    def shards(self) -> list[dict]:
+        """The rows of the shards this run owns (:func:`shard_table`). A dry run's are built when first read: its
+        summary needs none of them (a 20 M-utterance plan's 36 k rows: ~0.15 CPU-s at the run's serial end)."""
+        if self._shards is None:
+            self._shards = shard_table(self.plan, None)
+        return self._shards
+
     def _named(self, name: str) -> str | None:
         if self.dry_run:
             return None
@@ -96,7 +104,8 @@ class BalanceReport:
         """The ``--json`` document: where the outputs are, the plan's figures, what was written this run,
         failures, repeated copies, the ``--wenet-conf`` view when asked, and the elapsed time.
         """
-        counts = {s: sum(1 for e in self.shards if e.get("status_this_run") == s) for s in ("ok", "skipped", "failed")}
+        rows = () if self.dry_run else self.shards  # a dry run writes no shard
+        counts = {s: sum(1 for e in rows if e.get("status_this_run") == s) for s in ("ok", "skipped", "failed")}
         return {"command": "balance", "dry_run": self.dry_run, "out_dir": self.out_dir,
                 "data_list": self.data_list_path or self._named("data.list"), "manifest": self._named(MANIFEST),
                 **({"slice": self.slice} if self.slice else {}), **({"part": self.part} if self.part else {}),

@@ -170,3 +170,26 @@ def test_run_balance_calls_its_steps_through_the_package(tmp_path, monkeypatch):
                                  RunOptions(jobs=1))
     assert calls == [1] and report.dry_run and report.exit_code == 0
     assert [row["utterances"] for row in report.shards] == [3, 3]
+
+
+def test_a_dry_runs_shard_rows_are_built_only_when_read_and_are_the_plans(tmp_path, monkeypatch):
+    """A dry run's summary needs no shard table (it is 36 k rows at 20 M utterances); a library caller reading
+    ``report.shards`` still gets one row per planned shard, its seconds and corpus counts the plan's."""
+    for name, count in (("a", 8), ("b", 4)):
+        write_shards(list(corpus_utterances(CorpusSpec(name, count, 0.3, 0.9, "en"), seed=2)), str(tmp_path / name),
+                     utts_per_shard=2)
+    built = []
+    real = report_module.shard_table
+    monkeypatch.setattr(report_module, "shard_table", lambda *args: built.append(args) or real(*args))
+    report = balance.run_balance([CorpusSource(n, (str(tmp_path / n),)) for n in ("a", "b")], str(tmp_path / "out"),
+                                 balance.BalanceSettings(world_size=2, num_workers=1, num_shards=4, dry_run=True),
+                                 RunOptions(jobs=1))
+    summary = report.summary()
+    assert summary["written"] == {"ok": 0, "skipped": 0, "failed": 0} and summary["num_shards"] == 4
+    assert built == []  # the summary read no row
+    plan = report.plan
+    rows = [(row["shard"], row["path"], row["utterances"], row["seconds"], row["corpora"]) for row in report.shards]
+    assert rows == [(s, None, plan.utts_per_shard, round(float(plan.shard_seconds[s]), 3),
+                     {"a": int(plan.shard_corpus_counts[s, 0]), "b": int(plan.shard_corpus_counts[s, 1])})
+                    for s in range(4)]
+    assert report.shards is report.shards and len(built) == 1  # built once
