@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 import sys
 
 if os.path.basename(sys.argv[0]) == "shardkit":  # the installed program (python -m shardkit: __main__.py)
@@ -30,23 +31,14 @@ EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 data problems, failed shards or a full d
 
 class _Commands(click.Group):
     def _modules(self) -> list[str]:
-        import pkgutil  # only to list the commands (--help, a name no module is named after)
-
         return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
     def list_commands(self, ctx):
         return sorted(self._load(m).name for m in self._modules())
 
     def get_command(self, ctx, name):
-        # the module named after the command first, without listing the package: the others' imports (and the
-        # listing's) are start-up a run does not need
-        named = name.replace("-", "_")
-        if not named.startswith("_") and named.isidentifier() and os.path.isfile(os.path.join(__path__[0],
-                                                                                              named + ".py")):
-            command = self._load(named)
-            if command.name == name:
-                return command
-        for module in self._modules():
+        # the module named after the command first: the others' imports are start-up a run does not need
+        for module in sorted(self._modules(), key=lambda m: m != name.replace("-", "_")):
             command = self._load(module)
             if command.name == name:
                 return command

@@ -10,6 +10,7 @@ line as it was run (finished shards are skipped), so it can be pasted.
 from __future__ import annotations
 
 import os
+import shlex
 
 import click
 
@@ -24,8 +25,6 @@ def remember_arguments(args: list[str]) -> None:
 
 def rerun_command() -> str:
     """The command line that was run, quoted for a shell: ``shardkit convert miss/data.list -o conv``."""
-    import shlex  # only a failed or interrupted run quotes its command line: not every run's start-up
-
     return shlex.join(["shardkit", *_invoked])
 
 
@@ -142,8 +141,6 @@ def _where_listed(failed: list[str], args: list[str]) -> tuple[str, str]:
     if not where:
         return "", ""
     lists = [a for a in args if a.endswith((".list", ".lst")) and os.path.isfile(a)]
-    import shlex
-
     located = f" ({', '.join(where[:3])}{', ...' if len(where) > 3 else ''})"
     check = f"; `shardkit list check {shlex.join(lists)}` names every bad line" if lists else ""
     return located, check

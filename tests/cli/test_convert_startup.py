@@ -15,9 +15,7 @@ import pytest
 NOT_FOR_A_LOCAL_RUN = ["asyncio", "fsspec", "multiprocessing", "concurrent.futures.process", "ray", "torch",
                        "torchaudio", "yaml", "matplotlib", "tqdm", "numpy.random",
                        # nor what the index's dictionary columns and the old-path finder needed no longer
-                       "pyarrow.compute", "importlib.resources",
-                       # nor the listing of every command module, nor the quoting of a rerun's command line
-                       "pkgutil", "shlex"]
+                       "pyarrow.compute", "importlib.resources"]
 
 # runs the CLI as `shardkit` does, then prints which of the modules asked about were loaded
 _PROBE = """
