@@ -60,8 +60,8 @@ def records_to_batch(records: list[dict]):
 
 def _dictionary_encoded(values: list):
     """``pa.array(values).dictionary_encode()``'s array (values in order of first appearance, int32 indices,
-    nulls masked), built without it: that method imports pyarrow.compute (~40 ms of CPU) into every run that
-    writes an index, for a column with a handful of distinct values."""
+    nulls masked), built without it: that method imports pyarrow.compute (~0.05 CPU-s,
+    benchmarks/results/2026-11-28-flac.md) into every run that writes an index, for columns of a few values."""
     import pyarrow as pa
 
     codes: dict[str, int] = {}
