@@ -9,14 +9,16 @@ process and its children (one core: everything runs in one thread, and -j1 runs 
 - profile: the parts of a verified transcode alone, in-process: tar read, WAV header parse, WAV decode
   (libsndfile), FLAC encode (soundfile), FLAC decode (soundfile: the old path's verification), the sample
   comparison, the sample digest, libFLAC's encoder through shardkit.io.libflac with and without its verify
-  mode, transcode_member on the soundfile path (fallback) and on the libFLAC path, convert's own side
+  mode, transcode_member on the soundfile path (fallback) and on the libFLAC path (writing through a stdio FILE,
+  and through libFLAC's stream callbacks as before h-flac39c), convert's own side
   (convert_shard with a transform that hands back finished members: tar write, digests, index, read-back,
   fsync), and Python start-up with the imports;
 - alternatives on the same members: the `flac` CLI (-5, then -5 --verify, and -d), pyFLAC's StreamEncoder
   with and without libFLAC's verify mode, soundfile encode alone and encode + decode (the issue's
   "encode + decode alone", the limit the goal is a ratio of);
 - the CLI as the user runs it, `convert --codec none --audio flac -j1`, verified, from --baseline (a checkout
-  before this change) and from this checkout, and the ratio of each to the limit measured in the same round.
+  before this change) and from this checkout, and the ratio of each to the limit measured in the same round;
+  and both on two tiny shards (~30 s of audio each): what every run pays whatever its size.
 
 Every CLI run must transcode every audio member and keep none; every transcode is checked to decode back.
 Both checkouts are byte-compiled first, as `pip install` does: where PYTHONDONTWRITEBYTECODE is set (as on
@@ -35,10 +37,15 @@ import shutil
 import subprocess
 import sys
 import time
+from operator import sub, truediv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import emit_results, machine_info, make_corpus  # noqa: E402
+
+
+TINY_BEFORE = "CLI before (baseline), verified, two tiny shards (fixed costs)"
+TINY_AFTER = "CLI after (this checkout), verified, two tiny shards (fixed costs)"
 
 
 def cpu_now() -> float:
@@ -64,6 +71,9 @@ def parse_args(argv=None):
     ap.add_argument("--workdir", default="/tmp/flac39b")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json-out", default=None)
+    ap.add_argument("--only", action="append", default=[], metavar="WORDS",
+                    help="run only the rows whose name contains WORDS (repeatable; the limit always runs), e.g. "
+                         "--only CLI for more rounds of the before/after rows")
     return ap.parse_args(argv)
 
 
@@ -83,6 +93,9 @@ def main(argv=None):
                        stdout=subprocess.DEVNULL)
     paths = make_corpus(os.path.join(args.workdir, "corpus"), total_mb=args.corpus_mb, shards=args.shards,
                         codec="none")
+    # two tiny shards (~30 s of audio each, 9 utterances): what a run costs whatever its size (start-up, the index,
+    # the report)
+    tiny = make_corpus(os.path.join(args.workdir, "tiny"), total_mb=2, shards=2, codec="none")
     members = [(p, n, d) for p in paths for n, d in iter_shard_members(p)]
     wavs = [d for _, n, d in members if n.endswith(".wav")]
     pcm = [sf.read(io.BytesIO(w), dtype="int16", always_2d=True) for w in wavs]
@@ -159,6 +172,14 @@ def main(argv=None):
                 libflac.encoder_library.cache_clear()
         return run
 
+    def through_callbacks():  # libFLAC's stream callbacks (one Python call a frame and a tell), as before h-flac39c
+        stdio = libflac._stdio
+        libflac._stdio = lambda: None
+        try:
+            on_path(False)()
+        finally:
+            libflac._stdio = stdio
+
     finished = {}
     for p in paths:
         for name, data in ((n, d) for q, n, d in members if q == p):
@@ -193,6 +214,7 @@ def main(argv=None):
         "libFLAC encode + verify mode (io.libflac)": with_encoder(True),
         "transcode_member, the fallback: soundfile + a second decode": on_path(True),
         "transcode_member, libFLAC verify mode (after)": on_path(False),
+        "transcode_member, libFLAC verify mode through its stream callbacks (before h-flac39c)": through_callbacks,
         "convert's side (tar, digests, index, read-back, fsync), finished members": convert_side,
         "Python start-up + imports": startup,
         # the alternatives
@@ -207,7 +229,12 @@ def main(argv=None):
         "CLI before (baseline), --no-verify": lambda: cli(os.path.abspath(args.baseline), paths, cli_out,
                                                           "--no-verify"),
         "CLI after (this checkout), --no-verify": lambda: cli(root, paths, cli_out, "--no-verify"),
+        TINY_BEFORE: lambda: cli(os.path.abspath(args.baseline), tiny, cli_out),
+        TINY_AFTER: lambda: cli(root, tiny, cli_out),
     }
+    limit = "**soundfile encode + decode (the limit)**"
+    if args.only:
+        configs = {k: v for k, v in configs.items() if k == limit or any(w in k for w in args.only)}
     if shutil.which("flac") is None:
         configs = {k: v for k, v in configs.items() if not k.startswith("flac CLI")}
     try:
@@ -230,7 +257,9 @@ def main(argv=None):
     def median(xs):
         return sorted(xs)[len(xs) // 2]
 
-    limit = "**soundfile encode + decode (the limit)**"
+    def per_round(a: str, b: str, op):
+        return round(median([op(x, y) for x, y in zip(cpu[a], cpu[b])]), 3) if a in cpu and b in cpu else None
+
     rows = {k: {"cpu_s": round(median(cpu[k]), 3), "wall_s": round(median(wall[k]), 3),
                 "h_per_cpu_s": round(hours / median(cpu[k]), 3),
                 "vs_limit_per_round": round(median([a / b for a, b in zip(cpu[limit], cpu[k])]), 3)}
@@ -239,14 +268,14 @@ def main(argv=None):
               "corpus": {"shards": len(paths), "hours": round(hours, 4), "utterances": len(wavs),
                          "tar_bytes": sum(os.path.getsize(p) for p in paths)},
               "rows": rows,
-              "ratios": {"CLI before / limit": rows["CLI before (baseline), verified"]["vs_limit_per_round"],
-                         "CLI after / limit": rows["CLI after (this checkout), verified"]["vs_limit_per_round"],
-                         "CLI --no-verify after / encode alone": round(median(
-                             [a / b for a, b in zip(cpu["FLAC encode alone (soundfile)"],
-                                                    cpu["CLI after (this checkout), --no-verify"])]), 3),
-                         "after / before (CPU, per round)": round(median(
-                             [a / b for a, b in zip(cpu["CLI before (baseline), verified"],
-                                                    cpu["CLI after (this checkout), verified"])]), 3)}}
+              "ratios": {  # each per round, then the median (None: a row --only left out)
+                  "CLI before / limit": per_round(limit, "CLI before (baseline), verified", truediv),
+                  "CLI after / limit": per_round(limit, "CLI after (this checkout), verified", truediv),
+                  "CLI --no-verify after / encode alone": per_round(
+                      "FLAC encode alone (soundfile)", "CLI after (this checkout), --no-verify", truediv),
+                  "after / before (CPU, per round)": per_round(
+                      "CLI before (baseline), verified", "CLI after (this checkout), verified", truediv),
+                  "fixed costs, before - after (CPU s, per round)": per_round(TINY_BEFORE, TINY_AFTER, sub)}}
     print("| what, one core | CPU s | wall s | h of audio per CPU-s | limit's CPU / this (per round) |")
     print("|---|---:|---:|---:|---:|")
     for k, v in rows.items():

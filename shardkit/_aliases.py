@@ -3,7 +3,6 @@ module object of ``shardkit.training.dataset`` itself (so attributes, monkeypatc
 They are not part of the documented API; new code imports from ``shardkit`` or the defining module."""
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 
@@ -18,7 +17,10 @@ ALIASES = {
 }
 
 
-class _AliasLoader(importlib.abc.Loader):
+# plain classes: the import system calls these methods by name, and importlib.abc would import
+# importlib.resources (tempfile, shutil, random: 0.02 CPU-s, benchmarks/results/2026-11-28-flac.md) into every
+# process that imports shardkit
+class _AliasLoader:
     def __init__(self, target: str):
         self.target = target
 
@@ -33,7 +35,7 @@ class _AliasLoader(importlib.abc.Loader):
         module.__spec__ = self.real_spec
 
 
-class _AliasFinder(importlib.abc.MetaPathFinder):
+class _AliasFinder:
     def find_spec(self, fullname, path=None, target=None):
         real = ALIASES.get(fullname)
         if real is None:

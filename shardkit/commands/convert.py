@@ -624,7 +624,7 @@ def worker_modules(audio: str) -> list[str]:
     return WORKER_MODULES + (AUDIO_WORKER_MODULES if audio != "keep" else [])
 # What index.parquet's assembly imports after the last shard: imported while the shards convert, so the
 # run's serial tail (one core busy, the others idle) does not include it.
-INDEX_MODULES = ["pyarrow.parquet", "pyarrow.compute"]  # compute: the batch's dictionary_encode
+INDEX_MODULES = ["pyarrow.parquet"]
 
 
 def import_in_background(modules: list[str]) -> None:

@@ -54,7 +54,7 @@ def records_to_batch(records: list[dict]):
         if field.name == "members":
             arrays.append(_members_array(*values, field.type))
         elif pa.types.is_dictionary(field.type):
-            arrays.append(pa.array(values, pa.string()).dictionary_encode())
+            arrays.append(_dictionary_encoded(values))
         else:
             arrays.append(pa.array(values, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema())
@@ -71,6 +71,17 @@ def _members_array(bounds: list[int], names: list[str], offsets: list[int], size
                                          pa.array(offsets, member.field("offset").type),
                                          pa.array(sizes, member.field("size").type)], fields=list(member))
     return pa.ListArray.from_arrays(pa.array(bounds, pa.int32()), struct, type=list_type)
+
+
+def _dictionary_encoded(values: list):
+    """``pa.array(values).dictionary_encode()``'s array (values in order of first appearance, int32 indices,
+    nulls masked), built without it: that method imports pyarrow.compute (~0.05 CPU-s,
+    benchmarks/results/2026-11-28-flac.md) into every run that writes an index, for columns of a few values."""
+    import pyarrow as pa
+
+    codes: dict[str, int] = {}
+    indices = [None if v is None else codes.setdefault(v, len(codes)) for v in values]
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(list(codes), pa.string()))
 
 
 def _columns(records: list[dict]) -> dict[str, list]:

@@ -13,7 +13,9 @@ import pytest
 
 # imported by a run that needs them (a URL, a pool, the progress bars, Ray), never by a local quiet -j1 run
 NOT_FOR_A_LOCAL_RUN = ["asyncio", "fsspec", "multiprocessing", "concurrent.futures.process", "ray", "torch",
-                       "torchaudio", "yaml", "matplotlib", "tqdm", "numpy.random"]
+                       "torchaudio", "yaml", "matplotlib", "tqdm", "numpy.random",
+                       # nor what the index's dictionary columns and the old-path finder needed no longer
+                       "pyarrow.compute", "importlib.resources"]
 
 # runs the CLI as `shardkit` does, then prints which of the modules asked about were loaded
 _PROBE = """

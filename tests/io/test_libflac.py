@@ -205,3 +205,47 @@ def test_a_member_of_several_blocks_gives_soundfiles_bytes(direct):
     sf.write(reference, samples, 16000, format="FLAC", subtype="PCM_16")
     assert flac == reference.getvalue() and info["frames"] == len(samples)
     assert info["pcm_sha256"] == transcode.pcm_digest(read_pcm(source)[0], 16000)
+
+
+@pytest.mark.parametrize("level", [None, 0, 8])
+def test_the_stdio_file_and_the_callbacks_give_soundfiles_bytes(direct, monkeypatch, level):
+    # where libc has fopencookie, libFLAC writes to a FILE flushed into the sink (a few Python calls a member);
+    # elsewhere through its stream callbacks (one a frame): the same bytes either way, soundfile's
+    if libflac._stdio() is None:
+        pytest.skip("no fopencookie in this libc: only the callbacks")
+    lib = libflac.encoder_library(level)
+
+    def encoded(samples, rate, bits):
+        encoder = libflac.VerifiedEncoder(lib, rate, samples.shape[1], bits, level)
+        encoder.write(samples)
+        return encoder.finish(), encoder._stdio_buffer is not None
+
+    cases = [(speech_like(9.0, 16000, seed=7).reshape(-1, 1), 16000, 16),  # several 64 KiB flushes
+             (CASES["16bit-stereo-44k1"][0], 44100, 16), (CASES["one-frame"][0].reshape(-1, 1), 16000, 16),
+             (CASES["24bit-mono-8k"][0].reshape(-1, 1), 8000, 24)]
+    through_stdio = [encoded(*case) for case in cases]
+    monkeypatch.setattr(libflac, "_stdio", lambda: None)
+    through_callbacks = [encoded(*case) for case in cases]
+    assert [used for _, used in through_stdio] == [True] * len(cases)
+    assert [used for _, used in through_callbacks] == [False] * len(cases)
+    assert [data for data, _ in through_stdio] == [data for data, _ in through_callbacks]
+    for (data, _), (samples, rate, bits) in zip(through_stdio, cases):
+        expected = io.BytesIO()
+        sf.write(expected, samples, rate, format="FLAC", subtype=f"PCM_{bits}",
+                 **({} if level is None else {"compression_level": level / 8}))
+        assert data == expected.getvalue()
+
+
+def test_a_stdio_flush_aimed_into_the_frames_fails_the_stream():
+    sink = libflac._Sink()
+    head, frames = (b"h" * 8), (b"\xff\xf8" + b"f" * 30)
+    assert sink.write_chunk(head, len(head)) == len(head)  # init's metadata, flushed before any frame
+    sink.sealed = True
+    assert sink.write_chunk(frames, len(frames)) == len(frames) and sink.frames == [frames]
+    sink.position = 4  # the closing rewrite of STREAMINFO lands inside the metadata: fine
+    assert sink.write_chunk(b"ok", 2) == 2 and sink.value() == b"hhhhokhh" + frames
+    sink.position = 7  # one that would reach into the first frame is refused
+    assert sink.write_chunk(b"no", 2) == -1
+    sink.position = 12  # and so are frames anywhere but at the end
+    assert sink.write_chunk(frames, len(frames)) == -1
+    assert sink.value() == b"hhhhokhh" + frames
