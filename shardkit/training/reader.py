@@ -26,11 +26,11 @@ callable receives each ``ShardkitError`` for a bad utterance and the reader goes
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
 from typing import Callable, Iterable, Iterator
-from zlib import adler32
 
 import numpy as np
 
@@ -48,15 +48,13 @@ from shardkit.io.codecs import detect_codec, iter_decompressed, zstd_frame_holdi
 from shardkit.io.tar import (
     AUDIO_EXTENSIONS,
     BLOCK,
-    COMMON_DEVICE_FIELDS,
-    COMMON_FIELDS,
     DEFAULT_MAX_MEMBER_BYTES,
-    OCTAL_AS_ZERO,
     iter_tar_members,
     open_shard,
     shard_reader,
     split_key,
 )
+from shardkit.training.fused import Handover, common_member, fused_samples, truncated_data, truncated_padding
 from shardkit.training.pcm import (  # BufferPool and DEFAULT_POOL: re-exported, public here since before pcm.py
     DEFAULT_POOL,
     LITTLE_ENDIAN,
@@ -136,71 +134,63 @@ class _Pushback:
 
 def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
                       on_error: Callable[[ShardkitError], None] | None = None, offset: int = 0,
-                      position: ReadPosition | None = None, decode_wav: Callable | None = None):
+                      position: ReadPosition | None = None, decode_wav: Callable | None = None,
+                      header: bytes | None = None, count: int | None = None):
     """``(name, data)`` per member of a tar stream; returns True when the end-of-archive block was read.
 
     This is ``shardkit.io.tar.iter_tar_members``'s fast path, not another parser: it takes only the
-    common member (regular file, a name under 100 bytes in UTF-8 without a ustar prefix, number
-    fields as tarfile and GNU tar write them, a matching checksum, a plainly safe name within the
-    size limit), which ``tario.parse_header`` reads the same, in ~1.5 us instead of ~7 us.
+    common member (``shardkit.training.fused.common_member``: regular file, a name under 100 bytes in UTF-8
+    without a ustar prefix, number fields as tarfile and GNU tar write them, a matching checksum, a plainly
+    safe name within the size limit), which ``tario.parse_header`` reads the same, in ~1.5 us instead of ~7 us.
     Anything else (long names, pax, links, odd names or fields, bad checksums, oversized members,
     the end-of-archive block) hands the rest of the stream to ``iter_tar_members``, which applies
     every check and error policy. tests/io/test_tar_agrees_with_tarfile.py proves the two read alike. ``offset``: where
     in the tar stream ``source`` stands (a resumed read starts past members already read);
     ``position``: its ``end`` is set to the offset past each member before it is yielded; ``decode_wav``: a
-    ``.wav`` member of a source that can decode where it decompresses comes as ``decode_wav``'s result.
+    ``.wav`` member of a source that can decode where it decompresses comes as ``decode_wav``'s result;
+    ``header`` and ``count``: the block already read at ``offset`` and the members read before it (a hand-over).
     """
     read = source.read
     read_member = getattr(source, "read_member", None)
     read_decoded = getattr(source, "read_decoded_member", None) if decode_wav is not None else None
-    count = 1 if offset else 0  # a resumed read has read members before: an end block there is no empty tar
-    header = read(BLOCK)
+    if count is None:
+        count = 1 if offset else 0  # a resumed read has read members before: an end block there is no empty tar
+    if header is None:
+        header = read(BLOCK)
     while True:
-        if (len(header) == BLOCK and header[156] in _FAST_TYPES and not header[345]
-                and header[100:156].translate(OCTAL_AS_ZERO) == COMMON_FIELDS
-                and header[329:345] in COMMON_DEVICE_FIELDS
-                and int(header[148:154], 8) == ((adler32(header[:256]) & 0xFFFF) + (adler32(header[256:]) & 0xFFFF)
-                                                - (adler32(header[148:156]) & 0xFFFF) + 255)):
-            size = int(header[124:135], 8)
+        member = common_member(header, max_member_bytes)
+        if member is not None:
+            name, size = member
+            padded = size + (-size % BLOCK)
             try:
-                name = header[:100].split(b"\x00", 1)[0].decode("utf-8")
-            except UnicodeDecodeError:
-                name = ""
-            if (size <= max_member_bytes and name and name[0] != "/" and ".." not in name and "\\" not in name
-                    and name[1:2] != ":" and name[-1] != "/"):
-                padded = size + (-size % BLOCK)
-                try:
-                    if read_decoded is not None and name.endswith(".wav"):
-                        data, next_header, padded_whole = read_decoded(size, decode_wav)
-                    elif read_member is not None:
-                        data, next_header, padded_whole = read_member(size)
-                    else:
-                        data = read(size)
-                        next_header = None
-                        padded_whole = padded == size or len(data) < size or len(read(padded - size)) == padded - size
-                except CorruptStreamError as err:  # the break lies in this member: say which
-                    raise err.located(shard=shard, member=name)
-                if len(data) < size:
-                    raise TarFormatError(f"stream ends inside member data ({len(data)} of {size} bytes; "
-                                         f"truncated) at byte {offset + BLOCK}", shard=shard, member=name)
-                if not padded_whole:
-                    raise TarFormatError(f"stream ends inside the member's padding to 512 bytes (truncated) "
-                                         f"at byte {offset + BLOCK + size}", shard=shard, member=name)
-                count += 1
-                offset += BLOCK + padded
-                if position is not None:
-                    position.end = offset
-                yield name, data
-                header = read(BLOCK) if next_header is None else next_header
-                continue
-        elif not header and count:
+                if read_decoded is not None and name.endswith(".wav"):
+                    data, next_header, padded_whole = read_decoded(size, decode_wav)
+                elif read_member is not None:
+                    data, next_header, padded_whole = read_member(size)
+                else:
+                    data = read(size)
+                    next_header = None
+                    padded_whole = padded == size or len(data) < size or len(read(padded - size)) == padded - size
+            except CorruptStreamError as err:  # the break lies in this member: say which
+                raise err.located(shard=shard, member=name)
+            if len(data) < size:
+                raise truncated_data(len(data), size, offset + BLOCK, shard, name)
+            if not padded_whole:
+                raise truncated_padding(offset + BLOCK + size, shard, name)
+            count += 1
+            offset += BLOCK + padded
+            if position is not None:
+                position.end = offset
+            yield name, data
+            header = read(BLOCK) if next_header is None else next_header
+            continue
+        if not header and count:
             return False  # no end-of-archive blocks: tolerated, as tarfile and GNU tar do
         # Anything unusual, including every error and the end: the strict parser takes over from this header.
         return (yield from iter_tar_members(_Pushback(header, source), shard=shard, max_member_bytes=max_member_bytes,
                                             on_error=on_error, offset=offset, members=count, position=position))
 
 
-_FAST_TYPES = frozenset(b"0\x00")
 
 
 class ReadPosition:
@@ -297,12 +287,27 @@ def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     A ``pipe:CMD`` shard runs its command only with ``allow_pipes=True`` (or SHARDKIT_ALLOW_PIPES=1).
     ``decode_wav``: see ``iter_members_fast`` (iter_samples' own).
     """
-    with open_shard(path, allow_pipes=allow_pipes) as f:
+    f, codec, source = _opened(path, start, threads, allow_pipes)
+    members = iter_members_fast(source, shard=path, max_member_bytes=max_member_bytes, on_error=on_error,
+                                offset=start, position=position, decode_wav=decode_wav)
+    yield from _to_the_end(f, source, members, path, codec, allow_pipes)
+
+
+def _opened(path: str, start: int, threads: int, allow_pipes: bool | None):
+    """``(file, codec, exact-read source at tar offset start)`` of one shard; the file is closed if this fails."""
+    f = open_shard(path, allow_pipes=allow_pipes)
+    try:
         codec = detect_codec(f.peek(16)[:16])
-        source = _open_at(f, path, codec, start, threads)
-        ended = yield from iter_members_fast(source, shard=path, max_member_bytes=max_member_bytes,
-                                             on_error=on_error, offset=start, position=position,
-                                             decode_wav=decode_wav)
+        return f, codec, _open_at(f, path, codec, start, threads)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _to_the_end(f, source, members: Iterator, path: str, codec: str, allow_pipes: bool | None):
+    """``members`` of the open shard ``f`` (closed after them), then the stream's end checked as they end."""
+    with f:
+        ended = yield from members
         if hasattr(source, "drain"):
             source.drain()  # the decompressor checks the stream's end (CRC, checksum)
         if ended or codec != "zst":
@@ -571,19 +576,62 @@ def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MA
     ``position``: kept up to date with the shard index and offsets (see :class:`ReadPosition`);
     ``decode_wav``: iter_samples' own (``audio_bytes`` may then be a ``DecodedAudio``, see ``iter_members_fast``).
     """
+    def utterances(path: str, at: int) -> Iterator[dict]:
+        members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
+                               start=at, position=position, allow_pipes=allow_pipes, decode_wav=decode_wav)
+        return group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes,
+                                position=position)
+
+    return _each_shard(shards, utterances, start=start, position=position, on_error=on_error)
+
+
+def _each_shard(shards: Iterable[str], read_shard: Callable[[str, int], Iterator[dict]], *, start: int,
+                position: ReadPosition | None, on_error: Callable[[ShardkitError], None] | None) -> Iterator[dict]:
+    """``read_shard(path, offset)``'s utterances for each shard in turn (the first from ``start``), under the
+    error policy: with ``on_error``, a shard that cannot be opened or whose container is damaged is reported
+    and the read moves to the next shard."""
     for i, path in enumerate(shards):
         if position is not None:
             position.index, position.end = i, (start if i == 0 else 0)
-        members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
-                               start=start if i == 0 else 0, position=position,
-                               allow_pipes=allow_pipes, decode_wav=decode_wav)
         try:
-            yield from group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes,
-                                        position=position)
+            yield from read_shard(path, start if i == 0 else 0)
         except ShardkitError as err:
             if on_error is None:
                 raise
             on_error(err.located(shard=path))
+
+
+def _decoded_shard(path: str, start: int, *, dtype: str, position: ReadPosition, max_member_bytes: int, threads: int,
+                   on_error: Callable[[ShardkitError], None] | None, allow_pipes: bool | None,
+                   decode_wav: _WavDecoder) -> Iterator[dict]:
+    """One shard's decoded samples, as the stages give them with ``decode_wav``: a zstd shard's common utterances
+    through the fused loop (shardkit.training.fused), the rest from its first other member through the stages."""
+    f, codec, source = _opened(path, start, threads, allow_pipes)
+    try:
+        handover = None
+        if isinstance(source, ZstdMemberSource):
+            handover = yield from fused_samples(source, shard=path, dtype=dtype, max_member_bytes=max_member_bytes,
+                                                offset=start, position=position)
+    except BaseException:
+        f.close()
+        raise
+    read = {"shard": path, "max_member_bytes": max_member_bytes, "on_error": on_error, "position": position,
+            "decode_wav": decode_wav}
+    members = (iter_members_fast(source, offset=start, **read) if handover is None
+               else _handed_over(handover, source, read))
+    utts = group_utterances(_to_the_end(f, source, members, path, codec, allow_pipes), shard=path,
+                            on_error=on_error, max_bytes=max_member_bytes, position=position)
+    yield from decode_utterances(utts, dtype=dtype, on_error=on_error)
+
+
+def _handed_over(handover: Handover, source, read: dict) -> Iterator[tuple[str, bytes]]:
+    """The member stage from where the fused loop stopped: the unfinished utterance's members, then the rest."""
+    position = read["position"]
+    for name, data, end in handover.members:
+        position.end = end
+        yield name, data
+    return (yield from iter_members_fast(source, offset=handover.offset, header=handover.header,
+                                         count=handover.count, **read))
 
 
 def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str = "float32",
@@ -640,6 +688,12 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
     # shardkit's decoder is the one registered (a replaced one is called for every utterance, as it asks)
     decode_wav = (_WavDecoder(dtype) if decode and DECODERS.get(decoder) is decode_fast and not keep_bytes
                   else None)
+    if decode_wav is not None:  # one loop for a zstd shard's common members (shardkit.training.fused)
+        position = position if position is not None else ReadPosition()
+        read_shard = functools.partial(_decoded_shard, dtype=dtype, position=position, max_member_bytes=max_member_bytes,
+                                       threads=threads, on_error=on_error, allow_pipes=allow_pipes,
+                                       decode_wav=decode_wav)
+        return _each_shard(shards, read_shard, start=start, position=position, on_error=on_error)
     utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
                            start=start, position=position, allow_pipes=allow_pipes, decode_wav=decode_wav)
     if not decode:
