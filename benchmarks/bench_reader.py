@@ -255,6 +255,10 @@ def main(args) -> int:
     targets = {name: round(mb[a] / mb[b], 3) if a in mb and b in mb else None for name, (a, b) in TARGETS.items()}
     if "plain: shardkit float32" in mb:
         targets["plain float32 MB/s (>= 2000)"] = mb["plain: shardkit float32"]
+    for dtype in ("float32", "int16"):  # what the reader adds to zstd alone, per utterance (the fused loop's measure)
+        if f"zst:3: shardkit {dtype}" in figures:
+            added = figures[f"zst:3: shardkit {dtype}"]["median_s"] - figures[ZSTD_ALONE]["median_s"]
+            targets[f"zst:3 {dtype}: us per utterance above zstd alone"] = round(added / totals["utterances"] * 1e6, 1)
     targets = {name: value for name, value in targets.items() if value is not None}
     result = {"machine": machine_info(), "malloc": args.malloc, "clock": args.clock, "corpus": totals,
               "rounds": args.repeat, "loadavg": open("/proc/loadavg").read().split()[:3],
