@@ -6,7 +6,10 @@ A pipeline of small generator stages, each over plain values:
     group_utterances(members)  -> {key, shard, txt, audio_format, audio_bytes, ...other members}
     decode_utterances(utts)    -> adds audio (frames, channels) and sample_rate
 
-``iter_samples(shards)`` is their composition. Where the time goes (benchmarks/results/reader.md): on plain
+``iter_samples(shards)`` is their composition; when it decodes with shardkit's decoder and keeps no
+bytes, a zstd shard's common utterances (``<key>.txt`` and a canonical PCM ``<key>.wav``) take one loop
+that fuses the three (shardkit.training.fused), which hands the stages the rest of the shard at its first
+other member. Where the time goes (benchmarks/results/reader.md): on plain
 tar the int16 -> float32 conversion, on zstd shards the decompressor; everything else is
 per-utterance Python overhead, which on 200 KB utterances at 2 GB/s must stay within a few
 microseconds. So: zstd is decompressed straight into each member's own buffer
