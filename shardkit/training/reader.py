@@ -693,9 +693,9 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
                   else None)
     if decode_wav is not None:  # one loop for a zstd shard's common members (shardkit.training.fused)
         position = position if position is not None else ReadPosition()
-        read_shard = functools.partial(_decoded_shard, dtype=dtype, position=position, max_member_bytes=max_member_bytes,
-                                       threads=threads, on_error=on_error, allow_pipes=allow_pipes,
-                                       decode_wav=decode_wav)
+        read_shard = functools.partial(_decoded_shard, dtype=dtype, position=position, threads=threads,
+                                       max_member_bytes=max_member_bytes, on_error=on_error,
+                                       allow_pipes=allow_pipes, decode_wav=decode_wav)
         return _each_shard(shards, read_shard, start=start, position=position, on_error=on_error)
     utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
                            start=start, position=position, allow_pipes=allow_pipes, decode_wav=decode_wav)
