@@ -72,6 +72,8 @@ from shardkit.training.zstd_source import ZstdMemberSource
 log = logging.getLogger("shardkit.training.reader")
 
 DTYPES = ("float32", "int16", "float64")
+
+
 def reuse_freed_memory() -> bool:
     """Ask glibc to keep freed memory for reuse instead of returning it to the kernel (process-wide).
 
@@ -192,8 +194,6 @@ def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAUL
         # Anything unusual, including every error and the end: the strict parser takes over from this header.
         return (yield from iter_tar_members(_Pushback(header, source), shard=shard, max_member_bytes=max_member_bytes,
                                             on_error=on_error, offset=offset, members=count, position=position))
-
-
 
 
 class ReadPosition:
