@@ -3,7 +3,6 @@ stages read (members -> utterances -> decode, shardkit.training.reader): the sam
 key order, dtype, shape, samples), the same ReadPosition at every yield, the same errors at the same point, and
 from the first member outside the common case on, the stages themselves."""
 
-import io
 import os
 import tarfile
 
