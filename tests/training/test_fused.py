@@ -88,11 +88,11 @@ def test_the_fused_loop_reads_the_fixture_shards_as_the_stages(make_shards, dtyp
 def test_a_resumed_read_is_the_stages_read_from_every_saved_offset(tmp_path, dtype):
     path = _zst(tmp_path / "s.tar.zst", tar_bytes(_utterances(6, channels=2) + _utterances(2, start=6)))
     seen = _both([path], dtype, policy=False)[1][0]
-    for _, _, _, utt_end, finished in seen[:-1]:
+    assert len(seen) == 8
+    for i, (_, _, _, utt_end, finished) in enumerate(seen[:-1]):
         assert not finished
         fused, stages = _both([path], dtype, policy=False, start=utt_end)
-        assert fused == stages and len(fused[0]) == len(seen) - 1 - seen.index(
-            next(s for s in seen if s[3] == utt_end))
+        assert fused == stages and len(fused[0]) == len(seen) - 1 - i  # the utterances after the i-th
 
 
 def _listed_wav(i):
