@@ -127,6 +127,7 @@ ODD_MEMBERS = {
     "unsafe name": [("../odd.txt", b"odd"), ("../odd.wav", encode(speech_like(0.2, 16000, 11), 16000))],
     "wav first": [("odd.wav", encode(speech_like(0.2, 16000, 12), 16000)), ("odd.txt", b"odd")],
     "tiny wav": [("odd.txt", b"odd"), ("odd.wav", encode(speech_like(0.2, 16000, 13), 16000)[:44])],
+    "transcript above 64 KiB": [("odd.txt", b"word " * 14000), ("odd.wav", encode(speech_like(0.2, 16000, 14), 16000))],
 }
 
 
