@@ -19,13 +19,14 @@ which read the rest of the shard and raise or report what they always did (the e
 from __future__ import annotations
 
 from typing import Generator
+from zlib import adler32
 
 import numpy as np
 
 from shardkit.errors import CorruptStreamError, TarFormatError
-from shardkit.io.tar import BLOCK, COMMON_DEVICE_FIELDS, COMMON_FIELDS, OCTAL_AS_ZERO, common_checksum
-from shardkit.training.pcm import DEFAULT_POOL, LITTLE_ENDIAN, DecodedAudio, canonical_layout, converted, frames_held
+from shardkit.io.tar import BLOCK, COMMON_DEVICE_FIELDS, COMMON_FIELDS, OCTAL_AS_ZERO
 from shardkit.training import zstd_source
+from shardkit.training.pcm import DEFAULT_POOL, LITTLE_ENDIAN, DecodedAudio, canonical_layout, converted, frames_held
 from shardkit.training.zstd_source import ZstdMemberSource
 
 _FAST_TYPES = frozenset(b"0\x00")
@@ -42,7 +43,10 @@ def common_member(header: bytes, max_member_bytes: int) -> tuple[str, int] | Non
     parser then takes. ~1.5 us where the strict parse takes ~7."""
     if (len(header) == BLOCK and header[156] in _FAST_TYPES and not header[345]
             and header[100:156].translate(OCTAL_AS_ZERO) == COMMON_FIELDS
-            and header[329:345] in COMMON_DEVICE_FIELDS and int(header[148:154], 8) == common_checksum(header)):
+            and header[329:345] in COMMON_DEVICE_FIELDS
+            # shardkit.io.tar.common_checksum's sum, written out: a call less per member of every fast read
+            and int(header[148:154], 8) == ((adler32(header[:256]) & 0xFFFF) + (adler32(header[256:]) & 0xFFFF)
+                                            - (adler32(header[148:156]) & 0xFFFF) + 255)):
         size = int(header[124:135], 8)
         try:
             name = header[:100].split(b"\x00", 1)[0].decode("utf-8")
