@@ -18,7 +18,9 @@ frame, where it decodes). MB/s are of the uncompressed WAV tar. Targets (the iss
 
 1. plain-tar WAV read + decode >= 2 GB/s per core (about 5x tarfile + soundfile float32);
 2. zst:3 read + decode >= 0.8x zstd decompression alone (issue 39: >= 0.9x), and against its floor: zstd
-   alone plus the int16 -> float32 conversion of every byte, with no tar and no per-utterance work;
+   alone plus the int16 -> float32 conversion of every byte, with no tar and no per-utterance work; the
+   microseconds per utterance the reader adds to zstd alone, and the fused loop (shardkit.training.fused)
+   against the three generator stages it replaces, in the same process;
 3. zst:3 with shardkit's reader >= 50x the WeNet-style bz2 + torchaudio path.
 
 These machines are shared and noisy: treat single figures with skepticism, compare within a run.
@@ -168,6 +170,19 @@ def shardkit_read(paths, dtype="float32", decode=True):
     return count, frames
 
 
+def shardkit_stages(paths, dtype="float32"):
+    """iter_samples as three generator stages (members -> utterances -> decode, PCM WAV decoded as read): what it
+    was before the fused loop (shardkit.training.fused), measured in the same process as the fused read."""
+    from shardkit.training import reader
+
+    count = frames = 0
+    utterances = reader.iter_utterances(paths, decode_wav=reader._WavDecoder(dtype))
+    for s in reader.decode_utterances(utterances, dtype=dtype):
+        count += 1
+        frames += len(s["audio"])
+    return count, frames
+
+
 def tarfile_soundfile(paths):
     import soundfile as sf
 
@@ -189,6 +204,7 @@ def wenet_bz2(paths):
 
 
 ZSTD_ALONE = "zst:3: zstd decompression alone (stream_reader)"
+STAGES = "zst:3: shardkit {} through the three stages"
 # target -> (numerator row, denominator row): a ratio of their MB/s
 TARGETS = {
     "plain float32 vs tarfile + soundfile (about 5x)": ("plain: shardkit float32", "plain: tarfile + soundfile float32"),
@@ -199,6 +215,8 @@ TARGETS = {
     "zst:3 int16 vs its floor (zstd + copy)": ("zst:3: shardkit int16", "zst:3: zstd alone + int16 copy (the floor)"),
     "floor: zstd + float32 conversion vs zstd alone": ("zst:3: zstd alone + float32 conversion (the floor)", ZSTD_ALONE),
     "zst:3 float32 vs shardkit.io.codecs reader": ("zst:3: shardkit float32", "zst:3: shardkit.io.codecs reader"),
+    "zst:3 float32 vs the three stages": ("zst:3: shardkit float32", STAGES.format("float32")),
+    "zst:3 int16 vs the three stages": ("zst:3: shardkit int16", STAGES.format("int16")),
     "zst:3 float32 vs WeNet-style bz2 (>= 50x)": ("zst:3: shardkit float32",
                                                   "bz2: WeNet-style tarfile r:* + torchaudio.load"),
 }
@@ -225,6 +243,8 @@ def main(args) -> int:
         "zst:3: shardkit read + group, no decode": (lambda paths: shardkit_read(paths, decode=False), zst, "count"),
         "zst:3: shardkit float32": (shardkit_read, zst, "frames"),
         "zst:3: shardkit int16": (lambda paths: shardkit_read(paths, "int16"), zst, "frames"),
+        STAGES.format("float32"): (shardkit_stages, zst, "frames"),
+        STAGES.format("int16"): (lambda paths: shardkit_stages(paths, "int16"), zst, "frames"),
     }
     if not args.skip_wenet and args.only == "all":
         rows["bz2: WeNet-style tarfile r:* + torchaudio.load"] = (wenet_bz2, bz2, "frames")
@@ -255,6 +275,10 @@ def main(args) -> int:
     targets = {name: round(mb[a] / mb[b], 3) if a in mb and b in mb else None for name, (a, b) in TARGETS.items()}
     if "plain: shardkit float32" in mb:
         targets["plain float32 MB/s (>= 2000)"] = mb["plain: shardkit float32"]
+    for dtype in ("float32", "int16"):  # what the reader adds to zstd alone, per utterance (the fused loop's measure)
+        if f"zst:3: shardkit {dtype}" in figures:
+            added = figures[f"zst:3: shardkit {dtype}"]["median_s"] - figures[ZSTD_ALONE]["median_s"]
+            targets[f"zst:3 {dtype}: us per utterance above zstd alone"] = round(added / totals["utterances"] * 1e6, 1)
     targets = {name: value for name, value in targets.items() if value is not None}
     result = {"machine": machine_info(), "malloc": args.malloc, "clock": args.clock, "corpus": totals,
               "rounds": args.repeat, "loadavg": open("/proc/loadavg").read().split()[:3],

@@ -19,7 +19,8 @@ import numpy as np
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.planning.partition import lines_for
-from shardkit.training.reader import DEFAULT_POOL, ReadPosition, check_decode_settings, iter_samples, reuse_freed_memory
+from shardkit.training.pcm import DEFAULT_POOL
+from shardkit.training.reader import ReadPosition, check_decode_settings, iter_samples, reuse_freed_memory
 # a re-export for the old public path shardkit.dataset.equal_steps (shardkit.dataset is this module)
 from shardkit.training.steps import equal_steps  # noqa: F401
 

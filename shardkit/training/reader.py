@@ -6,7 +6,10 @@ A pipeline of small generator stages, each over plain values:
     group_utterances(members)  -> {key, shard, txt, audio_format, audio_bytes, ...other members}
     decode_utterances(utts)    -> adds audio (frames, channels) and sample_rate
 
-``iter_samples(shards)`` is their composition. Where the time goes (benchmarks/results/reader.md): on plain
+``iter_samples(shards)`` is their composition; when it decodes with shardkit's decoder and keeps no
+bytes, a zstd shard's common utterances (``<key>.txt`` and a canonical PCM ``<key>.wav``) take one loop
+that fuses the three (shardkit.training.fused), which hands the stages the rest of the shard at its first
+other member. Where the time goes (benchmarks/results/reader.md): on plain
 tar the int16 -> float32 conversion, on zstd shards the decompressor; everything else is
 per-utterance Python overhead, which on 200 KB utterances at 2 GB/s must stay within a few
 microseconds. So: zstd is decompressed straight into each member's own buffer
@@ -26,14 +29,11 @@ callable receives each ``ShardkitError`` for a bad utterance and the reader goes
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
-import struct
-import sys
-import weakref
 from typing import Callable, Iterable, Iterator
-from zlib import adler32
 
 import numpy as np
 
@@ -51,21 +51,27 @@ from shardkit.io.codecs import detect_codec, iter_decompressed, zstd_frame_holdi
 from shardkit.io.tar import (
     AUDIO_EXTENSIONS,
     BLOCK,
-    COMMON_DEVICE_FIELDS,
-    COMMON_FIELDS,
     DEFAULT_MAX_MEMBER_BYTES,
-    OCTAL_AS_ZERO,
     iter_tar_members,
     open_shard,
     shard_reader,
     split_key,
+)
+from shardkit.training.fused import Handover, common_member, fused_samples, truncated_data, truncated_padding
+from shardkit.training.pcm import (  # BufferPool and DEFAULT_POOL: re-exported, public here since before pcm.py
+    DEFAULT_POOL,
+    LITTLE_ENDIAN,
+    BufferPool,
+    DecodedAudio,
+    canonical_layout,
+    converted,
+    frames_held,
 )
 from shardkit.training.zstd_source import ZstdMemberSource
 
 log = logging.getLogger("shardkit.training.reader")
 
 DTYPES = ("float32", "int16", "float64")
-_INT16_SCALE = np.float32(1 / 32768)
 
 
 def reuse_freed_memory() -> bool:
@@ -133,71 +139,61 @@ class _Pushback:
 
 def iter_members_fast(source, *, shard: str = "", max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
                       on_error: Callable[[ShardkitError], None] | None = None, offset: int = 0,
-                      position: ReadPosition | None = None, decode_wav: Callable | None = None):
+                      position: ReadPosition | None = None, decode_wav: Callable | None = None,
+                      header: bytes | None = None, count: int | None = None):
     """``(name, data)`` per member of a tar stream; returns True when the end-of-archive block was read.
 
     This is ``shardkit.io.tar.iter_tar_members``'s fast path, not another parser: it takes only the
-    common member (regular file, a name under 100 bytes in UTF-8 without a ustar prefix, number
-    fields as tarfile and GNU tar write them, a matching checksum, a plainly safe name within the
-    size limit), which ``tario.parse_header`` reads the same, in ~1.5 us instead of ~7 us.
+    common member (``shardkit.training.fused.common_member``: regular file, a name under 100 bytes in UTF-8
+    without a ustar prefix, number fields as tarfile and GNU tar write them, a matching checksum, a plainly
+    safe name within the size limit), which ``tario.parse_header`` reads the same, in ~1.5 us instead of ~7 us.
     Anything else (long names, pax, links, odd names or fields, bad checksums, oversized members,
     the end-of-archive block) hands the rest of the stream to ``iter_tar_members``, which applies
     every check and error policy. tests/io/test_tar_agrees_with_tarfile.py proves the two read alike. ``offset``: where
     in the tar stream ``source`` stands (a resumed read starts past members already read);
     ``position``: its ``end`` is set to the offset past each member before it is yielded; ``decode_wav``: a
-    ``.wav`` member of a source that can decode where it decompresses comes as ``decode_wav``'s result.
+    ``.wav`` member of a source that can decode where it decompresses comes as ``decode_wav``'s result;
+    ``header`` and ``count``: the block already read at ``offset`` and the members read before it (a hand-over).
     """
     read = source.read
     read_member = getattr(source, "read_member", None)
     read_decoded = getattr(source, "read_decoded_member", None) if decode_wav is not None else None
-    count = 1 if offset else 0  # a resumed read has read members before: an end block there is no empty tar
-    header = read(BLOCK)
+    if count is None:
+        count = 1 if offset else 0  # a resumed read has read members before: an end block there is no empty tar
+    if header is None:
+        header = read(BLOCK)
     while True:
-        if (len(header) == BLOCK and header[156] in _FAST_TYPES and not header[345]
-                and header[100:156].translate(OCTAL_AS_ZERO) == COMMON_FIELDS
-                and header[329:345] in COMMON_DEVICE_FIELDS
-                and int(header[148:154], 8) == ((adler32(header[:256]) & 0xFFFF) + (adler32(header[256:]) & 0xFFFF)
-                                                - (adler32(header[148:156]) & 0xFFFF) + 255)):
-            size = int(header[124:135], 8)
+        member = common_member(header, max_member_bytes)
+        if member is not None:
+            name, size = member
+            padded = size + (-size % BLOCK)
             try:
-                name = header[:100].split(b"\x00", 1)[0].decode("utf-8")
-            except UnicodeDecodeError:
-                name = ""
-            if (size <= max_member_bytes and name and name[0] != "/" and ".." not in name and "\\" not in name
-                    and name[1:2] != ":" and name[-1] != "/"):
-                padded = size + (-size % BLOCK)
-                try:
-                    if read_decoded is not None and name.endswith(".wav"):
-                        data, next_header, padded_whole = read_decoded(size, decode_wav)
-                    elif read_member is not None:
-                        data, next_header, padded_whole = read_member(size)
-                    else:
-                        data = read(size)
-                        next_header = None
-                        padded_whole = padded == size or len(data) < size or len(read(padded - size)) == padded - size
-                except CorruptStreamError as err:  # the break lies in this member: say which
-                    raise err.located(shard=shard, member=name)
-                if len(data) < size:
-                    raise TarFormatError(f"stream ends inside member data ({len(data)} of {size} bytes; "
-                                         f"truncated) at byte {offset + BLOCK}", shard=shard, member=name)
-                if not padded_whole:
-                    raise TarFormatError(f"stream ends inside the member's padding to 512 bytes (truncated) "
-                                         f"at byte {offset + BLOCK + size}", shard=shard, member=name)
-                count += 1
-                offset += BLOCK + padded
-                if position is not None:
-                    position.end = offset
-                yield name, data
-                header = read(BLOCK) if next_header is None else next_header
-                continue
-        elif not header and count:
+                if read_decoded is not None and name.endswith(".wav"):
+                    data, next_header, padded_whole = read_decoded(size, decode_wav)
+                elif read_member is not None:
+                    data, next_header, padded_whole = read_member(size)
+                else:
+                    data = read(size)
+                    next_header = None
+                    padded_whole = padded == size or len(data) < size or len(read(padded - size)) == padded - size
+            except CorruptStreamError as err:  # the break lies in this member: say which
+                raise err.located(shard=shard, member=name)
+            if len(data) < size:
+                raise truncated_data(len(data), size, offset + BLOCK, shard, name)
+            if not padded_whole:
+                raise truncated_padding(offset + BLOCK + size, shard, name)
+            count += 1
+            offset += BLOCK + padded
+            if position is not None:
+                position.end = offset
+            yield name, data
+            header = read(BLOCK) if next_header is None else next_header
+            continue
+        if not header and count:
             return False  # no end-of-archive blocks: tolerated, as tarfile and GNU tar do
         # Anything unusual, including every error and the end: the strict parser takes over from this header.
         return (yield from iter_tar_members(_Pushback(header, source), shard=shard, max_member_bytes=max_member_bytes,
                                             on_error=on_error, offset=offset, members=count, position=position))
-
-
-_FAST_TYPES = frozenset(b"0\x00")
 
 
 class ReadPosition:
@@ -294,12 +290,27 @@ def read_members(path: str, *, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     A ``pipe:CMD`` shard runs its command only with ``allow_pipes=True`` (or SHARDKIT_ALLOW_PIPES=1).
     ``decode_wav``: see ``iter_members_fast`` (iter_samples' own).
     """
-    with open_shard(path, allow_pipes=allow_pipes) as f:
+    f, codec, source = _opened(path, start, threads, allow_pipes)
+    members = iter_members_fast(source, shard=path, max_member_bytes=max_member_bytes, on_error=on_error,
+                                offset=start, position=position, decode_wav=decode_wav)
+    yield from _to_the_end(f, source, members, path, codec, allow_pipes)
+
+
+def _opened(path: str, start: int, threads: int, allow_pipes: bool | None):
+    """``(file, codec, exact-read source at tar offset start)`` of one shard; the file is closed if this fails."""
+    f = open_shard(path, allow_pipes=allow_pipes)
+    try:
         codec = detect_codec(f.peek(16)[:16])
-        source = _open_at(f, path, codec, start, threads)
-        ended = yield from iter_members_fast(source, shard=path, max_member_bytes=max_member_bytes,
-                                             on_error=on_error, offset=start, position=position,
-                                             decode_wav=decode_wav)
+        return f, codec, _open_at(f, path, codec, start, threads)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _to_the_end(f, source, members: Iterator, path: str, codec: str, allow_pipes: bool | None):
+    """``members`` of the open shard ``f`` (closed after them), then the stream's end checked as they end."""
+    with f:
+        ended = yield from members
         if hasattr(source, "drain"):
             source.drain()  # the decompressor checks the stream's end (CRC, checksum)
         if ended or codec != "zst":
@@ -435,40 +446,17 @@ def _too_large(problem: ShardkitError | None, key: str, max_bytes: int, shard: s
 # Stage 3: decode
 
 
-# RIFF, size, then "WAVEfmt " + fmt size 16 + tag 1 (PCM) as one field, channels, rate, byte rate, block
-# align, then bits 16 + "data" as one field, data size: the fixed parts are compared as bytes, in one go
-_CANONICAL_WAV = struct.Struct("<4sI14sHIIH6sI")
-_CANONICAL_FMT = b"WAVEfmt \x10\x00\x00\x00\x01\x00"
-_CANONICAL_DATA = b"\x10\x00data"
-
-
-def _canonical_layout(head):
-    """``(channels, rate, samples)`` of a canonical 44-byte-header 16-bit PCM WAV, else None."""
-    riff, _, fmt, channels, rate, _, align, data_id, size = _CANONICAL_WAV.unpack_from(head)
-    if (riff != b"RIFF" or fmt != _CANONICAL_FMT or data_id != _CANONICAL_DATA or channels < 1 or rate < 1
-            or align != 2 * channels or size in (0, 0xFFFFFFFF) or size % align):
-        return None
-    return channels, rate, size // 2
-
-
 def _canonical_pcm16(data):
     """``(int16 view, channels, rate)`` for the 44-byte-header 16-bit PCM WAV every writer emits.
 
     One struct unpack instead of walking the chunks (0.4 us instead of 4 us per utterance);
     ``(None, 0, 0)`` for anything else, which then takes ``parse_wav_header``'s full walk.
     """
-    layout = _canonical_layout(data) if len(data) >= 44 else None
+    layout = canonical_layout(data) if len(data) >= 44 else None
     if layout is None:
         return None, 0, 0
     channels, rate, _ = layout
-    return np.frombuffer(data, "<i2", _frames_held(layout, len(data)) * channels, 44), channels, rate
-
-
-def _frames_held(layout: tuple[int, int, int], size: int) -> int:
-    """Frames of a canonical WAV (``_canonical_layout``) that its ``size`` bytes hold: like parse_wav_header,
-    what the bytes hold when the header claims more."""
-    channels, _, count = layout
-    return min(2 * count, size - 44) // (2 * channels)
+    return np.frombuffer(data, "<i2", frames_held(layout, len(data)) * channels, 44), channels, rate
 
 
 def _parsed_pcm16(data):
@@ -482,103 +470,6 @@ def _parsed_pcm16(data):
     return None, 0, 0
 
 
-_ITEMSIZE = {np.float32: 4, np.int16: 2, np.float64: 8, np.int64: 8}
-
-
-class BufferPool:
-    """Output buffers for decoded audio, reused once every array made from one is gone.
-
-    Each decoded utterance needs a fresh array of hundreds of KB. glibc (by default) returns such
-    blocks to the kernel when they are freed, and the next utterance then gets fresh pages,
-    zero-filled and faulted in one by one: a quarter of the plain-WAV read rate. The pool keeps
-    the memory instead, without changing the process's allocator: ``array(count, dtype)`` returns
-    an array over a pooled buffer, and a weak reference on the buffer's export (which every view
-    of the array keeps alive) hands the buffer back when the last array, view or tensor made
-    from it is collected. Arrays stay valid as long as anything uses them; only dead buffers are
-    reused. Sizes come in half-octave classes (at most 1.5x the request, 64 KB at least), the
-    most recently freed buffer that fits first (still in cache); at most ``max_free_bytes`` of
-    unused buffers are kept.
-    """
-
-    __slots__ = ("_free", "_free_bytes", "_live", "max_free_bytes")
-
-    GRAIN = 1 << 16
-
-    def __init__(self, max_free_bytes: int = 64 << 20):
-        self._free: list[bytearray] = []  # unused buffers, the most recently freed last
-        self._free_bytes = 0
-        self._live: dict[int, tuple] = {}  # id(weakref) -> (weakref, buffer), until the buffer comes back
-        self.max_free_bytes = max_free_bytes
-
-    def _release(self, ref) -> None:
-        _, buf = self._live.pop(id(ref))
-        free = self._free
-        free.append(buf)
-        self._free_bytes += len(buf)
-        while self._free_bytes > self.max_free_bytes:
-            self._free_bytes -= len(free.pop(0))  # the least recently freed
-
-    def array(self, count: int, dtype) -> np.ndarray:
-        """An uninitialised 1-d array of ``count`` items over a pooled buffer."""
-        nbytes = count * (_ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize)
-        free = self._free
-        if free and nbytes <= len(free[-1]) <= 4 * nbytes + 65536:  # the most recently freed: in cache
-            buf = free.pop()
-            self._free_bytes -= len(buf)
-            if len(buf) < nbytes:  # another thread's release came between the check and the pop
-                buf = self._take(nbytes)
-        else:
-            buf = self._take(nbytes)
-        out = np.frombuffer(buf, dtype, count)
-        ref = weakref.ref(out.base, self._release)  # the export every view of ``out`` keeps alive
-        self._live[id(ref)] = (ref, buf)
-        return out
-
-    def _take(self, nbytes: int) -> bytearray:
-        free = self._free
-        for i in range(len(free) - 2, -1, -1):
-            if nbytes <= len(free[i]) <= 4 * nbytes + self.GRAIN:
-                buf = free.pop(i)
-                self._free_bytes -= len(buf)
-                if len(buf) >= nbytes:  # (a release from another thread may have shifted the list)
-                    return buf
-                break
-        grains = (nbytes - 1) // self.GRAIN + 1
-        k = (grains - 1).bit_length()  # 2**k >= grains: sizes in half-octave classes
-        return bytearray(self.GRAIN * (3 << (k - 2) if k >= 2 and 3 << (k - 2) >= grains else 1 << k))
-
-    def clear(self) -> None:
-        """Drop the free buffers (arrays still in use keep theirs; they come back when released)."""
-        self._free.clear()
-        self._free_bytes = 0
-
-
-# one per process: decoded arrays come from it unless ``pool=None`` is passed
-# (``DEFAULT_POOL.max_free_bytes = 0`` keeps nothing back: plain allocations, as before)
-DEFAULT_POOL = BufferPool()
-
-
-def _converted(pcm: np.ndarray, dtype: str, pool: BufferPool | None) -> np.ndarray:
-    """16-bit samples as ``dtype`` in memory of their own (a buffer of ``pool``, or a plain allocation)."""
-    if dtype == "float32":
-        if pool is None:
-            out = pcm.astype(np.float32)
-        else:
-            out = pool.array(len(pcm), np.float32)
-            np.copyto(out, pcm)  # two SIMD passes beat one mixed-type multiply
-        out *= _INT16_SCALE  # a power of two: the same values as dividing in float64
-    elif dtype == "int16":
-        if pool is None:
-            out = pcm.copy()  # own the memory, so the member's buffer can go
-        else:
-            out = pool.array(len(pcm), np.int16)
-            out[:] = pcm
-    else:
-        out = pcm.astype(np.float64)
-        out *= 1 / 32768
-    return out
-
-
 def decode_fast(data, dtype: str = "float32", pool: BufferPool | None = DEFAULT_POOL) -> tuple[np.ndarray, int]:
     """shardkit's decoder: 16-bit PCM WAV by one numpy cast and scale, anything else via shardkit.io.audio.
 
@@ -590,24 +481,8 @@ def decode_fast(data, dtype: str = "float32", pool: BufferPool | None = DEFAULT_
     if pcm is None:
         pcm, channels, rate = _parsed_pcm16(data)
     if pcm is not None:
-        return _converted(pcm, dtype, pool).reshape(-1, channels), rate
+        return converted(pcm, dtype, pool).reshape(-1, channels), rate
     return decode_any(bytes(data) if not isinstance(data, bytes) else data, dtype)
-
-
-class DecodedAudio:
-    """An audio member decoded as it was read (``iter_samples``' own): its samples, rate and size in bytes.
-
-    It stands in for the member's bytes between the member and decode stages; ``len`` is the member's
-    size, so the grouping stage's byte limit counts it as it counts bytes.
-    """
-
-    __slots__ = ("samples", "sample_rate", "nbytes")
-
-    def __init__(self, samples: np.ndarray, sample_rate: int, nbytes: int):
-        self.samples, self.sample_rate, self.nbytes = samples, sample_rate, nbytes
-
-    def __len__(self) -> int:
-        return self.nbytes
 
 
 class _WavDecoder:
@@ -623,21 +498,18 @@ class _WavDecoder:
         pcm, channels, rate = _canonical_pcm16(data)
         if pcm is None:
             return None
-        return DecodedAudio(_converted(pcm, self.dtype, DEFAULT_POOL).reshape(-1, channels), rate, len(data))
+        return DecodedAudio(converted(pcm, self.dtype, DEFAULT_POOL).reshape(-1, channels), rate, len(data))
 
     def direct_target(self, head, size: int) -> tuple[DecodedAudio, memoryview] | None:
         """For int16 from a canonical WAV header (its first 44 bytes, of a ``size``-byte member): the utterance's
         array and the bytes of it that the member's samples fill, so that they are decompressed straight into
         it (no copy at all); None otherwise (other dtypes convert, other layouts go through the bytes)."""
-        layout = _canonical_layout(head) if self.dtype == "int16" and _LITTLE_ENDIAN else None
+        layout = canonical_layout(head) if self.dtype == "int16" and LITTLE_ENDIAN else None
         if layout is None:
             return None
         channels, rate, _ = layout
-        out = DEFAULT_POOL.array(_frames_held(layout, size) * channels, np.int16)
+        out = DEFAULT_POOL.array(frames_held(layout, size) * channels, np.int16)
         return DecodedAudio(out.reshape(-1, channels), rate, size), memoryview(out).cast("B")
-
-
-_LITTLE_ENDIAN = sys.byteorder == "little"  # a WAV's samples are little-endian: written as they are into int16
 
 
 def _decode_soundfile(data, dtype: str) -> tuple[np.ndarray, int]:
@@ -707,19 +579,62 @@ def iter_utterances(shards: Iterable[str], *, max_member_bytes: int = DEFAULT_MA
     ``position``: kept up to date with the shard index and offsets (see :class:`ReadPosition`);
     ``decode_wav``: iter_samples' own (``audio_bytes`` may then be a ``DecodedAudio``, see ``iter_members_fast``).
     """
+    def utterances(path: str, at: int) -> Iterator[dict]:
+        members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
+                               start=at, position=position, allow_pipes=allow_pipes, decode_wav=decode_wav)
+        return group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes,
+                                position=position)
+
+    return _each_shard(shards, utterances, start=start, position=position, on_error=on_error)
+
+
+def _each_shard(shards: Iterable[str], read_shard: Callable[[str, int], Iterator[dict]], *, start: int,
+                position: ReadPosition | None, on_error: Callable[[ShardkitError], None] | None) -> Iterator[dict]:
+    """``read_shard(path, offset)``'s utterances for each shard in turn (the first from ``start``), under the
+    error policy: with ``on_error``, a shard that cannot be opened or whose container is damaged is reported
+    and the read moves to the next shard."""
     for i, path in enumerate(shards):
         if position is not None:
             position.index, position.end = i, (start if i == 0 else 0)
-        members = read_members(path, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
-                               start=start if i == 0 else 0, position=position,
-                               allow_pipes=allow_pipes, decode_wav=decode_wav)
         try:
-            yield from group_utterances(members, shard=path, on_error=on_error, max_bytes=max_member_bytes,
-                                        position=position)
+            yield from read_shard(path, start if i == 0 else 0)
         except ShardkitError as err:
             if on_error is None:
                 raise
             on_error(err.located(shard=path))
+
+
+def _decoded_shard(path: str, start: int, *, dtype: str, position: ReadPosition, max_member_bytes: int, threads: int,
+                   on_error: Callable[[ShardkitError], None] | None, allow_pipes: bool | None,
+                   decode_wav: _WavDecoder) -> Iterator[dict]:
+    """One shard's decoded samples, as the stages give them with ``decode_wav``: a zstd shard's common utterances
+    through the fused loop (shardkit.training.fused), the rest from its first other member through the stages."""
+    f, codec, source = _opened(path, start, threads, allow_pipes)
+    try:
+        handover = None
+        if isinstance(source, ZstdMemberSource):
+            handover = yield from fused_samples(source, shard=path, dtype=dtype, max_member_bytes=max_member_bytes,
+                                                offset=start, position=position)
+    except BaseException:
+        f.close()
+        raise
+    read = {"shard": path, "max_member_bytes": max_member_bytes, "on_error": on_error, "position": position,
+            "decode_wav": decode_wav}
+    members = (iter_members_fast(source, offset=start, **read) if handover is None
+               else _handed_over(handover, source, read))
+    utts = group_utterances(_to_the_end(f, source, members, path, codec, allow_pipes), shard=path,
+                            on_error=on_error, max_bytes=max_member_bytes, position=position)
+    yield from decode_utterances(utts, dtype=dtype, on_error=on_error)
+
+
+def _handed_over(handover: Handover, source, read: dict) -> Iterator[tuple[str, bytes]]:
+    """The member stage from where the fused loop stopped: the unfinished utterance's members, then the rest."""
+    position = read["position"]
+    for name, data, end in handover.members:
+        position.end = end
+        yield name, data
+    return (yield from iter_members_fast(source, offset=handover.offset, header=handover.header,
+                                         count=handover.count, **read))
 
 
 def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str = "float32",
@@ -776,6 +691,12 @@ def iter_samples(shards: Iterable[str] | str, *, decode: bool = True, dtype: str
     # shardkit's decoder is the one registered (a replaced one is called for every utterance, as it asks)
     decode_wav = (_WavDecoder(dtype) if decode and DECODERS.get(decoder) is decode_fast and not keep_bytes
                   else None)
+    if decode_wav is not None:  # one loop for a zstd shard's common members (shardkit.training.fused)
+        position = position if position is not None else ReadPosition()
+        read_shard = functools.partial(_decoded_shard, dtype=dtype, position=position, threads=threads,
+                                       max_member_bytes=max_member_bytes, on_error=on_error,
+                                       allow_pipes=allow_pipes, decode_wav=decode_wav)
+        return _each_shard(shards, read_shard, start=start, position=position, on_error=on_error)
     utts = iter_utterances(shards, max_member_bytes=max_member_bytes, threads=threads, on_error=on_error,
                            start=start, position=position, allow_pipes=allow_pipes, decode_wav=decode_wav)
     if not decode:

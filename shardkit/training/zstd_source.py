@@ -19,7 +19,7 @@ ZSTD_READ_SIZE = 1 << 20
 # A zstd member above this is read in pieces into a growing buffer instead of one preallocated one.
 _LARGE_MEMBER = 64 << 20
 # The largest member decoded from the source's reused buffer (read_decoded_member); larger ones get their own.
-_SCRATCH_BYTES = 16 << 20
+SCRATCH_BYTES = 16 << 20
 
 
 class ZstdMemberSource:
@@ -36,28 +36,41 @@ class ZstdMemberSource:
     checked end to end with the foundation's strict reader (see shardkit.training.reader.read_members).
     """
 
-    __slots__ = ("_readinto", "_shard", "_error", "_scratch")
+    __slots__ = ("readinto", "_shard", "zstd_error", "_scratch")
 
     def __init__(self, f, shard: str):
         import zstandard
 
         reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=ZSTD_READ_SIZE, read_across_frames=True)
-        self._readinto = reader.readinto
+        # zstd's own call (it fills the buffer unless the stream ends) and error, for the fused loop
+        # (shardkit.training.fused), which turns an error into ``corrupt``'s as ``fill`` does
+        self.readinto = reader.readinto
         self._shard = shard
-        self._error = zstandard.ZstdError
+        self.zstd_error = zstandard.ZstdError
         self._scratch = bytearray()
+
+    def corrupt(self, err: Exception) -> CorruptStreamError:
+        """The located error for a zstd error inside this shard's stream."""
+        return CorruptStreamError(f"zst stream is corrupt ({err})", shard=self._shard)
+
+    def scratch(self, nbytes: int) -> memoryview:
+        """The source's reused buffer, at least ``nbytes`` (at most SCRATCH_BYTES + 2 blocks asked for)."""
+        if len(self._scratch) < nbytes:
+            # grown in 1 MiB steps, never shrunk: at most SCRATCH_BYTES for the whole read
+            self._scratch = bytearray(min(SCRATCH_BYTES, nbytes + (1 << 20)) + BLOCK)
+        return memoryview(self._scratch)  # the buffer is replaced, never resized: views of it need no release
 
     def fill(self, view: memoryview) -> int:
         """Decompress into ``view`` until it is full or the stream ends; the bytes written."""
         got, want = 0, len(view)
         try:
             while got < want:
-                n = self._readinto(view[got:])
+                n = self.readinto(view[got:])
                 if not n:
                     break
                 got += n
-        except self._error as err:
-            raise CorruptStreamError(f"zst stream is corrupt ({err})", shard=self._shard) from err
+        except self.zstd_error as err:
+            raise self.corrupt(err) from err
         return got
 
     def read(self, n: int):
@@ -87,13 +100,9 @@ class ZstdMemberSource:
         The member's data is ``decode``'s result, or a copy of the bytes when it returns None (not a canonical
         PCM WAV: decoded later, as any member)."""
         padded = size + (-size % BLOCK)
-        if padded > _SCRATCH_BYTES:
+        if padded > SCRATCH_BYTES:
             return self.read_member(size)
-        scratch = self._scratch
-        if len(scratch) < padded + BLOCK:
-            # grown in 1 MiB steps, never shrunk: at most _SCRATCH_BYTES for the whole read
-            scratch = self._scratch = bytearray(min(_SCRATCH_BYTES, padded + BLOCK + (1 << 20)) + BLOCK)
-        view = memoryview(scratch)  # the buffer is replaced, never resized: views of it need no release
+        view = self.scratch(padded + BLOCK)
         start = 0
         direct = getattr(decode, "direct_target", None)
         if direct is not None and size > 44:  # a WAV header first: its samples may go straight to their array
