@@ -12,6 +12,16 @@ import click
 from shardkit.errors import UsageError
 
 
+def one_blas_thread() -> None:
+    """One OpenBLAS thread unless the user set a count, before numpy loads: OpenBLAS starts a thread per core
+    when numpy is imported, ~0.07-0.08 CPU-s of a 2-core machine's start-up in this process and in each that
+    inherits the setting (benchmarks/results/2026-11-28-flac.md, 2026-11-28-plan-scale.md). For commands that
+    do no linear algebra (convert, balance)."""
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def jobs_option(f):
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                         help="Parallel processes, one shard per task [default: all cores].")(f)

@@ -5,6 +5,7 @@ import sys
 import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
+from shardkit.cli._options import one_blas_thread as _one_blas_thread  # a name the start-up tests replace
 from shardkit.cli._options import (
     executor_options,
     io_options,
@@ -16,15 +17,6 @@ from shardkit.cli._options import (
 )
 from shardkit.cli._outcome import balanced_layout_options
 from shardkit.cli._wenet_conf import trainer_spec, wenet_conf_options
-
-
-def _one_blas_thread() -> None:
-    """OpenBLAS starts a thread per core when numpy is imported, ~0.08 CPU-s of a 2-core machine's start-up
-    (benchmarks/results/2026-11-28-plan-scale.md); balance and its planner do no linear algebra. A value the user
-    set stays; the writing workers inherit it. Before the command's imports: numpy is not loaded yet."""
-    import os
-
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def format_plan(summary: dict) -> str:

@@ -6,6 +6,7 @@ import click
 
 from shardkit.cli import CONTEXT_SETTINGS, EXIT_CODES_HELP, emit_json
 from shardkit.cli._options import executor_options, io_options, jobs_option, json_option, run_options
+from shardkit.cli._options import one_blas_thread as _one_blas_thread  # a name the start-up tests replace
 from shardkit.cli._outcome import codec_option
 
 
@@ -146,15 +147,6 @@ def _print_audio(audio_summary: dict, audio: str) -> None:
     for problem in audio_summary["undecodable_kept"]:
         click.echo(f"kept undecodable: {problem['shard']}: key {problem['key']!r}: {problem['check']}: "
                    f"{problem['reason']}", err=True)
-
-
-def _one_blas_thread() -> None:
-    """OpenBLAS starts a thread per core when numpy is imported (this process's and the forkserver's), about
-    0.07 CPU-s each (benchmarks/results/2026-11-28-flac.md); convert does no linear algebra. A value the
-    user set stays."""
-    import os
-
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 # shardkit.commands.convert.WORKER_MODULES and AUDIO_WORKER_MODULES, named here so that the server starts before this
