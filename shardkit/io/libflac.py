@@ -228,7 +228,7 @@ def _stdio():
         libc.fopencookie.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CookieFunctions]
         libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
         libc.fflush.argtypes = [ctypes.c_void_p]
-    except (OSError, AttributeError, TypeError):  # no such function (macOS), or no process-wide library (Windows)
+    except (OSError, AttributeError):
         return None
     return libc, _CookieFunctions(None, _cookie_write, _cookie_seek, None)
 
