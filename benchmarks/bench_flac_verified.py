@@ -9,8 +9,7 @@ process and its children (one core: everything runs in one thread, and -j1 runs 
 - profile: the parts of a verified transcode alone, in-process: tar read, WAV header parse, WAV decode
   (libsndfile), FLAC encode (soundfile), FLAC decode (soundfile: the old path's verification), the sample
   comparison, the sample digest, libFLAC's encoder through shardkit.io.libflac with and without its verify
-  mode, transcode_member on the soundfile path (fallback) and on the libFLAC path (writing through a stdio FILE,
-  and through libFLAC's stream callbacks as before h-flac39c), convert's own side
+  mode, transcode_member on the soundfile path (fallback) and on the libFLAC path, convert's own side
   (convert_shard with a transform that hands back finished members: tar write, digests, index, read-back,
   fsync), and Python start-up with the imports;
 - alternatives on the same members: the `flac` CLI (-5, then -5 --verify, and -d), pyFLAC's StreamEncoder
@@ -172,14 +171,6 @@ def main(argv=None):
                 libflac.encoder_library.cache_clear()
         return run
 
-    def through_callbacks():  # libFLAC's stream callbacks (one Python call a frame and a tell), as before h-flac39c
-        stdio = libflac._stdio
-        libflac._stdio = lambda: None
-        try:
-            on_path(False)()
-        finally:
-            libflac._stdio = stdio
-
     finished = {}
     for p in paths:
         for name, data in ((n, d) for q, n, d in members if q == p):
@@ -214,7 +205,6 @@ def main(argv=None):
         "libFLAC encode + verify mode (io.libflac)": with_encoder(True),
         "transcode_member, the fallback: soundfile + a second decode": on_path(True),
         "transcode_member, libFLAC verify mode (after)": on_path(False),
-        "transcode_member, libFLAC verify mode through its stream callbacks (before h-flac39c)": through_callbacks,
         "convert's side (tar, digests, index, read-back, fsync), finished members": convert_side,
         "Python start-up + imports": startup,
         # the alternatives
