@@ -7,11 +7,6 @@ the bytes, a second pass through libsndfile or a conversion of the decoded sampl
 the difference). The samples handed in are compared with the source's block by block, and the frames
 kept are exactly the bytes the verify decoder read.
 
-libFLAC writes to a stdio FILE (``fopencookie``) whose 64 KiB buffer is flushed into the sink: a few Python calls
-a member instead of one per frame and one per ``tell`` (0.04 CPU-s less on issue 39's 1.05 h corpus,
-benchmarks/results/2026-11-28-flac.md); the sink checks the flushes as it checks the frames. A libc without
-``fopencookie`` gets the stream callbacks, with the same bytes (tested).
-
 soundfile (libsndfile) has its own libFLAC built in but does not export it, so this module loads a
 libFLAC of the same version beside it (pyFLAC's bundled one, or the system's) and uses it only when a
 probe (8, 16 and 24 bits, one and two channels) encodes to exactly soundfile's bytes at the level asked
@@ -65,8 +60,6 @@ def _load(path: str):
         lib.FLAC__stream_encoder_init_stream.argtypes = [ctypes.c_void_p, _WRITE, _SEEK, _TELL, ctypes.c_void_p,
                                                          ctypes.c_void_p]
         lib.FLAC__stream_encoder_process_interleaved.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
-        lib.FLAC__stream_encoder_init_FILE.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                                       ctypes.c_void_p]
         for name in ("delete", "finish", "get_state", "get_verify"):
             getattr(lib, "FLAC__stream_encoder_" + name).argtypes = [ctypes.c_void_p]
     except (OSError, AttributeError):
@@ -146,15 +139,6 @@ class _Sink:
         self.position += size
         return 0
 
-    def write_chunk(self, buffer, size: int) -> int:
-        """A flush of the stdio buffer libFLAC writes through (see ``_StdioOutput``): the metadata until ``sealed``
-        (set once libFLAC's init has written it all), then frames at the end and only there, or the closing rewrite
-        inside the metadata; the bytes taken, or -1 (the write fails, and so does the encoder)."""
-        frames = self.sealed and self.position == len(self.head) + self.frame_bytes
-        return size if self.write(buffer, size, size if frames else 0) == 0 else -1
-
-    sealed = False
-
     def value(self) -> bytes:
         """The stream's bytes: the metadata as last rewritten, then every frame."""
         return bytes(self.head) + b"".join(self.frames)
@@ -186,72 +170,6 @@ def _tell(_encoder, offset, key):
     return 0
 
 
-_COOKIE_WRITE = ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-_COOKIE_SEEK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
-
-
-class _CookieFunctions(ctypes.Structure):  # libc's cookie_io_functions_t (no read, no close: nothing to free)
-    _fields_ = [("read", ctypes.c_void_p), ("write", _COOKIE_WRITE), ("seek", _COOKIE_SEEK), ("close", ctypes.c_void_p)]
-
-
-@_COOKIE_WRITE
-def _cookie_write(key, buffer, size):
-    try:
-        return _SINKS[key].write_chunk(buffer, size)
-    except BaseException:  # noqa: BLE001 - as in _write: the encoder stops (a Ctrl-C is raised again after the member)
-        return -1
-
-
-@_COOKIE_SEEK
-def _cookie_seek(key, offset, whence):
-    try:
-        sink = _SINKS[key]
-        position = (0, sink.position, len(sink.head) + sink.frame_bytes)[whence] + offset[0]
-        if position < 0:
-            return -1
-        sink.position = offset[0] = position
-        return 0
-    except BaseException:  # noqa: BLE001
-        return -1
-
-
-_STDIO_BUFFER = 1 << 16  # what stdio hands the sink at a time: ~2 flushes a member instead of a callback per frame
-
-
-@functools.cache
-def _stdio():
-    """libc's ``fopencookie``, ``setvbuf`` and ``fflush`` (glibc, musl), or None: libFLAC then writes through
-    its stream callbacks, one Python call per frame and another per ``tell``."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.fopencookie.restype = ctypes.c_void_p
-        libc.fopencookie.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CookieFunctions]
-        libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-        libc.fflush.argtypes = [ctypes.c_void_p]
-    except (OSError, AttributeError):
-        return None
-    return libc, _CookieFunctions(None, _cookie_write, _cookie_seek, None)
-
-
-def _init_through_stdio(lib, handle, key: int, sink: _Sink):
-    """libFLAC writing to a stdio FILE whose buffer is flushed into ``sink`` (the FILE's cookie is its key); the
-    FILE's buffer, which must outlive it, or None when there is no such FILE here (the caller uses the callbacks).
-    libFLAC closes the FILE when the encoder finishes (or is deleted). Raises ValueError if libFLAC refuses it."""
-    found = _stdio()
-    if found is None:
-        return None
-    libc, functions = found
-    file = libc.fopencookie(key, b"wb", functions)
-    if not file:
-        return None
-    buffer = ctypes.create_string_buffer(_STDIO_BUFFER)
-    libc.setvbuf(file, buffer, 0, _STDIO_BUFFER)  # _IOFBF
-    if lib.FLAC__stream_encoder_init_FILE(handle, file, None, None) != 0 or libc.fflush(file) != 0:
-        raise ValueError(f"libFLAC refused the stream (encoder state {lib.FLAC__stream_encoder_get_state(handle)})")
-    sink.sealed = True  # the metadata is flushed: what follows is frames, and the closing rewrite
-    return buffer
-
-
 class VerifiedEncoder:
     """One FLAC stream: ``write`` blocks of samples (frames x channels, integer), then ``finish`` for the bytes.
 
@@ -275,13 +193,7 @@ class VerifiedEncoder:
                    for call, value in settings):
             self.close()
             raise ValueError(f"libFLAC refused {channels} channels, {bits} bits, {sample_rate} Hz, level {level}")
-        try:  # a FILE flushed into the sink where libc has one (measured: fewer Python calls), else the callbacks
-            self._stdio_buffer = _init_through_stdio(lib, self.handle, self.key, self.sink)
-        except ValueError:
-            self.close()
-            raise
-        if self._stdio_buffer is None and lib.FLAC__stream_encoder_init_stream(self.handle, _write, _seek, _tell,
-                                                                                None, self.key) != 0:
+        if lib.FLAC__stream_encoder_init_stream(self.handle, _write, _seek, _tell, None, self.key) != 0:
             state = lib.FLAC__stream_encoder_get_state(self.handle)
             self.close()
             raise ValueError(f"libFLAC refused the stream (encoder state {state})")
