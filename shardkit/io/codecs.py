@@ -279,28 +279,22 @@ def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, thre
                                  shard=shard) from err
 
 
-# A run of local bz2 files can decode each shard on every core in turn, in one process (as lbzip2 spreads one
-# file over the cores), rather than one shard per core in a pool of processes. In one process indexed_bzip2's
-# threads decode ahead while the main thread does the rest of each shard (tar parse, digests, zstd, read-back),
-# and the run goes at the slower of the two. bz2 decoding costs ~5.8x the rest (2.82 against 0.49 CPU-s a
-# shard, benchmarks/results/2026-11-28-convert-reader.md), so on a few cores the decoders keep every core busy
-# and one process does the pool's work without its start-up or its last shard's tail: on 2 cores it took
-# less CPU than the pool at 47 MB (8.99 against 9.68 CPU-s) and at 232 MB of bz2 (21.7 against 25.5). Up to
-# ONE_PROCESS_ANY_SIZE_CORES (a margin under that ratio) every run of local bz2 files runs so. On more cores
-# the main thread bounds the run (16 cores, 232 MB: 5.0 s against a pool's 2.9 s), and one process wins only
-# while the serial time it leaves idle, (1 - 1/cores) of it, stays below the pool's start-up (0.5-0.8 s): below
-# a total of ONE_PROCESS_BZ2_BYTES / (1 - 1/cores), 34 MiB on 16 cores (2026-11-28-sixteen-cores.md).
-ONE_PROCESS_ANY_SIZE_CORES = 4
+# A run of local bz2 files small enough decodes each shard on every core in turn, in one process (as lbzip2
+# spreads one file over the cores), rather than one shard per core in a pool of processes. In one process a
+# shard's serial part (tar parse, digests, zstd, read-back) runs on one core while the others wait, so it
+# costs (1 - 1/cores) of that serial time against the pool; the pool costs its start-up (a forkserver
+# importing the task's modules: 0.5-0.8 CPU-s on 2 cores, about as much wall on 16). One process wins while
+# serial x (1 - 1/cores) < start-up, i.e. below a total of ONE_PROCESS_BZ2_BYTES / (1 - 1/cores): 64 MiB on
+# 2 cores (benchmarks/results/2026-11-28-convert-reader.md), 34 MiB on 16, where a limit growing with the
+# cores had kept 16 shards of 232 MB in one process at 0.61-0.67x the lbzip2 | zstd pipeline
+# (benchmarks/results/2026-11-28-sixteen-cores.md).
 ONE_PROCESS_BZ2_BYTES = 32 << 20
 
 
 def bz2_fits_one_process(paths: list[str], cores: int) -> bool:
-    """Whether ``paths`` are all local bz2 files (by their magic bytes), holding together at most
-    ``ONE_PROCESS_BZ2_BYTES / (1 - 1/cores)`` on more than ``ONE_PROCESS_ANY_SIZE_CORES`` cores: a run of
-    them is best decoded in one process."""
+    """Whether ``paths`` are all local bz2 files (by their magic bytes) holding together at most
+    ``ONE_PROCESS_BZ2_BYTES / (1 - 1/cores)``: a run of them is best decoded in one process."""
     import stat
-
-    sized = cores > ONE_PROCESS_ANY_SIZE_CORES
 
     total = 0
     for path in paths:
@@ -313,7 +307,7 @@ def bz2_fits_one_process(paths: list[str], cores: int) -> bool:
                 total += os.fstat(f.fileno()).st_size
         except (OSError, ValueError):  # a URL, a missing or unreadable file: not for this rule
             return False
-        if detect_codec(head) != "bz2" or sized and total * (cores - 1) > ONE_PROCESS_BZ2_BYTES * cores:
+        if detect_codec(head) != "bz2" or total * (cores - 1) > ONE_PROCESS_BZ2_BYTES * cores:
             return False
     return bool(paths)
 

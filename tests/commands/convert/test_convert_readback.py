@@ -218,16 +218,13 @@ def test_a_small_bz2_run_decodes_in_one_process_each_shard_on_every_core(make_sh
     assert report.exit_code == 0 and asked == [1]  # no pool
     manifest = json.load(open(tmp_path / "small" / "convert.json"))
     assert manifest["settings"]["threads"] is None
-    # on 2 cores past the size too; on 16 cores past the size, or with jobs given, the pool as before
+    # past the size, or with jobs or threads given, the pool as before
     from shardkit.io import codecs
 
     monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES", 1)
-    run_convert(sources, str(tmp_path / "big-on-2"), ConvertSettings(threads=None), RunOptions())
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    monkeypatch.setattr(convert_module, "usable_cores", lambda: 16)
     run_convert(sources, str(tmp_path / "big"), ConvertSettings(threads=None), RunOptions())
     run_convert(sources, str(tmp_path / "j2"), ConvertSettings(threads=None), RunOptions(jobs=2))
-    assert asked == [1, 1, None, 2]
+    assert asked == [1, None, 2]
 
 
 def test_the_one_process_rule_takes_only_local_bz2_files_within_the_size(make_shards, tmp_path, monkeypatch):
@@ -235,11 +232,10 @@ def test_the_one_process_rule_takes_only_local_bz2_files_within_the_size(make_sh
 
     bz2 = make_shards("bz2", utts_per_shard=2)
     total = sum(os.path.getsize(p) for p in bz2)
-    # up to ONE_PROCESS_ANY_SIZE_CORES any size; above, ONE_PROCESS_BZ2_BYTES / (1 - 1/cores): 16/15 of it on 16
-    monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES", 1)
-    assert all(codecs.bz2_fits_one_process(bz2, cores) for cores in range(1, codecs.ONE_PROCESS_ANY_SIZE_CORES + 1))
-    assert not codecs.bz2_fits_one_process(bz2, codecs.ONE_PROCESS_ANY_SIZE_CORES + 1)
+    assert codecs.bz2_fits_one_process(bz2, 1)  # one core: no pool to weigh against
+    # the limit is ONE_PROCESS_BZ2_BYTES / (1 - 1/cores): twice it on 2 cores, 16/15 of it on 16
     monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES", (total + 1) // 2)
+    assert codecs.bz2_fits_one_process(bz2, 1) and codecs.bz2_fits_one_process(bz2, 2)
     assert not codecs.bz2_fits_one_process(bz2, 16)
     monkeypatch.setattr(codecs, "ONE_PROCESS_BZ2_BYTES", -(-total * 15 // 16))
     assert codecs.bz2_fits_one_process(bz2, 16) and not codecs.bz2_fits_one_process(bz2, 17)
