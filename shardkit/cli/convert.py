@@ -31,8 +31,8 @@ Examples:
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Decompressor threads per task for bz2/gz [default: cores // jobs, and more for the "
                    "last shards of a run, when fewer shards remain than jobs, or by size when every shard "
-                   "starts at once; without -j, local bz2 files run in one process, each shard on every core "
-                   "in turn, on up to 4 cores, and on more when they hold under 32 MiB / (1 - 1/cores)].")
+                   "starts at once; without -j, local bz2 files holding under 32 MiB / (1 - 1/cores) together "
+                   "run in one process, each shard on every core in turn].")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Read every written shard back and compare member names and digests; with --audio, also "
                    "prove every transcoded member decodes to the source's samples (libFLAC's verify mode, or a "
