@@ -15,7 +15,7 @@ from typing import Callable
 
 from shardkit import __version__
 from shardkit.errors import ShardkitError, UsageError, printable
-from shardkit.io.codecs import CODECS, bz2_fits_one_process, open_writer
+from shardkit.io.codecs import CODECS, bz2_fits_one_process, local_file_sizes, open_writer
 from shardkit.io.files import (
     AtomicFile,
     HashingFile,
@@ -352,22 +352,6 @@ def wave_threads(sizes: list[int], cores: int) -> list[int]:
     return [min(cores, max(1, int(cores * size / total + 0.5))) for size in sizes]
 
 
-def _local_sizes(tasks: list) -> list[int] | None:
-    """The byte sizes of the tasks' sources, or None unless every one is a local regular file."""
-    import stat
-
-    sizes = []
-    for src, _, _ in tasks:
-        try:
-            st = os.stat(src)
-        except (OSError, ValueError):  # a URL, "-", a missing file: its task reports it
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        sizes.append(st.st_size)
-    return sizes
-
-
 def threads_per_task(tasks: list, jobs: int | None, executor: str) -> dict:
     """``run_tasks`` arguments that give each convert task its ``threads`` as it is submitted.
 
@@ -381,7 +365,7 @@ def threads_per_task(tasks: list, jobs: int | None, executor: str) -> dict:
         return {"prepare": lambda task: (*task[:2], replace(task[2], threads=1))}
     jobs_n = max(1, min(jobs or cores, len(tasks) or 1))
     position = {id(task): k for k, task in enumerate(tasks)}  # tasks are submitted in this order
-    sizes = _local_sizes(tasks) if 1 < len(tasks) <= jobs_n else None
+    sizes = local_file_sizes([src for src, _, _ in tasks]) if 1 < len(tasks) <= jobs_n else None
     by_size = wave_threads(sizes, cores) if sizes else None
 
     def prepare(task):

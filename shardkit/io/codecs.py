@@ -291,25 +291,38 @@ def iter_decompressed(f: BinaryIO, *, shard: str, codec: str | None = None, thre
 ONE_PROCESS_BZ2_BYTES = 32 << 20
 
 
+def local_file_sizes(paths: list[str]) -> list[int] | None:
+    """The byte sizes of ``paths``, or None unless every one is a local regular file (not "-", a URL, a FIFO:
+    a stat, never an open, so a FIFO is not waited on)."""
+    import stat
+
+    sizes = []
+    for path in paths:
+        try:
+            st = os.stat(path) if path != "-" else None
+        except (OSError, ValueError):  # a URL, a missing or unreadable file
+            return None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            return None
+        sizes.append(st.st_size)
+    return sizes
+
+
 def bz2_fits_one_process(paths: list[str], cores: int) -> bool:
     """Whether ``paths`` are all local bz2 files (by their magic bytes) holding together at most
     ``ONE_PROCESS_BZ2_BYTES / (1 - 1/cores)``: a run of them is best decoded in one process."""
-    import stat
-
-    total = 0
+    sizes = local_file_sizes(paths)
+    if not sizes or sum(sizes) * (cores - 1) > ONE_PROCESS_BZ2_BYTES * cores:
+        return False
     for path in paths:
         try:
-            # a regular file before opening it: opening a FIFO would wait for a writer
-            if path == "-" or not stat.S_ISREG(os.stat(path).st_mode):
-                return False
             with open(path, "rb") as f:
                 head = f.read(16)
-                total += os.fstat(f.fileno()).st_size
-        except (OSError, ValueError):  # a URL, a missing or unreadable file: not for this rule
+        except OSError:  # unreadable: not for this rule
             return False
-        if detect_codec(head) != "bz2" or total * (cores - 1) > ONE_PROCESS_BZ2_BYTES * cores:
+        if detect_codec(head) != "bz2":
             return False
-    return bool(paths)
+    return True
 
 
 def open_writer(f: BinaryIO, codec: str, level: int | None = None) -> BinaryIO:
